@@ -1,0 +1,38 @@
+# The one test command is `make test` (README); CI runs it through .ci/run with CI=true.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck pytest demo bench soak clean install
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy resilience tests/typing
+	$(BIN)/pyright tests/typing
+
+pytest: $(STAMP)
+	$(BIN)/pytest --cov --cov-report=term -q
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist

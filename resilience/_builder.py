@@ -1,0 +1,92 @@
+"""`PipelineBuilder` and `ResiliencePipelineBuilder`: compose strategies, validate at `build()`."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from resilience._pipeline import ResiliencePipeline
+from resilience._time import SYSTEM_TIME, TimeProvider
+from resilience._validation import Problems
+from resilience.exceptions import ValidationError
+from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+from resilience.telemetry._options import TelemetryOptions
+from resilience.telemetry._source import TelemetrySource
+
+__all__ = ["PipelineBuilder", "ResiliencePipelineBuilder"]
+
+
+class PipelineBuilder:
+    """Collects strategies, first added = outermost, and builds pipelines from them.
+
+    Nothing is validated or created before `build()`, which may be called any number of
+    times: each call validates every option of every strategy (raising one `ValidationError`
+    listing every problem) and creates fresh strategy state.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        instance_name: str | None = None,
+        time_provider: TimeProvider | None = None,
+        telemetry: TelemetryOptions | None = None,
+    ) -> None:
+        self._name = name
+        self._instance_name = instance_name
+        self._time_provider = time_provider
+        self._telemetry = telemetry
+        self._strategies: list[StrategyOptions | Strategy] = []
+
+    def add(self, strategy: StrategyOptions | Strategy, /) -> Self:
+        """Append a strategy (its options, e.g. `retry_strategy(...)`, or a ready `Strategy`)."""
+        self._strategies.append(strategy)
+        return self
+
+    def build(self) -> ResiliencePipeline:
+        """Validate everything and return a new pipeline with fresh strategy state."""
+        problems = Problems("Pipeline.")
+        problems.name("name", self._name, allow_none=True)
+        problems.name("instance_name", self._instance_name, allow_none=True)
+        time_provider: object = self._time_provider or SYSTEM_TIME
+        if not isinstance(time_provider, TimeProvider):
+            problems.add("time_provider", f"must implement TimeProvider, got {time_provider!r}")
+            time_provider = SYSTEM_TIME
+        telemetry: object = self._telemetry
+        if telemetry is not None and not isinstance(telemetry, TelemetryOptions):
+            problems.add("telemetry", f"must be a TelemetryOptions, got {telemetry!r}")
+            telemetry = None
+        source = TelemetrySource(telemetry, pipeline_name=self._name, pipeline_instance=self._instance_name)
+
+        planned: list[Strategy | tuple[StrategyOptions, StrategyBuildContext]] = []
+        candidates: list[object] = list(self._strategies)  # checked: callers may ignore the types
+        for position, item in enumerate(candidates):
+            if isinstance(item, StrategyOptions):
+                context = StrategyBuildContext(
+                    pipeline_name=self._name,
+                    pipeline_instance=self._instance_name,
+                    time_provider=time_provider,
+                    telemetry=source.for_strategy(item.name),
+                )
+                problems.items.extend(f"{item.name}.{problem}" for problem in item.validate(context))
+                planned.append((item, context))
+            elif isinstance(item, Strategy):
+                planned.append(item)
+            else:
+                problems.add(f"strategies[{position}]", f"must be strategy options or a Strategy, got {item!r}")
+        if problems.items:
+            raise ValidationError(problems.items)
+        strategies = [entry[0].create(entry[1]) if isinstance(entry, tuple) else entry for entry in planned]
+        return ResiliencePipeline(
+            strategies,
+            name=self._name,
+            instance_name=self._instance_name,
+            time_provider=time_provider,
+            telemetry=source,
+        )
+
+
+class ResiliencePipelineBuilder(PipelineBuilder):
+    """`PipelineBuilder` with Polly-style shortcuts: `add_retry`, `add_timeout`, ... .
+
+    Each shortcut is exactly `.add(x_strategy(...))` with the same signature.
+    """

@@ -1,0 +1,282 @@
+"""`ResilienceContext`, its properties, and the ambient context that follows `contextvars`.
+
+A context is never mutated by the library: each execution, and each strategy scope that can
+abort (timeout, lock) or renumber attempts (retry), derives a child with the same
+`operation_key`, copy-on-write `properties`, a child `signal` and its own `attempt`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
+
+from resilience._signal import Signal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+__all__ = [
+    "LOCK_TOKEN",
+    "ResilienceContext",
+    "ResilienceProperties",
+    "ResiliencePropertyKey",
+    "current_context",
+    "get_context",
+    "get_lock_token",
+    "use_context",
+]
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+class ResiliencePropertyKey(Generic[T]):
+    """A typed key for `ResilienceContext.properties`; frozen, hashable, equal by name."""
+
+    __slots__ = ("_name",)
+    _name: str
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    @property
+    def name(self) -> str:
+        """The key's name."""
+        return self._name
+
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = "ResiliencePropertyKey is immutable"
+        raise AttributeError(msg)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ResiliencePropertyKey):
+            return self._name == other._name
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((ResiliencePropertyKey, self._name))
+
+    def __repr__(self) -> str:
+        return f"ResiliencePropertyKey({self._name!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ResiliencePropertyKey, (self._name,))
+
+
+LOCK_TOKEN: Final[ResiliencePropertyKey[int]] = ResiliencePropertyKey("resilience.lock_token")
+"""The property under which a lock's derived context carries its fencing token."""
+
+_MISSING: Any = object()
+
+
+class ResilienceProperties:
+    """Typed properties of a context. A child reads through to its parent; writes stay local."""
+
+    __slots__ = ("_own", "_parent")
+
+    def __init__(
+        self,
+        initial: Mapping[ResiliencePropertyKey[Any], Any] | None = None,
+        *,
+        parent: ResilienceProperties | None = None,
+    ) -> None:
+        self._own: dict[ResiliencePropertyKey[Any], Any] | None = dict(initial) if initial else None
+        self._parent = parent
+
+    def _lookup(self, key: ResiliencePropertyKey[Any]) -> Any:
+        props: ResilienceProperties | None = self
+        while props is not None:
+            own = props._own
+            if own is not None:
+                value = own.get(key, _MISSING)
+                if value is not _MISSING:
+                    return value
+            props = props._parent
+        return _MISSING
+
+    @overload
+    def get(self, key: ResiliencePropertyKey[T]) -> T | None: ...
+    @overload
+    def get(self, key: ResiliencePropertyKey[T], default: D) -> T | D: ...
+    def get(self, key: ResiliencePropertyKey[T], default: object = None) -> object:
+        """The value under `key`, or `default`."""
+        value = self._lookup(key)
+        return default if value is _MISSING else value
+
+    def __getitem__(self, key: ResiliencePropertyKey[T]) -> T:
+        value = self._lookup(key)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, ResiliencePropertyKey) and self._lookup(key) is not _MISSING
+
+    def set(self, key: ResiliencePropertyKey[T], value: T) -> None:
+        """Set `key` on this context's properties only (never on a parent's)."""
+        if self._own is None:
+            self._own = {}
+        self._own[key] = value
+
+    def child(self) -> ResilienceProperties:
+        """A copy-on-write view: reads fall through to this object, writes stay in the child."""
+        return ResilienceProperties(parent=self)
+
+    def to_dict(self) -> dict[ResiliencePropertyKey[Any], Any]:
+        """A flat snapshot of every visible property."""
+        chain: list[dict[ResiliencePropertyKey[Any], Any]] = []
+        props: ResilienceProperties | None = self
+        while props is not None:
+            if props._own:
+                chain.append(props._own)
+            props = props._parent
+        merged: dict[ResiliencePropertyKey[Any], Any] = {}
+        for own in reversed(chain):
+            merged.update(own)
+        return merged
+
+    def __iter__(self) -> Iterator[ResiliencePropertyKey[Any]]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def __repr__(self) -> str:
+        return f"ResilienceProperties({self.to_dict()!r})"
+
+
+class ResilienceContext:
+    """What an execution runs under: operation key, properties, abort signal and attempt number.
+
+    Construct one to give executions a key, properties or a signal (`use_context`); the
+    library derives children from it and never mutates it.
+    """
+
+    __slots__ = ("_attempt", "_operation_key", "_properties", "_signal")
+
+    def __init__(
+        self,
+        *,
+        operation_key: str | None = None,
+        properties: Mapping[ResiliencePropertyKey[Any], Any] | ResilienceProperties | None = None,
+        signal: Signal | None = None,
+    ) -> None:
+        self._operation_key = operation_key
+        if isinstance(properties, ResilienceProperties):
+            self._properties: ResilienceProperties | None = properties
+        else:
+            self._properties = ResilienceProperties(properties) if properties else None
+        self._signal = signal
+        self._attempt = 0
+
+    @property
+    def operation_key(self) -> str | None:
+        """A caller-chosen key for the operation (also a telemetry tag on request)."""
+        return self._operation_key
+
+    @property
+    def properties(self) -> ResilienceProperties:
+        """The context's typed properties."""
+        props = self._properties
+        if props is None:
+            props = self._properties = ResilienceProperties()
+        return props
+
+    @property
+    def signal(self) -> Signal:
+        """The abort signal of this scope (created on first use)."""
+        signal = self._signal
+        if signal is None:
+            signal = self._signal = Signal()
+        return signal
+
+    @property
+    def attempt(self) -> int:
+        """The 0-based attempt number, set by the retry strategy."""
+        return self._attempt
+
+    def derive(self, *, signal: Signal | None = None, attempt: int | None = None) -> ResilienceContext:
+        """A child context: same key, copy-on-write properties, `signal`, and `attempt`.
+
+        Strategies call this; pass the child signal they own (or None to share this one).
+        """
+        child = ResilienceContext.__new__(ResilienceContext)
+        child._operation_key = self._operation_key
+        props = self._properties
+        child._properties = None if props is None else ResilienceProperties(parent=props)
+        child._signal = self._signal if signal is None else signal
+        child._attempt = self._attempt if attempt is None else attempt
+        return child
+
+    def __repr__(self) -> str:
+        return (
+            f"ResilienceContext(operation_key={self._operation_key!r}, attempt={self._attempt}, "
+            f"properties={self._properties!r}, signal={self._signal!r})"
+        )
+
+
+def new_context() -> ResilienceContext:
+    """A fresh root context (what an execution with no ambient context runs under)."""
+    context = ResilienceContext.__new__(ResilienceContext)
+    context._operation_key = None
+    context._properties = None
+    context._signal = None
+    context._attempt = 0
+    return context
+
+
+_CURRENT: Final[ContextVar[ResilienceContext | None]] = ContextVar("resilience_context", default=None)
+
+current_context = _CURRENT.get
+"""The ambient context (the innermost running execution's, else `use_context`'s), or None."""
+
+
+def get_context() -> ResilienceContext | None:
+    """The innermost running execution's context, else the one set by `use_context`, else None.
+
+    It follows `contextvars`: asyncio tasks and `asyncio.to_thread` inherit it, a bare
+    `threading.Thread` does not (start it with `contextvars.copy_context().run`).
+    """
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_context(
+    context: ResilienceContext | None = None,
+    /,
+    *,
+    operation_key: str | None = None,
+    properties: Mapping[ResiliencePropertyKey[Any], Any] | None = None,
+    signal: Signal | None = None,
+) -> Iterator[ResilienceContext]:
+    """Make executions started inside the block derive their context from this one.
+
+    Pass a `ResilienceContext`, or the keywords to build one. Keywords given with a context
+    override its fields (the context itself is not changed).
+    """
+    if context is None:
+        context = ResilienceContext(operation_key=operation_key, properties=properties, signal=signal)
+    elif operation_key is not None or properties is not None or signal is not None:
+        base = context
+        context = base.derive(signal=signal)
+        if operation_key is not None:
+            context._operation_key = operation_key
+        if properties:
+            for key, value in properties.items():
+                context.properties.set(key, value)
+    token = _CURRENT.set(context)
+    try:
+        yield context
+    finally:
+        _CURRENT.reset(token)
+
+
+def get_lock_token(context: ResilienceContext | None = None) -> int | None:
+    """The fencing token of the innermost lock the code runs under, or None outside a lock."""
+    if context is None:
+        context = _CURRENT.get()
+        if context is None:
+            return None
+    props = context._properties
+    return None if props is None else props.get(LOCK_TOKEN)

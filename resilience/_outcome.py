@@ -1,0 +1,158 @@
+"""`Outcome`: the result of a call as a value, `Ok(value)` or `Err(error)`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, Never, NoReturn, TypeVar, final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Err", "Ok", "Outcome"]
+
+T_co = TypeVar("T_co", covariant=True)
+V = TypeVar("V")
+R = TypeVar("R")
+
+
+class Outcome(Generic[T_co]):
+    """The result of a call: either `Ok` (`.value`) or `Err` (`.error`).
+
+    Use `match(ok=..., err=...)`, `unwrap()`, or a `match` statement with `case Ok(value)` /
+    `case Err(error)`.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> T_co | None:
+        """The value of an `Ok`; None on an `Err`."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    @property
+    def error(self) -> Exception | None:
+        """The exception of an `Err`; None on an `Ok`."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    @property
+    def is_ok(self) -> bool:
+        """True for an `Ok`."""
+        return isinstance(self, Ok)
+
+    @property
+    def is_error(self) -> bool:
+        """True for an `Err`."""
+        return isinstance(self, Err)
+
+    def unwrap(self) -> T_co:
+        """The value of an `Ok`, or re-raise the error of an `Err` (with its traceback)."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    def match(self, *, ok: Callable[[T_co], R], err: Callable[[Exception], R]) -> R:
+        """Call `ok(value)` or `err(error)` and return what it returns."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    @staticmethod
+    def ok(value: V) -> Ok[V]:
+        """A successful outcome."""
+        return Ok(value)
+
+    @staticmethod
+    def failure(error: Exception) -> Err:
+        """A failed outcome."""
+        return Err(error)
+
+
+@final
+class Ok(Outcome[T_co]):
+    """A successful outcome holding `value`."""
+
+    __slots__ = ("_value",)
+    __match_args__ = ("value",)
+    _value: T_co
+
+    def __init__(self, value: T_co) -> None:
+        object.__setattr__(self, "_value", value)
+
+    @property
+    def value(self) -> T_co:
+        """The value."""
+        return self._value
+
+    @property
+    def error(self) -> None:
+        """Always None."""
+        return None
+
+    def unwrap(self) -> T_co:
+        """The value."""
+        return self._value
+
+    def match(self, *, ok: Callable[[T_co], R], err: Callable[[Exception], R]) -> R:  # noqa: ARG002
+        """`ok(value)`."""
+        return ok(self._value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = "Ok is immutable"
+        raise AttributeError(msg)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Ok):
+            return bool(self._value == other._value)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Ok, self._value))
+
+    def __repr__(self) -> str:
+        return f"Ok({self._value!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ok, (self._value,))
+
+
+@final
+class Err(Outcome[Never]):
+    """A failed outcome holding the exception `error`."""
+
+    __slots__ = ("_error",)
+    __match_args__ = ("error",)
+    _error: Exception
+
+    def __init__(self, error: Exception) -> None:
+        object.__setattr__(self, "_error", error)
+
+    @property
+    def value(self) -> None:
+        """Always None."""
+        return None
+
+    @property
+    def error(self) -> Exception:
+        """The exception."""
+        return self._error
+
+    def unwrap(self) -> NoReturn:
+        """Re-raise the error."""
+        raise self._error
+
+    def match(self, *, ok: Callable[[Never], R], err: Callable[[Exception], R]) -> R:  # noqa: ARG002
+        """`err(error)`."""
+        return err(self._error)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = "Err is immutable"
+        raise AttributeError(msg)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Err):
+            return self._error is other._error
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Err, id(self._error)))
+
+    def __repr__(self) -> str:
+        return f"Err({self._error!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Err, (self._error,))

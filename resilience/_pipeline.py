@@ -1,0 +1,288 @@
+"""`ResiliencePipeline`: runs a callable through the built strategies, sync or asyncio.
+
+The first strategy added is the outermost. Per execution the pipeline derives a context from
+the ambient one, chains the strategies' hooks with `functools.partial`, and makes the context
+the callable runs under the ambient one (`get_context()`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from resilience._context import _CURRENT, ResilienceContext, new_context
+from resilience._outcome import Err, Ok, Outcome
+from resilience.exceptions import ValidationError
+from resilience.telemetry._event import Severity
+from resilience.telemetry._source import LOGGER, TelemetrySource
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
+
+    from resilience._time import TimeProvider
+    from resilience.strategies._base import Strategy
+
+__all__ = ["PipelineExecutedArguments", "ResiliencePipeline"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_INFO = Severity.INFORMATION.log_level
+
+
+class PipelineExecutedArguments:
+    """Arguments of the `PipelineExecuted` event: how long the execution took, in seconds."""
+
+    __slots__ = ("duration",)
+
+    def __init__(self, duration: float) -> None:
+        self.duration = duration
+
+    def __repr__(self) -> str:
+        return f"PipelineExecutedArguments(duration={self.duration!r})"
+
+
+_PLAIN_TYPES: set[type] = {type(None), int, float, str, bytes, bool, dict, list, tuple}
+
+
+def _is_awaitable(value: object) -> bool:
+    # A failed attribute lookup costs a few hundred nanoseconds (it raises inside), so result
+    # types known not to be awaitable are remembered (a bounded set of classes).
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return False
+    if hasattr(kind, "__await__"):
+        return True
+    if len(_PLAIN_TYPES) < 4096:
+        _PLAIN_TYPES.add(kind)
+    return False
+
+
+def _refuse_awaitable(fn: object, result: object) -> ValidationError:
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()  # no "coroutine was never awaited" warning on top of our error
+    return ValidationError(
+        f"{_name_of(fn)} returned an awaitable in a sync execution: use execute_async/settle_async "
+        "(or decorate an async function) to await it"
+    )
+
+
+def _refuse_non_awaitable(fn: object, result: object) -> ValidationError:
+    return ValidationError(
+        f"{_name_of(fn)} returned {type(result).__name__}, not an awaitable, in an async execution: "
+        "use execute/settle for a sync callable"
+    )
+
+
+def _name_of(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def is_async_callable(fn: object) -> bool:
+    """True for coroutine functions, partials of them, and objects with an `async __call__`."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is what we inspect
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+class ResiliencePipeline:
+    """A built pipeline: `execute`/`settle` a callable through its strategies, or decorate one.
+
+    One pipeline serves sync and asyncio callers at once; strategy state (a circuit) is shared
+    between them.
+    """
+
+    __slots__ = (
+        "_async_problem",
+        "_listened",
+        "_source",
+        "_strategies",
+        "_sync_problem",
+        "instance_name",
+        "name",
+        "time_provider",
+    )
+
+    def __init__(
+        self,
+        strategies: Sequence[Strategy],
+        *,
+        name: str | None,
+        instance_name: str | None,
+        time_provider: TimeProvider,
+        telemetry: TelemetrySource,
+    ) -> None:
+        self._strategies = tuple(strategies)
+        self.name = name
+        self.instance_name = instance_name
+        self.time_provider = time_provider
+        self._source = telemetry
+        self._listened = bool(telemetry.options.listeners or telemetry.options.severity_provider)
+        self._sync_problem: str | None = next(
+            (p for s in self._strategies if (p := getattr(s, "sync_problem", None))), None
+        )
+        self._async_problem: str | None = next(
+            (p for s in self._strategies if (p := getattr(s, "async_problem", None))), None
+        )
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]:
+        """The built strategies, outermost first."""
+        return self._strategies
+
+    def _start(self) -> ResilienceContext:
+        parent = _CURRENT.get()
+        # The execution shares its caller's signal: nothing aborts an execution on its own,
+        # and the strategies that can abort (timeout, lock) derive child signals.
+        return new_context() if parent is None else parent.derive()
+
+    def _telemetry_on(self) -> bool:
+        # Information is the higher of the two pipeline events' levels: if the logger would
+        # drop it and nobody else listens, neither event is produced.
+        return self._listened or LOGGER.isEnabledFor(_INFO)
+
+    def _executing(self, context: ResilienceContext) -> float:
+        self._source.emit("PipelineExecuting", Severity.DEBUG, operation_key=context.operation_key)
+        return self.time_provider.monotonic()
+
+    def _executed(self, context: ResilienceContext, started: float, outcome: Outcome[Any]) -> None:
+        duration = self.time_provider.monotonic() - started
+        self._source.emit(
+            "PipelineExecuted",
+            Severity.INFORMATION,
+            operation_key=context.operation_key,
+            outcome=outcome,
+            arguments=PipelineExecutedArguments(duration),
+        )
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    def execute(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
+        if self._sync_problem is not None:
+            raise ValidationError(self._sync_problem)
+        context = self._start()
+        if not (self._listened or LOGGER.isEnabledFor(_INFO)):
+            if self._strategies:
+                return self._run(context, fn, args, kwargs)
+            # No strategy: the whole execution inline (this path is what "overhead" measures).
+            token = _CURRENT.set(context)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                _CURRENT.reset(token)
+            if _is_awaitable(result):
+                raise _refuse_awaitable(fn, result)
+            return result
+        started = self._executing(context)
+        try:
+            result = self._run(context, fn, args, kwargs)
+        except Exception as exc:
+            self._executed(context, started, Err(exc))
+            raise
+        self._executed(context, started, Ok(result))
+        return result
+
+    def _run(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        def call(inner: ResilienceContext) -> T:
+            token = _CURRENT.set(inner)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                _CURRENT.reset(token)
+            if _is_awaitable(result):
+                raise _refuse_awaitable(fn, result)
+            return result
+
+        chain: Callable[[ResilienceContext], T] = call
+        for strategy in reversed(self._strategies):
+            chain = functools.partial(strategy.execute, chain)
+        return chain(context)
+
+    def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
+        """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
+
+        `KeyboardInterrupt`, `SystemExit` and other `BaseException`s still propagate.
+        """
+        try:
+            return Ok(self.execute(fn, *args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - settling every Exception is the point
+            return Err(exc)
+
+    # -- async --------------------------------------------------------------------------------
+
+    async def execute_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Await `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
+        if self._async_problem is not None:
+            raise ValidationError(self._async_problem)
+        context = self._start()
+        if not self._telemetry_on():
+            return await self._run_async(context, fn, args, kwargs)
+        started = self._executing(context)
+        try:
+            result = await self._run_async(context, fn, args, kwargs)
+        except Exception as exc:
+            self._executed(context, started, Err(exc))
+            raise
+        self._executed(context, started, Ok(result))
+        return result
+
+    def _run_async(
+        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+    ) -> Awaitable[T]:
+        async def call(inner: ResilienceContext) -> T:
+            token = _CURRENT.set(inner)
+            try:
+                awaitable = fn(*args, **kwargs)
+                if not _is_awaitable(awaitable):
+                    raise _refuse_non_awaitable(fn, awaitable)
+                return await awaitable
+            finally:
+                _CURRENT.reset(token)
+
+        chain: Callable[[ResilienceContext], Awaitable[T]] = call
+        for strategy in reversed(self._strategies):
+            chain = functools.partial(strategy.execute_async, chain)
+        return chain(context)
+
+    async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
+        """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""
+        try:
+            return Ok(await self.execute_async(fn, *args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - settling every Exception is the point
+            return Err(exc)
+
+    # -- decorator ----------------------------------------------------------------------------
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]], /) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
+    def __call__(self, fn: Callable[P, Any], /) -> Callable[P, Any]:
+        """Decorate a function (sync or async) so that every call runs through the pipeline."""
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            msg = (
+                f"{_name_of(fn)} is a generator function: a pipeline runs a call to completion; "
+                "decorate a function that returns (or awaits) a value instead"
+            )
+            raise ValidationError(msg)
+        if is_async_callable(fn):
+
+            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await self.execute_async(fn, *args, **kwargs)
+
+            return functools.update_wrapper(run_async, fn)
+
+        def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return self.execute(fn, *args, **kwargs)
+
+        return functools.update_wrapper(run, fn)
+
+    def __repr__(self) -> str:
+        names = ", ".join(type(s).__name__ for s in self._strategies)
+        return f"<ResiliencePipeline name={self.name!r} strategies=[{names}]>"

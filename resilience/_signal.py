@@ -1,0 +1,241 @@
+"""`Signal`: a thread-safe abort signal, in the spirit of the web's `AbortSignal`.
+
+A signal aborts once, with a reason (an exception). Children abort with their parent,
+synchronously, on the aborting thread. Code observes it by polling (`aborted`,
+`raise_if_aborted`), by callback, by waiting (`wait`, `wait_async`) or by letting it cancel
+the current asyncio task (`cancel_scope`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from resilience.exceptions import OperationAbortedError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+__all__ = ["Signal"]
+
+_logger = logging.getLogger("resilience")
+
+# One lock for every signal: the critical sections are a few dictionary operations, and a
+# lock per signal would cost an allocation on every execution's hot path.
+_LOCK = threading.Lock()
+_ids = itertools.count()
+
+
+class Signal:
+    """An abort signal: `abort(reason)` once, observed by children, callbacks and waiters."""
+
+    __slots__ = ("__weakref__", "_callbacks", "_detach", "_reason")
+
+    def __init__(self) -> None:
+        self._reason: BaseException | None = None
+        self._callbacks: dict[int, Callable[[BaseException], object]] | None = None
+        self._detach: Callable[[], None] | None = None
+
+    @property
+    def aborted(self) -> bool:
+        """True once the signal (or an ancestor) has aborted."""
+        return self._reason is not None
+
+    @property
+    def reason(self) -> BaseException | None:
+        """The exception the signal aborted with, or None."""
+        return self._reason
+
+    def abort(self, reason: BaseException | None = None) -> bool:
+        """Abort with `reason` (default: a fresh `OperationAbortedError`).
+
+        Runs the callbacks (and aborts the children) synchronously on this thread. Returns
+        False, and changes nothing, if the signal had already aborted.
+        """
+        if reason is None:
+            reason = OperationAbortedError()
+        with _LOCK:
+            if self._reason is not None:
+                return False
+            self._reason = reason
+            callbacks, self._callbacks = self._callbacks, None
+            detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
+        if callbacks:
+            for callback in callbacks.values():
+                try:
+                    callback(reason)
+                except Exception:
+                    _logger.exception("a signal callback raised")
+        return True
+
+    def raise_if_aborted(self) -> None:
+        """Raise the reason if the signal has aborted."""
+        reason = self._reason
+        if reason is not None:
+            raise reason
+
+    def add_callback(self, callback: Callable[[BaseException], object]) -> Callable[[], None]:
+        """Call `callback(reason)` once when the signal aborts (at once if it already has).
+
+        Returns a function that removes the callback. Exceptions from the callback are logged.
+        """
+        with _LOCK:
+            reason = self._reason
+            if reason is None:
+                key = next(_ids)
+                if self._callbacks is None:
+                    self._callbacks = {}
+                self._callbacks[key] = callback
+        if reason is not None:
+            try:
+                callback(reason)
+            except Exception:
+                _logger.exception("a signal callback raised")
+            return _noop
+        return lambda: self._remove(key)
+
+    def _remove(self, key: int) -> None:
+        with _LOCK:
+            if self._callbacks is not None:
+                self._callbacks.pop(key, None)
+
+    def child(self) -> Signal:
+        """A new signal that aborts, with the same reason, when this one does."""
+        child = Signal()
+        reason = self._reason
+        if reason is not None:
+            child._reason = reason
+        else:
+            child._detach = self.add_callback(child.abort)
+        return child
+
+    def detach(self) -> None:
+        """Stop following the parent (a child whose work is over keeps no reference in it)."""
+        with _LOCK:
+            detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the signal aborts (True) or `timeout` seconds of real time pass (False)."""
+        if self._reason is not None:
+            return True
+        event = threading.Event()
+        remove = self.add_callback(lambda _reason: event.set())
+        try:
+            return event.wait(timeout)
+        finally:
+            remove()
+
+    async def wait_async(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - DESIGN §2.3
+        """Suspend until the signal aborts (True) or `timeout` seconds of real time pass (False)."""
+        if self._reason is not None:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        remove = self.add_callback(lambda _reason: _resolve_threadsafe(loop, future))
+        try:
+            if timeout is None:
+                await future
+                return True
+            try:
+                async with asyncio.timeout(timeout):
+                    await future
+            except TimeoutError:
+                return self._reason is not None
+            return True
+        finally:
+            remove()
+
+    def cancel_scope(self) -> CancelScope:
+        """`async with signal.cancel_scope():` cancels the current task when the signal aborts.
+
+        If the block is cancelled because of this signal, the `CancelledError` is swallowed
+        (`Task.uncancel`) and the signal's reason is raised instead; any other cancellation
+        (the caller's, an outer timeout) passes through unchanged. A block that ends normally
+        after the abort returns normally: it finished its work.
+        """
+        return CancelScope(self)
+
+    def __repr__(self) -> str:
+        state = f"aborted={self._reason!r}" if self._reason is not None else "active"
+        return f"<Signal {state}>"
+
+
+class CancelScope:
+    """What `Signal.cancel_scope()` returns: an async context manager bound to the current task."""
+
+    __slots__ = ("_active", "_baseline", "_loop", "_remove", "_requested", "_signal", "_task", "_thread")
+
+    def __init__(self, signal: Signal) -> None:
+        self._signal = signal
+        self._active = False
+        self._requested = False
+
+    async def __aenter__(self) -> Signal:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - asyncio always has a current task here
+            msg = "cancel_scope() must be entered inside an asyncio task"
+            raise RuntimeError(msg)
+        self._signal.raise_if_aborted()
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._baseline = task.cancelling()
+        self._active = True
+        self._remove = self._signal.add_callback(self._on_abort)
+        return self._signal
+
+    def _on_abort(self, _reason: BaseException) -> None:
+        if threading.get_ident() == self._thread:
+            self._cancel()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to cancel
+                self._loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if self._active and not self._task.done():
+            self._requested = True
+            self._task.cancel()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self._active = False
+        self._remove()
+        if not self._requested:
+            return False
+        task = self._task
+        if exc_type is None:
+            # The abort came from inside the block's own step and the block returned without
+            # awaiting again: our cancellation is still pending, so absorb it here.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+            if task.uncancel() > self._baseline:
+                raise asyncio.CancelledError
+            return False
+        if task.uncancel() <= self._baseline and issubclass(exc_type, asyncio.CancelledError):
+            reason = self._signal.reason
+            assert reason is not None
+            raise reason from None
+        return False
+
+
+def _noop() -> None:
+    return None
+
+
+def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(resolve)

@@ -1,0 +1,106 @@
+"""Time as a seam: every clock read, sleep and timer of the library goes through a `TimeProvider`."""
+
+from __future__ import annotations
+
+import asyncio
+import random as _random
+import time as _time
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from resilience._timers import TIMER_THREAD
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle"]
+
+
+@runtime_checkable
+class TimerHandle(Protocol):
+    """What `TimeProvider.call_later` returns."""
+
+    def cancel(self) -> None:
+        """Prevent the callback from running if it has not run yet (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class TimeProvider(Protocol):
+    """The clock, sleeps, timers and randomness that the library uses.
+
+    `monotonic()` measures durations; `time()` is wall-clock seconds since the epoch (only for
+    display). `call_later` runs a quick callback after `delay` seconds, on a thread or loop of
+    the provider's choosing. `random()` is the source of jitter (seedable in tests).
+    """
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for `seconds`."""
+        ...
+
+    async def sleep_async(self, seconds: float) -> None:
+        """Suspend the calling task for `seconds`."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        """Run `callback()` once, `delay` seconds from now, unless cancelled."""
+        ...
+
+    def random(self) -> _random.Random:
+        """The random source for jitter."""
+        ...
+
+
+class SystemTimeProvider:
+    """The real clock. Reads `time.monotonic`/`time.time` at call time (so freezegun moves it).
+
+    `call_later` uses the running event loop when called from one (the callback then runs on
+    that loop's thread) and otherwise one shared timer thread for the whole process.
+    """
+
+    __slots__ = ("_random",)
+
+    def __init__(self) -> None:
+        self._random = _random.Random()  # noqa: S311 - jitter, not cryptography
+
+    def monotonic(self) -> float:
+        """`time.monotonic()`, looked up at call time."""
+        return _time.monotonic()
+
+    def time(self) -> float:
+        """`time.time()`, looked up at call time."""
+        return _time.time()
+
+    def sleep(self, seconds: float) -> None:
+        """`time.sleep`."""
+        _time.sleep(seconds)
+
+    async def sleep_async(self, seconds: float) -> None:
+        """`asyncio.sleep`."""
+        await asyncio.sleep(seconds)
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        """Schedule on the running loop if there is one, else on the shared timer thread."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return TIMER_THREAD.call_later(delay, callback)
+        return loop.call_later(delay, callback)
+
+    def random(self) -> _random.Random:
+        """One `random.Random` per provider."""
+        return self._random
+
+    def __repr__(self) -> str:
+        return "SystemTimeProvider()"
+
+
+SYSTEM_TIME = SystemTimeProvider()
+"""The process-wide default provider (a module singleton, so per-provider state is shared)."""

@@ -1,0 +1,107 @@
+"""One shared timer thread for every `call_later` made outside an event loop.
+
+A heap of deadlines served by a single daemon thread, so that ten thousand leases or timeouts
+cost ten thousand heap entries, not ten thousand threads. Callbacks must be quick: they run
+on the timer thread one after another (anything slow belongs on a worker).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_logger = logging.getLogger("resilience")
+_COMPACT_AT = 1024
+
+
+class ThreadTimerHandle:
+    """A scheduled callback on the shared timer thread; `cancel()` is idempotent."""
+
+    __slots__ = ("_callback", "_owner", "when")
+
+    def __init__(self, owner: TimerThread, when: float, callback: Callable[[], object]) -> None:
+        self.when = when
+        self._owner = owner
+        self._callback: Callable[[], object] | None = callback
+
+    def cancel(self) -> None:
+        """Forget the callback; its heap entry is dropped lazily."""
+        if self._callback is not None:
+            self._callback = None
+            self._owner.cancelled += 1  # approximate under races; it only triggers a compaction
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancelled or run."""
+        return self._callback is None
+
+    def _run(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                _logger.exception("a timer callback raised")
+
+
+class TimerThread:
+    """A lazily started daemon thread running callbacks at `time.monotonic()` deadlines."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, ThreadTimerHandle]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self.cancelled = 0
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> ThreadTimerHandle:
+        """Run `callback` on the timer thread after `delay` seconds of real time."""
+        handle = ThreadTimerHandle(self, time.monotonic() + max(delay, 0.0), callback)
+        with self._cond:
+            if self.cancelled > _COMPACT_AT and self.cancelled * 2 > len(self._heap):
+                # Long timeouts that are almost always cancelled would otherwise pile up.
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self.cancelled = 0
+            heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="resilience-timer", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is handle:
+                self._cond.notify()
+        return handle
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2].cancelled:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        handle = heapq.heappop(self._heap)[2]
+                        break
+                    self._cond.wait(wait)
+            handle._run()
+
+    def _after_fork_in_child(self) -> None:
+        # The thread did not survive the fork; the inherited timers belong to the parent.
+        self._cond = threading.Condition(threading.Lock())
+        self._heap = []
+        self._thread = None
+        self.cancelled = 0
+
+
+TIMER_THREAD = TimerThread()
+os.register_at_fork(after_in_child=TIMER_THREAD._after_fork_in_child)

@@ -1,0 +1,112 @@
+"""Option checks shared by every strategy and primitive: one wording for every problem.
+
+A `Problems` collects what is wrong, each as `"<option>: <what is wrong>"`, so that `build()`
+can report every bad option of every strategy at once (`ValidationError.problems`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Duration", "Problems", "to_seconds"]
+
+Duration: TypeAlias = "int | float | dt.timedelta"
+"""A duration in: seconds as `int`/`float`, or a `timedelta` (never a `bool`)."""
+
+
+def to_seconds(value: Duration) -> float:
+    """Seconds as a float (for a value `Problems.duration` accepted)."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Problems:
+    """Collects option problems; `prefix` is prepended (e.g. `"Retry."`)."""
+
+    __slots__ = ("items", "prefix")
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.items: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def add(self, option: str, message: str) -> None:
+        """Record that `option` is wrong."""
+        self.items.append(f"{self.prefix}{option}: {message}")
+
+    def duration(
+        self,
+        option: str,
+        value: object,
+        *,
+        positive: bool = False,
+        minimum: float | None = None,
+        allow_none: bool = False,
+        allow_inf: bool = False,
+    ) -> float | None:
+        """Check a duration; return it in seconds when valid, else record why and return None."""
+        if value is None:
+            if not allow_none:
+                self.add(option, "must be a duration (int, float or timedelta), got None")
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
+            self.add(option, f"must be a duration (int, float or timedelta), got {_describe(value)}")
+            return None
+        seconds = to_seconds(value)
+        if math.isnan(seconds):
+            self.add(option, "must be a number, got NaN")
+            return None
+        if math.isinf(seconds) and not (allow_inf and seconds > 0):
+            self.add(option, f"must be finite, got {_describe(value)}")
+            return None
+        if minimum is not None and seconds < minimum:
+            self.add(option, f"must be >= {minimum:g} seconds, got {_describe(value)}")
+            return None
+        if positive and seconds <= 0:
+            self.add(option, f"must be > 0, got {_describe(value)}")
+            return None
+        if seconds < 0:
+            self.add(option, f"must be >= 0, got {_describe(value)}")
+            return None
+        return seconds
+
+    def integer(self, option: str, value: object, *, minimum: int) -> int | None:
+        """Check an `int` (never a `bool`) of at least `minimum`."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.add(option, f"must be an int, got {_describe(value)}")
+            return None
+        if value < minimum:
+            self.add(option, f"must be >= {minimum}, got {value}")
+            return None
+        return value
+
+    def callable(self, option: str, value: object, *, allow_none: bool = True) -> Callable[..., object] | None:
+        """Check an optional callable."""
+        if value is None:
+            if not allow_none:
+                self.add(option, "is required")
+            return None
+        if not callable(value):
+            self.add(option, f"must be callable, got {_describe(value)}")
+            return None
+        return value
+
+    def name(self, option: str, value: object, *, allow_none: bool = False) -> None:
+        """Check a non-empty string name."""
+        if value is None and allow_none:
+            return
+        if not isinstance(value, str) or not value:
+            self.add(option, f"must be a non-empty string, got {_describe(value)}")

@@ -1,0 +1,72 @@
+"""The protocol every strategy implements: an execution hook over the inner call, sync and async.
+
+A strategy receives `callback(context)`, the rest of the pipeline, and the context it runs
+under; it may call it once (timeout), several times (retry), or not at all (an open circuit).
+Decisions live in pure cores that take `now` and an outcome; the two hooks only perform them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._time import TimeProvider
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = ["Strategy", "StrategyBuildContext", "StrategyOptions"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """A built strategy: the sync and async hooks around the inner part of the pipeline.
+
+    `callback(context)` runs the inner strategies and, last, the user's callable, under the
+    context given (derive one with `context.derive(...)` to give the inner part its own signal
+    or attempt). Exceptions flow as exceptions; a hook never swallows a `BaseException` that is
+    not an `Exception`.
+    """
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` (the inner pipeline) in a sync execution."""
+        ...
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Run `callback` (the inner pipeline) in an asyncio execution."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyBuildContext:
+    """What `build()` hands each strategy's options: the pipeline's identity, clock and telemetry."""
+
+    pipeline_name: str | None
+    pipeline_instance: str | None
+    time_provider: TimeProvider
+    telemetry: TelemetrySource
+    """A telemetry source already named after the strategy."""
+
+
+@runtime_checkable
+class StrategyOptions(Protocol):
+    """Immutable options of a strategy: validated, then turned into a `Strategy`, at `build()`."""
+
+    @property
+    def name(self) -> str:
+        """The strategy's name, the prefix of its problems and its telemetry `strategy.name`."""
+        ...
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with the options, each as `"<option>: <what is wrong>"`."""
+        ...
+
+    def create(self, context: StrategyBuildContext, /) -> Strategy:
+        """A fresh strategy with fresh state (called once per `build()`, after `validate`)."""
+        ...

@@ -1,0 +1,132 @@
+"""`TelemetrySource`: the one place strategies send their events through.
+
+The fast path matters: an event nobody listens to (no listener, no severity provider, logger
+disabled for its level) costs a few attribute reads and builds nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from resilience.telemetry._event import Severity, TelemetryEvent
+from resilience.telemetry._options import TelemetryOptions
+
+if TYPE_CHECKING:
+    from resilience._outcome import Outcome
+
+__all__ = ["LOGGER", "TelemetrySource"]
+
+LOGGER = logging.getLogger("resilience")
+LOGGER.addHandler(logging.NullHandler())
+
+_DEFAULT_OPTIONS = TelemetryOptions()
+
+
+class TelemetrySource:
+    """Emits the events of one strategy (or of the pipeline itself, with `strategy_name=None`)."""
+
+    __slots__ = ("_listeners", "_severity_provider", "options", "pipeline_instance", "pipeline_name", "strategy_name")
+
+    def __init__(
+        self,
+        options: TelemetryOptions | None = None,
+        *,
+        pipeline_name: str | None = None,
+        pipeline_instance: str | None = None,
+        strategy_name: str | None = None,
+    ) -> None:
+        self.options = options or _DEFAULT_OPTIONS
+        self.pipeline_name = pipeline_name
+        self.pipeline_instance = pipeline_instance
+        self.strategy_name = strategy_name
+        self._listeners = tuple(self.options.listeners)
+        self._severity_provider = self.options.severity_provider
+
+    def for_strategy(self, strategy_name: str | None) -> TelemetrySource:
+        """The same pipeline's source for another strategy."""
+        return TelemetrySource(
+            self.options,
+            pipeline_name=self.pipeline_name,
+            pipeline_instance=self.pipeline_instance,
+            strategy_name=strategy_name,
+        )
+
+    def enabled(self, severity: Severity) -> bool:
+        """Whether an event of this default severity would reach anything at all."""
+        return bool(self._listeners or self._severity_provider is not None or LOGGER.isEnabledFor(severity.log_level))
+
+    def emit(
+        self,
+        name: str,
+        severity: Severity,
+        *,
+        operation_key: str | None = None,
+        outcome: Outcome[Any] | None = None,
+        arguments: object | None = None,
+    ) -> Severity:
+        """Report an event; returns the severity it went out with (`NONE` if suppressed or unheard)."""
+        provider = self._severity_provider
+        if provider is None and not self._listeners and not LOGGER.isEnabledFor(severity.log_level):
+            return Severity.NONE
+        event = TelemetryEvent(
+            name=name,
+            severity=severity,
+            pipeline_name=self.pipeline_name,
+            pipeline_instance=self.pipeline_instance,
+            strategy_name=self.strategy_name,
+            operation_key=operation_key,
+            outcome=outcome,
+            arguments=arguments,
+        )
+        if provider is not None:
+            try:
+                chosen = provider(event)
+            except Exception:
+                LOGGER.exception("the severity provider raised; keeping the default severity of %s", name)
+                chosen = severity
+            if chosen is Severity.NONE:
+                return Severity.NONE
+            if chosen is not severity:
+                event = dataclasses.replace(event, severity=chosen)
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                LOGGER.exception("a telemetry listener raised on %s", name)
+        _log(event)
+        return event.severity
+
+
+def _log(event: TelemetryEvent) -> None:
+    level = event.severity.log_level
+    if not LOGGER.isEnabledFor(level):
+        return
+    outcome = event.outcome
+    if outcome is None:
+        result = ""
+    elif outcome.is_ok:
+        result = ", result: ok"
+    else:
+        result = f", result: {type(outcome.error).__qualname__}: {outcome.error}"
+    LOGGER.log(
+        level,
+        "Resilience event occurred. EventName: '%s', Source: '%s/%s/%s', Operation Key: '%s'%s",
+        event.name,
+        event.pipeline_name or "",
+        event.pipeline_instance or "",
+        event.strategy_name or "",
+        event.operation_key or "",
+        result,
+        extra={
+            "event_name": event.name,
+            "event_severity": event.severity.value,
+            "pipeline_name": event.pipeline_name,
+            "pipeline_instance": event.pipeline_instance,
+            "strategy_name": event.strategy_name,
+            "operation_key": event.operation_key,
+            "outcome": event.outcome,
+            "arguments": event.arguments,
+        },
+    )

@@ -1,0 +1,19 @@
+"""Shared fixtures: a fake clock per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from resilience.testing import FakeTimeProvider
+
+
+@pytest.fixture
+def clock() -> FakeTimeProvider:
+    """A fake clock that moves only when a test advances it."""
+    return FakeTimeProvider(seed=1234)
+
+
+@pytest.fixture
+def auto_clock() -> FakeTimeProvider:
+    """A fake clock that moves by whatever is slept on it."""
+    return FakeTimeProvider(auto_advance=True, seed=1234)
