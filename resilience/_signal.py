@@ -134,7 +134,7 @@ class Signal:
         finally:
             remove()
 
-    async def wait_async(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - DESIGN §2.3
+    async def wait_async(self, timeout: float | None = None) -> bool:
         """Suspend until the signal aborts (True) or `timeout` seconds of real time pass (False)."""
         if self._reason is not None:
             return True

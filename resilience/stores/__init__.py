@@ -1,0 +1,23 @@
+"""Lease stores for the lock strategy and the primitives: protocols and implementations."""
+
+from resilience.stores._protocols import (
+    AsyncLockStore,
+    AsyncSemaphoreStore,
+    AsyncSupportsLeaseInfo,
+    AsyncSupportsReleaseNotification,
+    LockStore,
+    SemaphoreStore,
+    SupportsLeaseInfo,
+    SupportsReleaseNotification,
+)
+
+__all__ = [
+    "AsyncLockStore",
+    "AsyncSemaphoreStore",
+    "AsyncSupportsLeaseInfo",
+    "AsyncSupportsReleaseNotification",
+    "LockStore",
+    "SemaphoreStore",
+    "SupportsLeaseInfo",
+    "SupportsReleaseNotification",
+]
