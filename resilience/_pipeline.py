@@ -11,7 +11,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from resilience._context import _CURRENT, ResilienceContext, new_context
+from resilience._context import _CURRENT, ResilienceContext
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.telemetry._event import Severity
@@ -28,7 +28,10 @@ __all__ = ["PipelineExecutedArguments", "ResiliencePipeline"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# Information is the higher of the two pipeline events' levels: if the logger would drop it
+# and nobody else listens, neither event is produced.
 _INFO = Severity.INFORMATION.log_level
+_new_object = object.__new__
 
 
 class PipelineExecutedArguments:
@@ -135,17 +138,6 @@ class ResiliencePipeline:
         """The built strategies, outermost first."""
         return self._strategies
 
-    def _start(self) -> ResilienceContext:
-        parent = _CURRENT.get()
-        # The execution shares its caller's signal: nothing aborts an execution on its own,
-        # and the strategies that can abort (timeout, lock) derive child signals.
-        return new_context() if parent is None else parent.derive()
-
-    def _telemetry_on(self) -> bool:
-        # Information is the higher of the two pipeline events' levels: if the logger would
-        # drop it and nobody else listens, neither event is produced.
-        return self._listened or LOGGER.isEnabledFor(_INFO)
-
     def _executing(self, context: ResilienceContext) -> float:
         self._source.emit("PipelineExecuting", Severity.DEBUG, operation_key=context.operation_key)
         return self.time_provider.monotonic()
@@ -166,19 +158,25 @@ class ResiliencePipeline:
         """Run `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
         if self._sync_problem is not None:
             raise ValidationError(self._sync_problem)
-        context = self._start()
-        if not (self._listened or LOGGER.isEnabledFor(_INFO)):
-            if self._strategies:
-                return self._run(context, fn, args, kwargs)
-            # No strategy: the whole execution inline (this path is what "overhead" measures).
-            token = _CURRENT.set(context)
-            try:
-                result = fn(*args, **kwargs)
-            finally:
-                _CURRENT.reset(token)
-            if _is_awaitable(result):
-                raise _refuse_awaitable(fn, result)
-            return result
+        parent = _CURRENT.get()
+        # The execution shares its caller's signal: nothing aborts an execution on its own,
+        # and the strategies that can abort (timeout, lock) derive child signals.
+        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        if self._listened or LOGGER.isEnabledFor(_INFO):
+            return self._execute_observed(context, fn, args, kwargs)
+        if self._strategies:
+            return self._run(context, fn, args, kwargs)
+        # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
+        token = _CURRENT.set(context)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+        if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
+            raise _refuse_awaitable(fn, result)
+        return result
+
+    def _execute_observed(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         started = self._executing(context)
         try:
             result = self._run(context, fn, args, kwargs)
@@ -220,9 +218,24 @@ class ResiliencePipeline:
         """Await `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
         if self._async_problem is not None:
             raise ValidationError(self._async_problem)
-        context = self._start()
-        if not self._telemetry_on():
+        parent = _CURRENT.get()
+        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        if self._listened or LOGGER.isEnabledFor(_INFO):
+            return await self._execute_observed_async(context, fn, args, kwargs)
+        if self._strategies:
             return await self._run_async(context, fn, args, kwargs)
+        token = _CURRENT.set(context)
+        try:
+            awaitable = fn(*args, **kwargs)
+            if not _is_awaitable(awaitable):
+                raise _refuse_non_awaitable(fn, awaitable)
+            return await awaitable
+        finally:
+            _CURRENT.reset(token)
+
+    async def _execute_observed_async(
+        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+    ) -> T:
         started = self._executing(context)
         try:
             result = await self._run_async(context, fn, args, kwargs)
