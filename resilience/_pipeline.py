@@ -7,6 +7,7 @@ the callable runs under the ambient one (`get_context()`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from resilience._context import _CURRENT, ResilienceContext
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
+from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity
-from resilience.telemetry._source import LOGGER, TelemetrySource
+from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -125,7 +127,8 @@ class ResiliencePipeline:
         self.instance_name = instance_name
         self.time_provider = time_provider
         self._source = telemetry
-        self._listened = bool(telemetry.options.listeners or telemetry.options.severity_provider)
+        options = telemetry.options
+        self._listened = bool(options.listeners or options.severity_provider or options.trace_executions)
         self._sync_problem: str | None = next(
             (p for s in self._strategies if (p := getattr(s, "sync_problem", None))), None
         )
@@ -162,7 +165,7 @@ class ResiliencePipeline:
         # The execution shares its caller's signal: nothing aborts an execution on its own,
         # and the strategies that can abort (timeout, lock) derive child signals.
         context = _new_object(ResilienceContext) if parent is None else parent.derive()
-        if self._listened or LOGGER.isEnabledFor(_INFO):
+        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
             return self._execute_observed(context, fn, args, kwargs)
         if self._strategies:
             return self._run(context, fn, args, kwargs)
@@ -176,7 +179,29 @@ class ResiliencePipeline:
             raise _refuse_awaitable(fn, result)
         return result
 
+    def _otel_active(self) -> bool:
+        return _otel.is_active(self._source.options)
+
+    def _span(self, context: ResilienceContext) -> Any:
+        """The execution span's context manager when `trace_executions` is on and a tracer records."""
+        options = self._source.options
+        tracer = _otel.tracer(options) if options.trace_executions else None
+        if tracer is None:
+            return contextlib.nullcontext()
+        attributes: dict[str, str] = {}
+        if self.name is not None:
+            attributes["pipeline.name"] = self.name
+        if self.instance_name is not None:
+            attributes["pipeline.instance"] = self.instance_name
+        if context.operation_key is not None:
+            attributes["operation.key"] = context.operation_key
+        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+
     def _execute_observed(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        with self._span(context):
+            return self._observe(context, fn, args, kwargs)
+
+    def _observe(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         started = self._executing(context)
         try:
             result = self._run(context, fn, args, kwargs)
@@ -220,7 +245,7 @@ class ResiliencePipeline:
             raise ValidationError(self._async_problem)
         parent = _CURRENT.get()
         context = _new_object(ResilienceContext) if parent is None else parent.derive()
-        if self._listened or LOGGER.isEnabledFor(_INFO):
+        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
             return await self._execute_observed_async(context, fn, args, kwargs)
         if self._strategies:
             return await self._run_async(context, fn, args, kwargs)
@@ -234,6 +259,12 @@ class ResiliencePipeline:
             _CURRENT.reset(token)
 
     async def _execute_observed_async(
+        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+    ) -> T:
+        with self._span(context):
+            return await self._observe_async(context, fn, args, kwargs)
+
+    async def _observe_async(
         self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
     ) -> T:
         started = self._executing(context)

@@ -12,7 +12,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def run(name: str, *args: str, timeout: float = 60) -> str:
-    completed = subprocess.run(  # noqa: S603 - our own example scripts
+    completed = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
