@@ -223,6 +223,7 @@ class RetryStrategy:
         handler = core.handler
         clock = self._time
         parent = context.signal
+        parent.raise_if_aborted()  # never start the callable under an aborted signal
         measured = self._measured or LOGGER.isEnabledFor(_INFO)
         attempt = 0
         state = 0.0
@@ -270,6 +271,7 @@ class RetryStrategy:
         handler = core.handler
         clock = self._time
         parent = context.signal
+        parent.raise_if_aborted()  # never start the callable under an aborted signal
         measured = self._measured or LOGGER.isEnabledFor(_INFO)
         attempt = 0
         state = 0.0
