@@ -20,12 +20,12 @@ from resilience import (
     get_context,
     use_context,
 )
-from resilience.strategies import OnRetryArguments, RetryDelayArguments, retry_strategy
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from resilience.strategies import OnRetryArguments, RetryDelayArguments
     from resilience.testing import FakeTimeProvider
 
 MODES = ["sync", "async"]
@@ -85,7 +85,9 @@ async def test_retries_until_success_with_attempt_numbers(auto_clock: FakeTimePr
     ("backoff", "times"),
     [("constant", [0, 2, 4, 6]), ("linear", [0, 2, 6, 12]), ("exponential", [0, 2, 6, 14])],
 )
-async def test_exact_delays_between_attempts(auto_clock: FakeTimeProvider, mode: str, backoff: str, times: list[int]) -> None:
+async def test_exact_delays_between_attempts(
+    auto_clock: FakeTimeProvider, mode: str, backoff: str, times: list[int]
+) -> None:
     """Attempts start exactly one backoff delay after the previous one ends."""
     flaky = Flaky(auto_clock, *[OSError()] * 3)
     await run(build(auto_clock, backoff=backoff), flaky, mode)
@@ -256,8 +258,12 @@ async def test_on_retry_arguments(auto_clock: FakeTimeProvider, mode: str) -> No
         raise error
 
     calls = iter([slow_failure, lambda: "ok"])
+
+    def call_next() -> object:
+        return next(calls)()
+
     pipeline = build(auto_clock, delay=1.5, on_retry=seen.append)
-    assert await run(pipeline, lambda: next(calls)(), mode) == "ok"
+    assert await run(pipeline, call_next, mode) == "ok"
     [args] = seen
     assert args.outcome == Err(error)
     assert args.attempt == 0

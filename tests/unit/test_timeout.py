@@ -19,12 +19,12 @@ from resilience import (
     get_context,
     use_context,
 )
-from resilience.strategies import OnTimeoutArguments, TimeoutGeneratorArguments
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from resilience.strategies import OnTimeoutArguments, TimeoutGeneratorArguments
     from resilience.testing import FakeTimeProvider
 
 
@@ -34,7 +34,9 @@ def context() -> ResilienceContext:
     return current
 
 
-def build(clock: FakeTimeProvider, *timeouts: float, events: list[TelemetryEvent] | None = None, **options: Any) -> ResiliencePipeline:
+def build(
+    clock: FakeTimeProvider, *timeouts: float, events: list[TelemetryEvent] | None = None, **options: Any
+) -> ResiliencePipeline:
     telemetry = TelemetryOptions(listeners=[events.append]) if events is not None else None
     builder = ResiliencePipelineBuilder(time_provider=clock, telemetry=telemetry)
     for n, timeout in enumerate(timeouts or (5.0,)):
@@ -312,7 +314,9 @@ async def test_async_on_timeout_is_awaited(auto_clock: FakeTimeProvider) -> None
     ("generated", "expected"),
     [(None, 5.0), (2, 2.0), (dt.timedelta(seconds=3), 3.0), (0, None), (-1.0, None), (float("inf"), None)],
 )
-async def test_timeout_generator_values(auto_clock: FakeTimeProvider, generated: object, expected: float | None) -> None:
+async def test_timeout_generator_values(
+    auto_clock: FakeTimeProvider, generated: object, expected: float | None
+) -> None:
     """None uses `timeout`; 0, negative or infinite means no timeout for that call."""
     seen: list[TimeoutGeneratorArguments] = []
 
