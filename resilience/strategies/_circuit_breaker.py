@@ -301,6 +301,16 @@ class CircuitController:
         with self.lock:
             return self.core.record(now, ticket, handled=handled, pending_break=self._generator is not None)
 
+    def succeeded(self, ticket: int) -> Transition | None:
+        """Count a success (the hot path: a closed circuit just counts it)."""
+        now = self._time.monotonic()
+        core = self.core
+        with self.lock:
+            if ticket == core.generation and core.state is _CLOSED:
+                core.window.success(now)
+                return None
+            return core.record(now, ticket, handled=False)
+
     def release(self, ticket: int) -> None:
         """The call admitted with `ticket` ended with a `BaseException`."""
         with self.lock:
@@ -474,7 +484,7 @@ class CircuitBreakerStrategy:
             raise
         handler = self._handler
         handled = handler.checks_results and handler.result(result)
-        transition = controller.record(ticket, handled=handled)
+        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:
             controller.report(transition, context, Ok(result))
         return result
@@ -507,7 +517,7 @@ class CircuitBreakerStrategy:
             raise
         handler = self._handler
         handled = handler.checks_results and handler.result(result)
-        transition = controller.record(ticket, handled=handled)
+        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:
             await controller.report_async(transition, context, Ok(result))
         return result

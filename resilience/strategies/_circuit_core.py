@@ -79,7 +79,7 @@ class RollingWindow:
         if bucket is None or now - bucket[0] >= self._width:
             bucket = self._bucket = [now, 0, 0]
             self._buckets.append(bucket)
-        self._expire(now)
+            self._expire(now)  # only a new bucket can push an old one out
         return bucket
 
     def _expire(self, now: float) -> None:
@@ -92,7 +92,10 @@ class RollingWindow:
 
     def success(self, now: float) -> None:
         """Count a success (or an unhandled failure)."""
-        self._current(now)[1] += 1
+        bucket = self._bucket
+        if bucket is None or now - bucket[0] >= self._width:
+            bucket = self._current(now)
+        bucket[1] += 1
 
     def failure(self, now: float) -> None:
         """Count a handled failure."""
