@@ -127,32 +127,34 @@ class CircuitBreakerManualControl:
             self._circuits.add(controller)
             isolated = self._isolated
         if isolated:
-            controller.isolate()
+            # Built while isolated: start isolated. No execution runs (build() may be sync or
+            # async), so only the OnCircuitOpened event reports it, not on_opened.
+            controller.isolate(callbacks=False)
 
-    def _targets(self, *, isolated: bool) -> list[CircuitController]:
+    def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition]]:
         with self._lock:
-            self._isolated = isolated
-            return list(self._circuits)
+            self._isolated = isolate
+            circuits = list(self._circuits)
+        # Every circuit changes state before any callback runs, so one failing callback
+        # cannot leave the other circuits behind.
+        moved = [(controller, controller.move(isolate=isolate)) for controller in circuits]
+        return [(controller, transition) for controller, transition in moved if transition is not None]
 
     def isolate(self) -> None:
         """Open every circuit of this control and hold it open (`IsolatedCircuitError`)."""
-        for controller in self._targets(isolated=True):
-            controller.isolate()
+        _report_all(self._move(isolate=True))
 
     def close(self) -> None:
         """Close every circuit of this control (ends isolation; resets their windows)."""
-        for controller in self._targets(isolated=False):
-            controller.close()
+        _report_all(self._move(isolate=False))
 
     async def isolate_async(self) -> None:
         """`isolate()`, awaiting the circuits' async `on_opened` callbacks."""
-        for controller in self._targets(isolated=True):
-            await controller.isolate_async()
+        await _report_all_async(self._move(isolate=True))
 
     async def close_async(self) -> None:
         """`close()`, awaiting the circuits' async `on_closed` callbacks."""
-        for controller in self._targets(isolated=False):
-            await controller.close_async()
+        await _report_all_async(self._move(isolate=False))
 
     def __repr__(self) -> str:
         return f"<CircuitBreakerManualControl isolated={self._isolated}>"
@@ -414,34 +416,42 @@ class CircuitController:
 
     # -- manual control ------------------------------------------------------------------------
 
-    def _manual(self, *, isolate: bool) -> Transition | None:
+    def move(self, *, isolate: bool) -> Transition | None:
+        """Isolate or close by hand; the transition to report, if the state changed."""
         now = self._time.monotonic()
         with self.lock:
             return self.core.isolate(now) if isolate else self.core.close()
 
-    def isolate(self) -> None:
-        """Hold the circuit open by hand."""
-        transition = self._manual(isolate=True)
+    def isolate(self, *, callbacks: bool = True) -> None:
+        """Hold the circuit open by hand (reporting it, with or without `on_opened`)."""
+        transition = self.move(isolate=True)
         if transition is not None:
-            self.report(transition, new_context(), None)
+            if callbacks:
+                self.report(transition, new_context(), None)
+            else:
+                self.opened(transition, new_context(), None, math.inf)
 
-    def close(self) -> None:
-        """Close the circuit by hand."""
-        transition = self._manual(isolate=False)
-        if transition is not None:
-            self.report(transition, new_context(), None)
 
-    async def isolate_async(self) -> None:
-        """`isolate()`, awaiting an async `on_opened`."""
-        transition = self._manual(isolate=True)
-        if transition is not None:
-            await self.report_async(transition, new_context(), None)
+def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:
+    errors: list[Exception] = []
+    for controller, transition in moved:
+        try:
+            controller.report(transition, new_context(), None)
+        except Exception as exc:  # noqa: BLE001 - the other circuits' callbacks still run
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
-    async def close_async(self) -> None:
-        """`close()`, awaiting an async `on_closed`."""
-        transition = self._manual(isolate=False)
-        if transition is not None:
-            await self.report_async(transition, new_context(), None)
+
+async def _report_all_async(moved: list[tuple[CircuitController, Transition]]) -> None:
+    errors: list[Exception] = []
+    for controller, transition in moved:
+        try:
+            await controller.report_async(transition, new_context(), None)
+        except Exception as exc:  # noqa: BLE001 - the other circuits' callbacks still run
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 class CircuitBreakerStrategy:

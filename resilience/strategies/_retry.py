@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_INFO = logging.INFO
+_WARNING = logging.WARNING
 _BACKOFFS = ("constant", "linear", "exponential")
 
 
@@ -173,7 +173,7 @@ def retry_strategy(
 class RetryStrategy:
     """The built retry strategy: performs `RetryCore`'s decisions, sync or async."""
 
-    __slots__ = ("_core", "_delay_generator", "_measured", "_on_retry", "_telemetry", "_time")
+    __slots__ = ("_core", "_delay_generator", "_heard", "_measured", "_on_retry", "_telemetry", "_time")
 
     def __init__(
         self,
@@ -192,6 +192,7 @@ class RetryStrategy:
         options = telemetry.options
         # Attempt durations are measured only when someone may read them.
         self._measured = bool(options.listeners or options.severity_provider or on_retry)
+        self._heard = bool(options.listeners or options.severity_provider)
 
     def _attempted(
         self, context: ResilienceContext, outcome: Outcome[Any], attempt: int, duration: float, *, handled: bool
@@ -224,7 +225,8 @@ class RetryStrategy:
         clock = self._time
         parent = context.signal
         parent.raise_if_aborted()  # never start the callable under an aborted signal
-        measured = self._measured or LOGGER.isEnabledFor(_INFO)
+        # Durations are read only when an attempt's event or on_retry can see them.
+        measured = self._measured or LOGGER.isEnabledFor(_WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -241,7 +243,7 @@ class RetryStrategy:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured:
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)
@@ -272,7 +274,8 @@ class RetryStrategy:
         clock = self._time
         parent = context.signal
         parent.raise_if_aborted()  # never start the callable under an aborted signal
-        measured = self._measured or LOGGER.isEnabledFor(_INFO)
+        # Durations are read only when an attempt's event or on_retry can see them.
+        measured = self._measured or LOGGER.isEnabledFor(_WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -289,7 +292,7 @@ class RetryStrategy:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured:
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)

@@ -110,17 +110,25 @@ def timeout_strategy(
 
 
 class _Deadline:
-    """The timer's target: aborts the child signal, remembering whether it was the one to."""
+    """The timer's target: aborts the child signal with a fresh `TimeoutRejectedError`."""
 
-    __slots__ = ("fired", "signal", "timeout")
+    __slots__ = ("error", "signal", "timeout")
 
     def __init__(self, signal: Signal, timeout: float) -> None:
         self.signal = signal
         self.timeout = timeout
-        self.fired = False
+        self.error: TimeoutRejectedError | None = None
 
     def __call__(self) -> None:
-        self.fired = self.signal.abort(TimeoutRejectedError(timeout=self.timeout))
+        error = TimeoutRejectedError(timeout=self.timeout)
+        self.error = error  # before abort(): whoever sees the reason sees whose it is
+        self.signal.abort(error)
+
+    @property
+    def fired(self) -> bool:
+        """True when the signal aborted because of this deadline (not the caller's abort)."""
+        error = self.error
+        return error is not None and self.signal.reason is error
 
 
 def _generated_timeout(value: object, default: float) -> float | None:

@@ -472,3 +472,53 @@ def test_breaker_reads_real_time_at_call_time_under_freezegun() -> None:
         frozen.tick(dt.timedelta(seconds=60))
         assert pipeline.execute(lambda: "probe") == "probe"
         assert provider.state is CircuitState.CLOSED
+
+
+def test_a_failing_callback_does_not_leave_other_circuits_behind(clock: FakeTimeProvider) -> None:
+    """Every circuit of a control changes state even if one's callback raises; the error propagates."""
+    control = CircuitBreakerManualControl()
+    providers = [CircuitBreakerStateProvider(), CircuitBreakerStateProvider()]
+
+    def broken(args: OnCircuitOpenedArguments) -> None:
+        raise LookupError
+
+    pipelines = [
+        build(clock, manual_control=control, state_provider=providers[0], on_opened=broken),
+        build(clock, manual_control=control, state_provider=providers[1]),
+    ]
+    with pytest.raises(LookupError):
+        control.isolate()
+    assert [p.state for p in providers] == [CircuitState.ISOLATED] * 2
+    assert len(pipelines) == 2
+
+
+async def test_a_failing_async_callback_does_not_leave_other_circuits_behind(clock: FakeTimeProvider) -> None:
+    """The async twin also isolates every circuit before raising the first callback error."""
+    control = CircuitBreakerManualControl()
+    providers = [CircuitBreakerStateProvider(), CircuitBreakerStateProvider()]
+
+    async def broken(args: OnCircuitClosedArguments) -> None:
+        raise LookupError
+
+    pipelines = [
+        build(clock, manual_control=control, state_provider=providers[0], on_closed=broken),
+        build(clock, manual_control=control, state_provider=providers[1], on_closed=broken),
+    ]
+    await control.isolate_async()
+    with pytest.raises(LookupError):
+        await control.close_async()
+    assert [p.state for p in providers] == [CircuitState.CLOSED] * 2
+    assert len(pipelines) == 2
+
+
+def test_built_while_isolated_reports_the_event_not_the_callback(clock: FakeTimeProvider) -> None:
+    """A circuit built under an isolated control starts isolated: OnCircuitOpened, no on_opened."""
+    control = CircuitBreakerManualControl()
+    control.isolate()
+    events: list[TelemetryEvent] = []
+    opened: list[OnCircuitOpenedArguments] = []
+    pipeline = build(clock, events, manual_control=control, on_opened=opened.append)
+    assert [(e.name, e.arguments.is_manual) for e in events] == [("OnCircuitOpened", True)]  # type: ignore[union-attr]
+    assert opened == []
+    with pytest.raises(IsolatedCircuitError):
+        pipeline.execute(lambda: None)

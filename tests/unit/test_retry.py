@@ -394,3 +394,19 @@ async def test_aborted_signal_never_starts_the_callable(auto_clock: FakeTimeProv
         await run(build(auto_clock), flaky, mode)
     assert caught.value is reason
     assert flaky.attempts == []
+
+
+async def test_attempt_events_go_to_the_log_without_listeners(
+    auto_clock: FakeTimeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no listener, an enabled logger still gets attempts, with measured durations."""
+    import logging
+
+    def slow() -> str:
+        auto_clock.sleep(0.5)
+        return "ok"
+
+    with caplog.at_level(logging.INFO, logger="resilience"):
+        build(auto_clock).execute(slow)
+    [record] = [r for r in caplog.records if getattr(r, "event_name", None) == "ExecutionAttempt"]
+    assert record.arguments.duration == 0.5  # type: ignore[attr-defined]

@@ -360,3 +360,19 @@ def test_timeout_generator_garbage_is_misuse(clock: FakeTimeProvider, bad: objec
     """A generator returning a non-duration raises ValidationError."""
     with pytest.raises(ValidationError, match="timeout_generator"):
         build(clock, timeout_generator=lambda args: bad).execute(lambda: None)
+
+
+def test_a_late_deadline_after_the_callers_abort_is_not_ours() -> None:
+    """If the caller's abort came first, a deadline firing later does not claim the signal."""
+    from resilience.strategies._timeout import _Deadline
+
+    caller = Signal()
+    child = caller.child()
+    deadline = _Deadline(child, 1.0)
+    caller.abort()
+    deadline()
+    assert not deadline.fired
+    fresh = _Deadline(Signal(), 1.0)
+    assert not fresh.fired
+    fresh()
+    assert fresh.fired
