@@ -26,7 +26,21 @@ import hyx.timeout
 import pybreaker
 import tenacity
 
-from resilience import ResiliencePipeline, ResiliencePipelineBuilder
+from resilience import PipelineBuilder, ResilienceContext, ResiliencePipeline, ResiliencePipelineBuilder
+
+
+class PassThrough:
+    """A strategy that only calls the inner part: the pipeline's own floor per strategy."""
+
+    def execute(self, callback: Any, context: ResilienceContext) -> Any:
+        return callback(context)
+
+    async def execute_async(self, callback: Any, context: ResilienceContext) -> Any:
+        return await callback(context)
+
+
+def floor() -> ResiliencePipeline:
+    return PipelineBuilder().add(PassThrough()).add(PassThrough()).add(PassThrough()).build()
 
 
 def work(x: int) -> int:
@@ -47,17 +61,14 @@ def pipeline() -> ResiliencePipeline:
     )
 
 
-def measure_sync(call: Any, loops: int, runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for i in range(loops):
-            call(i)
-        samples.append((time.perf_counter() - start) / loops)
-    return statistics.median(samples)
+def time_sync(call: Any, loops: int) -> float:
+    start = time.perf_counter()
+    for i in range(loops):
+        call(i)
+    return (time.perf_counter() - start) / loops
 
 
-def measure_async(make: Any, loops: int, runs: int) -> float:
+def time_async(make: Any, loops: int) -> float:
     async def one_run() -> float:
         call = make()
         start = time.perf_counter()
@@ -65,11 +76,7 @@ def measure_async(make: Any, loops: int, runs: int) -> float:
             await call(i)
         return (time.perf_counter() - start) / loops
 
-    async def main() -> float:
-        samples = [await one_run() for _ in range(runs)]
-        return statistics.median(samples)
-
-    return asyncio.run(main())
+    return asyncio.run(one_run())
 
 
 def sync_cases() -> dict[str, Any]:
@@ -80,8 +87,18 @@ def sync_cases() -> dict[str, Any]:
         wait=tenacity.wait_fixed(0.1),
         retry=tenacity.retry_if_exception_type(ConnectionError),
     )(work)
+    empty = PipelineBuilder().build()
+    passing = floor()
+    retry = ResiliencePipelineBuilder().add_retry(max_retries=3, delay=0.1, handle=ConnectionError).build()
+    breaker_only = ResiliencePipelineBuilder().add_circuit_breaker(failure_ratio=0.5, minimum_throughput=10).build()
+    timeout = ResiliencePipelineBuilder().add_timeout(30.0).build()
     return {
         "plain call": work,
+        "resilience empty pipeline": lambda i: empty.execute(work, i),
+        "resilience 3 pass-through strategies": lambda i: passing.execute(work, i),
+        "resilience retry alone": lambda i: retry.execute(work, i),
+        "resilience circuit breaker alone": lambda i: breaker_only.execute(work, i),
+        "resilience timeout alone": lambda i: timeout.execute(work, i),
         "resilience retry+breaker+timeout": lambda i: ours.execute(work, i),
         "pybreaker CircuitBreaker.call": lambda i: breaker.call(work, i),
         "tenacity @retry": retried,
@@ -112,18 +129,43 @@ def async_cases() -> dict[str, Any]:
     def plain() -> Any:
         return awork
 
+    def passing() -> Any:
+        built = floor()
+        return lambda i: built.execute_async(awork, i)
+
+    def timeout_alone() -> Any:
+        built = ResiliencePipelineBuilder().add_timeout(30.0).build()
+        return lambda i: built.execute_async(awork, i)
+
     return {
         "plain await": plain,
+        "resilience 3 pass-through strategies": passing,
+        "resilience timeout alone": timeout_alone,
         "resilience retry+breaker+timeout": ours,
         "asyncio.timeout alone": asyncio_timeout,
         "hyx retry+breaker+timeout": hyx_stack,
     }
 
 
-def run_all(loops: int, runs: int) -> tuple[dict[str, float], dict[str, float]]:
-    sync = {name: measure_sync(call, loops, runs) for name, call in sync_cases().items()}
-    async_ = {name: measure_async(make, loops, runs) for name, make in async_cases().items()}
-    return sync, async_
+def run_all(loops: int, runs: int) -> dict[str, list[float]]:
+    """Per case, one sample per run. Cases are interleaved within each run, so that a noisy
+    neighbour slows every case of that run alike (ratios are taken per run, then the median)."""
+    sync = sync_cases()
+    async_ = async_cases()
+    samples: dict[str, list[float]] = {f"sync {name}": [] for name in sync}
+    samples.update({f"async {name}": [] for name in async_})
+    for call in sync.values():  # warm-up
+        time_sync(call, loops // 10)
+    for _ in range(runs):
+        for name, call in sync.items():
+            samples[f"sync {name}"].append(time_sync(call, loops))
+        for name, make in async_.items():
+            samples[f"async {name}"].append(time_async(make, loops))
+    return samples
+
+
+def ratio(samples: dict[str, list[float]], ours: str, peer: str) -> float:
+    return statistics.median(a / b for a, b in zip(samples[ours], samples[peer], strict=True))
 
 
 def install_meter_provider() -> None:
@@ -140,25 +182,26 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
-    plain_sync, plain_async = run_all(args.loops, args.runs)
+    plain = run_all(args.loops, args.runs)
     install_meter_provider()
-    otel_sync, otel_async = run_all(args.loops, args.runs)
+    otel = run_all(args.loops, args.runs)
 
-    print(f"median of {args.runs} runs x {args.loops} calls, microseconds per call")
-    print(f"{'case':40} {'no SDK':>9} {'OTel SDK':>9}")
-    for title, plain, otel in (("sync", plain_sync, otel_sync), ("async", plain_async, otel_async)):
-        print(f"-- {title}")
-        for name in plain:
-            print(f"{name:40} {plain[name] * 1e6:9.2f} {otel[name] * 1e6:9.2f}")
+    print(f"median of {args.runs} interleaved runs x {args.loops} calls, microseconds per call")
+    print(f"{'case':46} {'no SDK':>9} {'OTel SDK':>9}")
+    # The OTel column installs an SDK MeterProvider as the global provider first.
+    for name in plain:
+        print(f"{name:46} {statistics.median(plain[name]) * 1e6:9.2f} {statistics.median(otel[name]) * 1e6:9.2f}")
     ours = "resilience retry+breaker+timeout"
-    print("-- ratios (ours / peer; < 1 means ours is faster)         no SDK  OTel SDK")
-    for label, table_a, table_b, peer in (
-        ("sync  vs pybreaker alone (target <= 1.0)", plain_sync, otel_sync, "pybreaker CircuitBreaker.call"),
-        ("sync  vs tenacity alone  (target <= 0.1)", plain_sync, otel_sync, "tenacity @retry"),
-        ("async vs asyncio.timeout (target <= 1.2)", plain_async, otel_async, "asyncio.timeout alone"),
-        ("async vs hyx stack       (target <= 0.33)", plain_async, otel_async, "hyx retry+breaker+timeout"),
+    print("-- ratios, median of per-run ratios (ours / peer; < 1: ours is faster)     no SDK  OTel SDK")
+    for label, mode, peer in (
+        ("sync  vs pybreaker alone (target <= 1.0)", "sync", "pybreaker CircuitBreaker.call"),
+        ("sync  vs tenacity alone  (target <= 0.1)", "sync", "tenacity @retry"),
+        ("async vs asyncio.timeout (target <= 1.2)", "async", "asyncio.timeout alone"),
+        ("async vs hyx stack       (target <= 0.33)", "async", "hyx retry+breaker+timeout"),
     ):
-        print(f"{label:56} {table_a[ours] / table_a[peer]:6.2f} {table_b[ours] / table_b[peer]:9.2f}")
+        a = ratio(plain, f"{mode} {ours}", f"{mode} {peer}")
+        b = ratio(otel, f"{mode} {ours}", f"{mode} {peer}")
+        print(f"{label:74} {a:6.2f} {b:9.2f}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_INFO = logging.INFO
 _WARNING = logging.WARNING
 _BACKOFFS = ("constant", "linear", "exponential")
 
@@ -243,7 +244,7 @@ class RetryStrategy:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
+                    if measured and (self._heard or LOGGER.isEnabledFor(_INFO)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)
@@ -292,7 +293,7 @@ class RetryStrategy:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
+                    if measured and (self._heard or LOGGER.isEnabledFor(_INFO)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)
