@@ -129,10 +129,10 @@ def test_timer_thread_orders_cancels_and_compacts(caplog: pytest.LogCaptureFixtu
         handle.cancel()
         handle.cancel()
     assert all(handle.cancelled for handle in many)
-    timers.call_later(0.003, done.set)
-    timers.call_later(0.002, lambda: order.append(2))
-    timers.call_later(0.001, lambda: order.append(1))
+    timers.call_later(0.02, lambda: order.append(2))
+    timers.call_later(0, lambda: order.append(1))
     timers.call_later(0, lambda: 1 / 0)
+    timers.call_later(0.04, done.set)
     with caplog.at_level(logging.ERROR, logger="resilience"):
         assert done.wait(5)
     assert order == [1, 2]
@@ -200,7 +200,13 @@ def test_interruptible_wait_on_each_kind_of_clock() -> None:
     assert not wait(auto, 4, signal)
     assert auto.monotonic() == 4
     manual = FakeTimeProvider()
-    threading.Timer(0.001, manual.advance, args=(1,)).start()
+
+    def advance_when_asleep() -> None:
+        while manual.pending_timers == 0:
+            threading.Event().wait(0.001)
+        manual.advance(1)
+
+    threading.Thread(target=advance_when_asleep).start()
     assert not wait(manual, 1, signal)
     threading.Timer(0.001, signal.abort).start()
     assert wait(SystemTimeProvider(), 5, signal)

@@ -45,24 +45,19 @@ def build(
 
 
 def run_with_advance(clock: FakeTimeProvider, seconds: float, body: Callable[[], Any]) -> Any:
-    """Run `body` here while another thread advances the clock once the body has started."""
-    started = threading.Event()
+    """Run `body` here while another thread advances the clock once the deadline is armed."""
 
     def advance() -> None:
-        started.wait(5)
+        while clock.pending_timers == 0:
+            threading.Event().wait(0.001)
         clock.advance(seconds)
 
     helper = threading.Thread(target=advance)
     helper.start()
     try:
-        return body_with(started, body)
+        return body()
     finally:
         helper.join(5)
-
-
-def body_with(started: threading.Event, body: Callable[[], Any]) -> Any:
-    started.set()
-    return body()
 
 
 # -- sync: cooperative ---------------------------------------------------------------------------
