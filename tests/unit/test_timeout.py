@@ -44,11 +44,11 @@ def build(
     return builder.build()
 
 
-def run_with_advance(clock: FakeTimeProvider, seconds: float, body: Callable[[], Any]) -> Any:
-    """Run `body` here while another thread advances the clock once the deadline is armed."""
+def run_with_advance(clock: FakeTimeProvider, seconds: float, body: Callable[[], Any], timers: int = 1) -> Any:
+    """Run `body` here while another thread advances the clock once the deadlines are armed."""
 
     def advance() -> None:
-        while clock.pending_timers == 0:
+        while clock.pending_timers < timers:
             threading.Event().wait(0.001)
         clock.advance(seconds)
 
@@ -159,7 +159,7 @@ def test_sync_nested_timeouts(clock: FakeTimeProvider, outer: float, inner: floa
         context().signal.raise_if_aborted()
 
     with pytest.raises(TimeoutRejectedError) as caught:
-        run_with_advance(clock, 1.0, lambda: pipeline.execute(cooperative))
+        run_with_advance(clock, 1.0, lambda: pipeline.execute(cooperative), timers=2)
     assert caught.value.timeout == 1.0
     assert [e.strategy_name for e in events if e.name == "OnTimeout"] == [fired]
 
