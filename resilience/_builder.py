@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Callable
 
-    from resilience.strategies._circuit_breaker import (
+    from resilience.strategies._circuit_controller import (
         BreakDurationGeneratorArguments,
         CircuitBreakerManualControl,
         CircuitBreakerStateProvider,

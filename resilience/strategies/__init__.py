@@ -5,15 +5,14 @@ objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and crea
 """
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
-from resilience.strategies._circuit_breaker import (
+from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions, circuit_breaker_strategy
+from resilience.strategies._circuit_controller import (
     BreakDurationGeneratorArguments,
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
-    CircuitBreakerStrategyOptions,
     OnCircuitClosedArguments,
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
-    circuit_breaker_strategy,
 )
 from resilience.strategies._circuit_core import CircuitState
 from resilience.strategies._retry import (
