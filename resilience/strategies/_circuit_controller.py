@@ -125,7 +125,7 @@ class CircuitBreakerManualControl:
         if isolated:
             # Built while isolated: start isolated. No execution runs (build() may be sync or
             # async), so only the OnCircuitOpened event reports it, not on_opened.
-            controller.isolate(callbacks=False)
+            controller.start_isolated()
 
     def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition]]:
         with self._lock:
@@ -323,14 +323,11 @@ class CircuitController:
         with self.lock:
             return self.core.isolate(now) if isolate else self.core.close()
 
-    def isolate(self, *, callbacks: bool = True) -> None:
-        """Hold the circuit open by hand (reporting it, with or without `on_opened`)."""
+    def start_isolated(self) -> None:
+        """Built under an isolated control: isolate now, reporting the event only."""
         transition = self.move(isolate=True)
         if transition is not None:
-            if callbacks:
-                self.report(transition, new_context(), None)
-            else:
-                self.opened(transition, new_context(), None, math.inf)
+            self.opened(transition, new_context(), None, math.inf)
 
 
 def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:

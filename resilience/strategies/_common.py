@@ -87,12 +87,6 @@ class Handler:
         check = self._result
         return check is not None and bool(check(value))
 
-    def outcome(self, outcome: Outcome[Any]) -> bool:
-        """Whether `outcome` is handled."""
-        if isinstance(outcome, Err):
-            return self.error(outcome.error, outcome)
-        return self.result(outcome.value, outcome)
-
 
 def call_back(callback: Callable[[Any], object], arguments: object) -> object:
     """Run a user callback in a sync execution and return its result (an awaitable is refused)."""

@@ -567,3 +567,13 @@ def test_concurrent_sync_and_async_callers_see_one_event_per_transition(clock: F
     assert opened - 1 <= half <= opened
     assert closed <= half
     assert half - closed <= opened
+
+
+def test_nan_generated_break_is_misuse_and_control_repr(clock: FakeTimeProvider) -> None:
+    """A NaN break duration is refused; the manual control's repr shows isolation."""
+    pipeline = build(clock, break_duration_generator=lambda args: float("nan"))
+    pipeline.settle(fail)
+    with pytest.raises(ValidationError, match="NaN"):
+        pipeline.execute(fail)
+    control = CircuitBreakerManualControl()
+    assert repr(control) == "<CircuitBreakerManualControl isolated=False>"

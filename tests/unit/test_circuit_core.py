@@ -239,3 +239,10 @@ def test_never_closes_without_a_successful_probe(ops: list[tuple[str, float]]) -
             assert op == "ok"
             assert not transition.is_manual
         assert before is not CircuitState.ISOLATED
+
+
+def test_transition_repr_names_the_state() -> None:
+    """A transition's repr shows the state, generation and whether it was manual."""
+    circuit = core()
+    transition = circuit.isolate(0.0)
+    assert repr(transition) == "Transition(ISOLATED, generation=1, manual=True)"

@@ -149,3 +149,12 @@ def test_generated_delay_refuses_garbage(bad: object) -> None:
     """A delay generator returning NaN or a non-duration is misuse."""
     with pytest.raises(ValidationError, match="delay_generator"):
         core().generated_delay(bad, 1.0)
+
+
+def test_decorrelated_jitter_saturates_instead_of_overflowing() -> None:
+    """Past what a float holds, decorrelated jitter returns a huge finite delay and stays there."""
+    delay, state = decorrelated_jitter(5000, 1.0, 0.0, 0.5)
+    assert math.isfinite(delay)
+    assert math.isinf(state)
+    again, _ = decorrelated_jitter(5001, 1.0, state, 0.5)
+    assert again == delay
