@@ -220,6 +220,11 @@ class ResilienceContext:
         )
 
 
+def new_context() -> ResilienceContext:
+    """A fresh root context, without the constructor's argument handling."""
+    return object.__new__(ResilienceContext)  # the class-level defaults are a blank context
+
+
 _CURRENT: Final[ContextVar[ResilienceContext | None]] = ContextVar("resilience_context", default=None)
 
 current_context = _CURRENT.get
