@@ -33,7 +33,9 @@ def test_every_example_is_covered_here() -> None:
 def test_quickstart_tells_its_story(name: str) -> None:
     """The quick start prints results, the failure, and the events."""
     out = run(name)
-    assert "charged order-1: 10" in out
-    assert "failed: cannot charge 0" in out
-    assert "refunded order-3" in out
-    assert "PipelineExecuted" in out
+    assert "-> widget: 42.00" in out
+    assert out.count("Retry: OnRetry after ConnectionError") >= 2
+    assert "Timeout: OnTimeout" in out
+    assert "failed: TimeoutRejectedError" in out
+    assert "CircuitBreaker: OnCircuitOpened" in out
+    assert "BrokenCircuitError" in out
