@@ -7,6 +7,7 @@ and then no further attempt is made (the last outcome is returned or re-raised).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,7 +25,6 @@ from resilience.strategies._common import (
 )
 from resilience.strategies._retry_core import Backoff, RetryCore
 from resilience.telemetry._event import Severity
-from resilience.telemetry._source import LOGGER
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -174,7 +174,7 @@ def retry_strategy(
 class RetryStrategy:
     """The built retry strategy: performs `RetryCore`'s decisions, sync or async."""
 
-    __slots__ = ("_core", "_delay_generator", "_heard", "_measured", "_on_retry", "_telemetry", "_time")
+    __slots__ = ("_core", "_delay_generator", "_heard", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
 
     def __init__(
         self,
@@ -194,6 +194,7 @@ class RetryStrategy:
         # Attempt durations are measured only when someone may read them.
         self._measured = bool(options.listeners or options.severity_provider or on_retry)
         self._heard = bool(options.listeners or options.severity_provider)
+        self._traced = options.trace_executions
 
     def _attempted(
         self, context: ResilienceContext, outcome: Outcome[Any], attempt: int, duration: float, *, handled: bool
@@ -221,13 +222,14 @@ class RetryStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call `callback` until it succeeds, is not handled, or retries run out (sync)."""
+        call = functools.partial(_in_span, self._telemetry, callback) if self._traced else callback
         core = self._core
         handler = core.handler
         clock = self._time
         parent = context.signal
         parent.raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
-        measured = self._measured or LOGGER.isEnabledFor(_WARNING)
+        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -237,14 +239,14 @@ class RetryStrategy:
             failure: Err | None = None
             result: Any = None
             try:
-                result = callback(inner)
+                result = call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
                 failure = Err(exc)
             finally:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured and (self._heard or LOGGER.isEnabledFor(_INFO)):
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)
@@ -270,13 +272,14 @@ class RetryStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` until it succeeds, is not handled, or retries run out (async)."""
+        call = functools.partial(_in_span_async, self._telemetry, callback) if self._traced else callback
         core = self._core
         handler = core.handler
         clock = self._time
         parent = context.signal
         parent.raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
-        measured = self._measured or LOGGER.isEnabledFor(_WARNING)
+        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -286,14 +289,14 @@ class RetryStrategy:
             failure: Err | None = None
             result: Any = None
             try:
-                result = await callback(inner)
+                result = await call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
                 failure = Err(exc)
             finally:
                 signal.detach()
             if failure is None:
                 if not handler.checks_results:
-                    if measured and (self._heard or LOGGER.isEnabledFor(_INFO)):
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
                 outcome: Outcome[Any] = Ok(result)
@@ -318,3 +321,23 @@ class RetryStrategy:
 
     def __repr__(self) -> str:
         return f"<RetryStrategy max_retries={self._core.max_retries}>"
+
+
+def _in_span(telemetry: TelemetrySource, callback: Callable[[ResilienceContext], T], inner: ResilienceContext) -> T:
+    """Run one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
+    span = telemetry.span("resilience.attempt", inner.attempt)
+    if span is None:
+        return callback(inner)
+    with span:
+        return callback(inner)
+
+
+async def _in_span_async(
+    telemetry: TelemetrySource, callback: Callable[[ResilienceContext], Awaitable[T]], inner: ResilienceContext
+) -> T:
+    """Await one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
+    span = telemetry.span("resilience.attempt", inner.attempt)
+    if span is None:
+        return await callback(inner)
+    with span:
+        return await callback(inner)

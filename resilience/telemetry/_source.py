@@ -71,6 +71,18 @@ class TelemetrySource:
             strategy_name=strategy_name,
         )
 
+    def span(self, name: str, attempt: int) -> Any:
+        """A child span for one attempt (`trace_executions`), or None when no tracer records."""
+        tracer = _otel.tracer(self.options)
+        if tracer is None:
+            return None
+        attributes: dict[str, Any] = {"attempt.number": attempt}
+        if self.pipeline_name is not None:
+            attributes["pipeline.name"] = self.pipeline_name
+        if self.strategy_name is not None:
+            attributes["strategy.name"] = self.strategy_name
+        return tracer.start_as_current_span(name, attributes=attributes)
+
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""
         return bool(

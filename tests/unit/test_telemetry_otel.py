@@ -312,3 +312,44 @@ def test_exception_type_is_fully_qualified() -> None:
 
     assert exception_type(ValueError()) == "ValueError"
     assert exception_type(RedisDown()) == "tests.unit.test_telemetry_otel.RedisDown"
+
+
+def test_retry_attempts_are_child_spans_and_measured_for_metrics(reader: InMemoryMetricReader) -> None:
+    """With trace_executions each retry attempt is a child span; attempt durations reach the histogram."""
+    from resilience import ResiliencePipelineBuilder
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    clock = FakeTimeProvider(auto_advance=True)
+    pipeline = (
+        ResiliencePipelineBuilder(
+            name="traced",
+            time_provider=clock,
+            telemetry=TelemetryOptions(
+                meter_provider=MeterProvider(metric_readers=[reader]),
+                tracer_provider=tracer_provider,
+                trace_executions=True,
+            ),
+        )
+        .add_retry(max_retries=2, delay=1)
+        .build()
+    )
+    calls = iter([RedisDown("a"), RedisDown("b"), None])
+
+    def flaky() -> str:
+        clock.sleep(0.5)
+        error = next(calls)
+        if error is not None:
+            raise error
+        return "ok"
+
+    assert pipeline.execute(flaky) == "ok"
+    spans = exporter.get_finished_spans()
+    attempts = [s for s in spans if s.name == "resilience.attempt"]
+    (execution,) = [s for s in spans if s.name == "resilience.pipeline.execute"]
+    assert [s.attributes["attempt.number"] for s in attempts] == [0, 1, 2]  # type: ignore[index]
+    assert all(s.parent is not None and s.parent.span_id == execution.context.span_id for s in attempts)
+    assert [e.name for e in execution.events].count("OnRetry") == 2
+    _, *points = metrics_of(reader)["resilience.strategy.attempt.duration"]
+    assert sorted((p.attributes["attempt.number"], p.sum) for p in points) == [(0, 0.5), (1, 0.5), (2, 0.5)]
