@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from resilience._pipeline import ResiliencePipeline
 from resilience._time import SYSTEM_TIME, TimeProvider
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+
+# -- lock (issue #4) --------------------------------------------------------------------------
+from resilience.strategies._lock import lock_strategy
 from resilience.telemetry._options import TelemetryOptions
 from resilience.telemetry._source import TelemetrySource
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience._context import ResilienceContext
+    from resilience._validation import Duration
+    from resilience.stores._protocols import AsyncLockStore, LockStore
+    from resilience.strategies._lock import OnLockLostArguments
 
 __all__ = ["PipelineBuilder", "ResiliencePipelineBuilder"]
 
@@ -90,3 +101,30 @@ class ResiliencePipelineBuilder(PipelineBuilder):
 
     Each shortcut is exactly `.add(x_strategy(...))` with the same signature.
     """
+
+    # -- lock (issue #4) ----------------------------------------------------------------------
+
+    def add_lock(
+        self,
+        key: str | Callable[[ResilienceContext], str],
+        /,
+        *,
+        ttl: Duration = 30.0,
+        wait: Duration = 0.0,
+        store: LockStore | AsyncLockStore | None = None,
+        on_lock_lost: Callable[[OnLockLostArguments], object] | None = None,
+        cancel_on_lost: bool = False,
+        name: str = "Lock",
+    ) -> Self:
+        """Add a lock strategy: `.add(lock_strategy(key, ...))` (see `lock_strategy`)."""
+        return self.add(
+            lock_strategy(
+                key,
+                ttl=ttl,
+                wait=wait,
+                store=store,
+                on_lock_lost=on_lock_lost,
+                cancel_on_lost=cancel_on_lost,
+                name=name,
+            )
+        )

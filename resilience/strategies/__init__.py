@@ -2,4 +2,20 @@
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
 
-__all__ = ["Strategy", "StrategyBuildContext", "StrategyOptions"]
+# -- lock (issue #4) --------------------------------------------------------------------------
+from resilience.strategies._lock import (
+    LockEventArguments,
+    LockStrategyOptions,
+    OnLockLostArguments,
+    lock_strategy,
+)
+
+__all__ = [
+    "LockEventArguments",
+    "LockStrategyOptions",
+    "OnLockLostArguments",
+    "Strategy",
+    "StrategyBuildContext",
+    "StrategyOptions",
+    "lock_strategy",
+]
