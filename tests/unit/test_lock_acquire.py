@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import TYPE_CHECKING
 
 import pytest
 from lockkit import Events, FaultyStore, NotifyingStore, PlainStore, build, idle
@@ -18,7 +19,9 @@ from resilience import (
     use_context,
 )
 from resilience.stores import MemoryLockStore
-from resilience.testing import FakeTimeProvider
+
+if TYPE_CHECKING:
+    from resilience.testing import FakeTimeProvider
 
 
 def _hold(store: MemoryLockStore, key: str = "job", ttl: float = 30.0) -> str:
@@ -122,7 +125,7 @@ class TestFailFast:
         store = FaultyStore(clock)
         store.acquire_error = ConnectionError("down")
         store.release_error = ConnectionError("still down")
-        with pytest.raises(ConnectionError, match="^down$"):
+        with pytest.raises(ConnectionError, match=r"^down$"):
             build(clock, store=store).execute(lambda: None)
 
     async def test_a_cancelled_async_acquire_releases_its_owner(self, clock: FakeTimeProvider) -> None:

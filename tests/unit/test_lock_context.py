@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from lockkit import build
 
 from resilience import LOCK_TOKEN, ResilienceContext, get_context, get_lock_token, use_context
 from resilience.stores import MemoryLockStore
-from resilience.testing import FakeTimeProvider
+
+if TYPE_CHECKING:
+    from resilience.testing import FakeTimeProvider
 
 
 def test_the_token_is_visible_inside_and_absent_outside(clock: FakeTimeProvider) -> None:
@@ -28,7 +31,7 @@ def test_the_callers_context_is_not_mutated(clock: FakeTimeProvider) -> None:
     """The token lives in a derived context; the caller's context never gets it."""
     caller = ResilienceContext(operation_key="op")
     with use_context(caller):
-        assert build(clock).execute(lambda: get_lock_token()) == 1
+        assert build(clock).execute(get_lock_token) == 1
         assert get_lock_token() is None
     assert LOCK_TOKEN not in caller.properties
     assert get_lock_token(caller) is None

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 import pytest
 from lockkit import FaultyStore, build, idle, step
 
 from resilience import LockLostError, get_context
 from resilience._lease import LeaseParams, LockOps, acquire_lease
-from resilience.testing import FakeTimeProvider
+
+if TYPE_CHECKING:
+    from resilience.testing import FakeTimeProvider
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

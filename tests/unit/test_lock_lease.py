@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 import pytest
 from lockkit import Events, FaultyStore, astep, build, idle, settle, step
 
 from resilience import LockLostError, TimeoutRejectedError, get_context, get_lock_token
 from resilience._lease import RELEASE_TIMEOUT
-from resilience.strategies import OnLockLostArguments
-from resilience.testing import FakeTimeProvider
+
+if TYPE_CHECKING:
+    from resilience.strategies import OnLockLostArguments
+    from resilience.testing import FakeTimeProvider
 
 TTL = 3.0
 
