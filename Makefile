@@ -28,7 +28,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	@for example in examples/*.py; do echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
