@@ -15,7 +15,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from resilience._lease._lease import LeaseBase, LeaseParams, new_owner
+from resilience._lease import _lease as _lease_module
+from resilience._lease._lease import _NEVER, LeaseBase, LeaseParams, new_owner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -44,6 +45,10 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> a
     return task
 
 
+def _lease_lock() -> threading.Lock:
+    return _lease_module._LOCK  # looked up each time: it is replaced in a child after fork
+
+
 async def _call_async_hook(hook: Callable[[Any], object], argument: object) -> None:
     try:
         result = hook(argument)
@@ -56,13 +61,14 @@ async def _call_async_hook(hook: Callable[[Any], object], argument: object) -> N
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_loop", "_renew_task", "_thread")
+    __slots__ = ("_loop", "_renew_task", "_thread", "_timer")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
+        self._timer: TimerHandle | None = None
 
     def _on_loop(self, callback: Callable[[], object]) -> None:
         if threading.get_ident() == self._thread:
@@ -71,13 +77,29 @@ class AsyncLease(LeaseBase):
             with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to do
                 self._loop.call_soon_threadsafe(callback)
 
-    def _call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
-        return self._tp.call_later(delay, lambda: self._on_loop(callback))
+    def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - a timer is cancelled
 
-    def _renew_due(self) -> None:
-        ttl = self._claim_renewal()
-        if ttl is not None:
-            self._renew_task = self._loop.create_task(self._renew_once(ttl))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._tp.call_later(when - now, self._fired)
+
+    def _fired(self) -> None:
+        self._on_loop(self._fired_on_loop)
+
+    def _fired_on_loop(self) -> None:
+        with _lease_lock():
+            self._timer = None
+            self._scheduled_at = _NEVER
+        self._due()
+
+    def _forget(self) -> None:
+        self._scheduled_at = _NEVER
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _start_renewal(self, ttl: float) -> None:
+        self._renew_task = self._loop.create_task(self._renew_once(ttl))
 
     async def _renew_once(self, ttl: float) -> None:
         sent = self._tp.monotonic()

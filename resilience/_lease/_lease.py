@@ -21,11 +21,14 @@ never across a store call, a callback or telemetry.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import inspect
+import itertools
 import logging
 import os
 import secrets
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +54,110 @@ _LOCK = threading.Lock()
 _LIVE: dict[int, LeaseBase] = {}
 """Leases whose body still runs (for `os.fork`): id -> lease."""
 
+_NEVER = float("inf")
+
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
 
 
+_owner_prefix = secrets.token_hex(16)
+_owner_count = itertools.count()
+
+
 def new_owner() -> str:
-    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
-    return secrets.token_hex(16)
+    """An owner id unique to one execution (or one primitive acquisition).
+
+    128 random bits drawn once per process (again in a child after `os.fork()`), then a
+    counter: unique within the process by the counter and across processes by the random
+    part, without a `getrandom` system call per execution.
+    """
+    return f"{_owner_prefix}{next(_owner_count):x}"
+
+
+class Scheduler:
+    """The pending events of every sync lease on one clock: one heap, one armed timer.
+
+    Arming a lease's event is a heap push under the lease lock; the clock's timer is re-armed
+    only when the new event is the earliest (steady traffic on one ttl never re-arms it). The
+    timer callback only pops what is due and hands it on (`_due`: a loss is declared right
+    there, a renewal is queued for the renewer thread), so a renewal that hangs never delays
+    a deadline. Entries of ended leases are dropped lazily, and the heap is compacted when
+    they outnumber the live ones.
+    """
+
+    __slots__ = ("_armed_at", "_heap", "_seq", "_timer", "_tp", "stale")
+
+    def __init__(self, time_provider: TimeProvider) -> None:
+        self._tp = time_provider
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._timer: TimerHandle | None = None
+        self._armed_at = _NEVER
+        self.stale = 0
+
+    def schedule(self, when: float, lease: Lease) -> None:
+        """Run `lease._due()` at `when` (under _LOCK; the lease set its `_scheduled_at`)."""
+        heap = self._heap
+        if self.stale > _COMPACT_AT and self.stale * 2 > len(heap):
+            heap[:] = [entry for entry in heap if entry[2]._scheduled_at == entry[0]]
+            heapq.heapify(heap)
+            self.stale = 0
+        heapq.heappush(heap, (when, next(self._seq), lease))
+        if when < self._armed_at:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at = when
+        self._timer = sync_call_later(self._tp, when - self._tp.monotonic(), self._fire)
+
+    def _fire(self) -> None:
+        due: list[Lease] = []
+        with _LOCK:
+            self._timer = None
+            self._armed_at = _NEVER
+            now = self._tp.monotonic()
+            heap = self._heap
+            while heap and heap[0][0] <= now:
+                when, _, lease = heapq.heappop(heap)
+                if lease._scheduled_at == when:
+                    lease._scheduled_at = _NEVER
+                    due.append(lease)
+                else:
+                    self.stale = max(0, self.stale - 1)
+            if heap:
+                self._arm(heap[0][0])
+        for lease in due:
+            try:
+                lease._due()
+            except Exception:
+                _logger.exception("a lease event failed")
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+_COMPACT_AT = 1024
+_SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKeyDictionary()
+_STRONG_SCHEDULERS: dict[int, tuple[TimeProvider, Scheduler]] = {}
+
+
+def scheduler_for(time_provider: TimeProvider) -> Scheduler:
+    """The one `Scheduler` of a clock (weakly keyed; kept for the process if it cannot be)."""
+    entry = _STRONG_SCHEDULERS.get(id(time_provider))
+    if entry is not None:
+        return entry[1]
+    try:
+        scheduler = _SCHEDULERS.get(time_provider)
+        if scheduler is None:
+            with _LOCK:
+                scheduler = _SCHEDULERS.setdefault(time_provider, Scheduler(time_provider))
+    except TypeError:  # the system clock and other slotted clocks cannot be weakly referenced
+        with _LOCK:
+            entry = _STRONG_SCHEDULERS.setdefault(id(time_provider), (time_provider, Scheduler(time_provider)))
+        scheduler = entry[1]
+    return scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +189,6 @@ class LeaseBase:
     """State shared by the sync and async leases; see the module docstring."""
 
     __slots__ = (
-        "_deadline_at",
-        "_deadline_timer",
         "_ended",
         "_error",
         "_generation",
@@ -98,7 +196,8 @@ class LeaseBase:
         "_loss",
         "_ops",
         "_params",
-        "_renew_timer",
+        "_renew_at",
+        "_scheduled_at",
         "_timeline",
         "_tp",
         "acquired_at",
@@ -132,9 +231,8 @@ class LeaseBase:
         self._error: LockLostError | None = None
         self._ended = False
         self._in_flight = False
-        self._renew_timer: TimerHandle | None = None
-        self._deadline_timer: TimerHandle | None = None
-        self._deadline_at = 0.0
+        self._renew_at: float | None = None
+        self._scheduled_at = _NEVER
         self._generation = fork_generation()
         self.acquired_at = time_provider.monotonic()
 
@@ -187,59 +285,61 @@ class LeaseBase:
         return self._generation != fork_generation()
 
     # -- scheduling ---------------------------------------------------------------------------
+    #
+    # A lease has one pending event at a time: the earlier of its next renewal and (when
+    # watched) its deadline, at `_scheduled_at`. `_arm` makes `_due()` run then (sync: an entry
+    # in the clock's shared heap; async: one loop timer); `_forget` drops it. An event that is
+    # armed earlier than needed just fires, finds nothing to do, and re-arms.
 
-    def _call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+    def _arm(self, when: float, now: float, *, replacing: bool) -> None:
         raise NotImplementedError
 
+    def _forget(self) -> None:
+        raise NotImplementedError
+
+    def _reschedule(self, now: float) -> None:
+        """Arm the next event if none is armed at or before it (under _LOCK)."""
+        target = _NEVER if self._renew_at is None else self._renew_at
+        if self._params.watch_deadline:
+            target = min(target, self._timeline.deadline)
+        if target < self._scheduled_at:
+            replacing = self._scheduled_at != _NEVER
+            self._scheduled_at = target
+            self._arm(target, now, replacing=replacing)
+
     def _begin(self, sent_at: float) -> None:
-        """Start the timers of a freshly acquired lease."""
+        """Start watching a freshly acquired lease."""
         with _LOCK:
             _LIVE[id(self)] = self
-            now = self._tp.monotonic()
-            first = self._timeline.first_renewal(sent_at)
-            if first is not None:
-                self._renew_timer = self._call_later(first - now, self._renew_due)
-            if self._params.watch_deadline:
-                self._arm_deadline(now)
+            self._renew_at = self._timeline.first_renewal(sent_at)
+            self._reschedule(self._tp.monotonic())
 
-    def _arm_deadline(self, now: float) -> None:
-        # Under _LOCK. The timer is re-armed lazily when a renewal pushed the deadline out, and
-        # at once when an `extend` with a shorter ttl pulled it in.
-        deadline = self._timeline.deadline
-        timer = self._deadline_timer
-        if timer is not None:
-            if self._deadline_at <= deadline:
-                return
-            timer.cancel()
-        self._deadline_at = deadline
-        self._deadline_timer = self._call_later(deadline - now, self._deadline_due)
-
-    def _deadline_due(self) -> None:
+    def _due(self) -> None:
+        """The armed event fired (its entry is already consumed): lose, renew, or re-arm."""
         if self._forked():
             return
+        lose = False
+        ttl = None
         with _LOCK:
-            self._deadline_timer = None
             if self._ended or self._error is not None:
                 return
             now = self._tp.monotonic()
-            if not self._timeline.expired(now):
-                self._arm_deadline(now)
-                return
-        self._lose()
+            if self._params.watch_deadline and self._timeline.expired(now):
+                lose = True
+            else:
+                renew_at = self._renew_at
+                if renew_at is not None and now >= renew_at and not self._in_flight:
+                    self._renew_at = None
+                    self._in_flight = True
+                    ttl = self._timeline.ttl
+                self._reschedule(now)  # the deadline stays watched while a renewal is in flight
+        if lose:
+            self._lose()
+        elif ttl is not None:
+            self._start_renewal(ttl)
 
-    def _renew_due(self) -> None:
+    def _start_renewal(self, ttl: float) -> None:
         raise NotImplementedError
-
-    def _claim_renewal(self) -> float | None:
-        """Mark a renewal in flight; its ttl, or None if none should be sent."""
-        if self._forked():
-            return None
-        with _LOCK:
-            self._renew_timer = None
-            if self._ended or self._error is not None or self._in_flight:
-                return None
-            self._in_flight = True
-            return self._timeline.ttl
 
     def _renewed(self, sent: float, ttl: float, ok: bool, failure: Exception | None) -> None:
         """Act on a renewal's answer (`ok`) or its error (`failure`)."""
@@ -250,17 +350,13 @@ class LeaseBase:
                 return  # a renewal in flight when the body ended, or after the loss: ignored
             now = self._tp.monotonic()
             if failure is not None:
-                retry_at = self._timeline.failed(now)
-                if retry_at is not None:
-                    self._renew_timer = self._call_later(retry_at - now, self._renew_due)
+                self._renew_at = self._timeline.failed(now)
+                self._reschedule(now)
             elif not ok or self._timeline.expired(now):
                 lose = True
             else:
-                next_at = self._timeline.renewed(sent, ttl)
-                if next_at is not None:
-                    self._renew_timer = self._call_later(next_at - now, self._renew_due)
-                if self._params.watch_deadline:
-                    self._arm_deadline(now)
+                self._renew_at = self._timeline.renewed(sent, ttl)
+                self._reschedule(now)
         if lose:
             self._lose()
         elif failure is not None and self._params.on_renew_error is not None:
@@ -274,8 +370,8 @@ class LeaseBase:
             if self._error is not None:
                 return False
             self._timeline.renewed(sent, ttl)
-            if self._params.watch_deadline and not self._ended:
-                self._arm_deadline(self._tp.monotonic())
+            if not self._ended:
+                self._reschedule(self._tp.monotonic())  # a shorter ttl pulls the deadline in
         return True
 
     # -- loss and the end ---------------------------------------------------------------------
@@ -286,13 +382,9 @@ class LeaseBase:
             if self._error is not None:
                 return
             error = self._error = self._params.error_type(self.key, self.token)
-            timers = (self._renew_timer, self._deadline_timer)
-            self._renew_timer = self._deadline_timer = None
+            self._forget()
             _LIVE.pop(id(self), None)
             loss = self._loss
-        for timer in timers:
-            if timer is not None:
-                timer.cancel()
         if loss is not None:
             loss.abort(error)
         self.signal.abort(error)
@@ -315,12 +407,8 @@ class LeaseBase:
             if self._ended:
                 return False
             self._ended = True
-            timers = (self._renew_timer, self._deadline_timer)
-            self._renew_timer = self._deadline_timer = None
+            self._forget()
             _LIVE.pop(id(self), None)
-        for timer in timers:
-            if timer is not None:
-                timer.cancel()
         return True
 
     def _check_deadline(self) -> None:
@@ -330,7 +418,7 @@ class LeaseBase:
     def _abandon_in_child(self) -> None:
         # After os.fork(), in the child: the parent still holds (and renews) this lease.
         self._ended = True
-        self._renew_timer = self._deadline_timer = None
+        self._scheduled_at = _NEVER
         if self._error is None:
             self._error = self._params.error_type(self.key, self.token)
         with contextlib.suppress(Exception):
@@ -357,21 +445,28 @@ def _call_sync_hook(hook: Callable[[Any], object], argument: object) -> None:
 
 
 class Lease(LeaseBase):
-    """A lease held by sync code: renewal I/O on the shared renewer thread, timers off any loop."""
+    """A lease held by sync code: renewal I/O on the shared renewer thread, events in the clock's heap."""
 
-    __slots__ = ()
+    __slots__ = ("_scheduler",)
 
-    def _call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
-        return sync_call_later(self._tp, delay, callback)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._scheduler = scheduler_for(self._tp)
 
-    def _renew_due(self) -> None:
-        # On the timer thread (or whoever advances a fake clock): hand the I/O to the renewer.
-        RENEWER.submit(self._renew_job)
+    def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - see Scheduler
+        if replacing:
+            self._scheduler.stale += 1
+        self._scheduler.schedule(when, self)
 
-    def _renew_job(self) -> None:
-        ttl = self._claim_renewal()
-        if ttl is None:
-            return
+    def _forget(self) -> None:
+        if self._scheduled_at != _NEVER:
+            self._scheduled_at = _NEVER
+            self._scheduler.stale += 1
+
+    def _start_renewal(self, ttl: float) -> None:
+        RENEWER.submit(lambda: self._renew_job(ttl))
+
+    def _renew_job(self, ttl: float) -> None:
         sent = self._tp.monotonic()
         if self._timeline.expired(sent):
             self._renewed(sent, ttl, ok=False, failure=None)
@@ -511,8 +606,11 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _LOCK  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
+    global _LOCK, _owner_prefix  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
+    _owner_prefix = secrets.token_hex(16)  # the parent goes on with the same counter
+    _SCHEDULERS.clear()  # their timers died with the parent's threads
+    _STRONG_SCHEDULERS.clear()
     _reset_runtime()
     leases = list(_LIVE.values())
     _LIVE.clear()

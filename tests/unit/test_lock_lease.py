@@ -62,7 +62,10 @@ class TestRenew:
         store = FaultyStore(clock)
         build(clock, store=store, ttl=TTL).execute(lambda: step(clock, TTL / 3 - 0.01))
         assert [call[0] for call in store.calls] == ["acquire", "release"]
+        assert clock.pending_timers <= 1  # the clock's shared scheduler, disarmed lazily
+        step(clock, TTL)
         assert clock.pending_timers == 0
+        assert [call[0] for call in store.calls] == ["acquire", "release"]
 
     def test_failed_renewals_are_reported_and_retried(self, clock: FakeTimeProvider) -> None:
         """A renewal error emits OnLockRenewalFailed and is retried with backoff; a later success saves the lease."""
