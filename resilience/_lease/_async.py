@@ -13,13 +13,14 @@ import contextlib
 import inspect
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+import types
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._lease import _lease as _lease_module
 from resilience._lease._lease import _NEVER, LeaseBase, LeaseParams, new_owner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Generator
 
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
@@ -33,6 +34,8 @@ _logger = logging.getLogger("resilience")
 
 RELEASE_TIMEOUT = 5.0
 """How long an async release may take before it is abandoned (the lease expires anyway)."""
+
+T = TypeVar("T")
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 """Tasks nobody awaits (notifications, abandoned releases): referenced until done."""
@@ -159,15 +162,53 @@ class AsyncLease(LeaseBase):
         return self._error
 
 
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
+    """Go on with a coroutine whose first step already ran and yielded `yielded`.
+
+    The manual form of `yield from`: what the task sends or throws goes to `coro`.
+    """
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - everything thrown in goes to the coroutine
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+async def _finish(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
+    return await _resume(coro, yielded)
+
+
 async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:
     """Release, shielded from the caller's cancellation and abandoned after `RELEASE_TIMEOUT`.
 
-    Errors and the timeout count as "released" (ignored: the lease expires anyway). If the
-    caller is cancelled meanwhile, the release goes on in the background and the cancellation
-    propagates.
+    The release's first step runs at once: a store that answers without suspending (the
+    memory store) needs no task, shield or timer. One that suspends goes on in a task the
+    caller awaits through a shield. Errors and the timeout count as "released" (ignored: the
+    lease expires anyway). If the caller is cancelled meanwhile, the release goes on in the
+    background and the cancellation propagates.
     """
+    coro = ops.release_async(key, owner)
+    try:
+        yielded = coro.send(None)
+    except StopIteration as done:
+        return bool(done.value)
+    except Exception:
+        _logger.debug("a lease release failed", exc_info=True)
+        return True
     loop = asyncio.get_running_loop()
-    task = _spawn(loop, ops.release_async(key, owner))
+    task = _spawn(loop, _finish(coro, yielded))
     thread = threading.get_ident()
 
     def bound() -> None:
@@ -182,7 +223,7 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
     current = asyncio.current_task()
     baseline = 0 if current is None else current.cancelling()
     try:
-        return await asyncio.shield(task)
+        return bool(await asyncio.shield(task))
     except asyncio.CancelledError:
         if task.cancelled() and (current is None or current.cancelling() <= baseline):
             _logger.debug("a lease release took longer than %ss and was abandoned", RELEASE_TIMEOUT)
