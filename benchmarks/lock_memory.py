@@ -83,18 +83,27 @@ def held_sync(leases: int, seconds: float, ttl: float) -> dict[str, float]:
     ops = LockOps(store)
     params = LeaseParams(ttl=ttl, renew_interval=ttl / 3)
     before_threads = _threads()
+
+    def hold(prefix: str) -> list:
+        held = []
+        for n in range(leases):
+            lease, _ = acquire_lease(
+                ops, f"{prefix}{n}", params=params, schedule=None, time_provider=store.time_provider, signal=None
+            )
+            assert lease is not None
+            held.append(lease)
+        return held
+
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    held = []
-    for n in range(leases):
-        lease, _ = acquire_lease(
-            ops, f"k{n}", params=params, schedule=None, time_provider=store.time_provider, signal=None
-        )
-        assert lease is not None
-        held.append(lease)
+    measured = hold("m")
     per_lease = (tracemalloc.get_traced_memory()[0] - base) / leases
     tracemalloc.stop()
+    for lease in measured:
+        lease.finish()
+    del measured
+    held = hold("k")
     start_renewals = store.renewals
     start = time.perf_counter()
     time.sleep(seconds)
@@ -136,18 +145,29 @@ def held_async(leases: int, seconds: float, ttl: float) -> dict[str, float]:
             context = get_context()
             lost += context is not None and context.signal.aborted
 
-        async def one(n: int) -> None:
-            with use_context(operation_key=str(n)):
+        async def one(n: str) -> None:
+            with use_context(operation_key=n):
                 await pipeline.execute_async(body)
+
+        async def hold(prefix: str) -> list:
+            nonlocal ready
+            ready = 0
+            tasks = [asyncio.ensure_future(one(f"{prefix}{n}")) for n in range(leases)]
+            while ready < leases:  # noqa: ASYNC110 - polling a counter is the simplest here
+                await asyncio.sleep(0.01)
+            return tasks
 
         gc.collect()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
-        tasks = [asyncio.ensure_future(one(n)) for n in range(leases)]
-        while ready < leases:  # noqa: ASYNC110 - polling a counter is the simplest here
-            await asyncio.sleep(0.01)
+        tasks = await hold("m")
         per_lease = (tracemalloc.get_traced_memory()[0] - base) / leases
         tracemalloc.stop()
+        go.set()
+        await asyncio.gather(*tasks)
+        go.clear()
+        lost = 0
+        tasks = await hold("k")
         start_renewals = store.renewals
         start = time.perf_counter()
         await asyncio.sleep(seconds)

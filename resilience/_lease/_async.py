@@ -102,7 +102,14 @@ class AsyncLease(LeaseBase):
             timer.cancel()
 
     def _start_renewal(self, ttl: float) -> None:
-        self._renew_task = self._loop.create_task(self._renew_once(ttl))
+        # The first step runs at once: a store that answers without suspending (the memory
+        # store) costs no task. One that suspends goes on in a task the deadline can cancel.
+        coro = self._renew_once(ttl)
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            return
+        self._renew_task = self._loop.create_task(_finish(coro, yielded))
 
     async def _renew_once(self, ttl: float) -> None:
         sent = self._tp.monotonic()
