@@ -121,8 +121,8 @@ class AsyncLease(LeaseBase):
             ok = await self._ops.renew_async(self.key, self.owner, ttl)
         except asyncio.CancelledError:
             self._renew_task = None
-            if self._error is None and not self._ended:
-                raise  # not our cancellation (the loop is shutting down)
+            if self._error is None and not self._ended:  # pragma: no cover - the loop is shutting down
+                raise
             self._renewed(sent, ttl, ok=False, failure=None)  # clears the in-flight mark
             return
         except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
@@ -178,7 +178,7 @@ def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T
     while True:
         try:
             sent = yield yielded
-        except GeneratorExit:
+        except GeneratorExit:  # pragma: no cover - a task abandoned by a closing loop
             coro.close()
             raise
         except BaseException as exc:  # noqa: BLE001 - everything thrown in goes to the coroutine

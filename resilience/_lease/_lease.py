@@ -131,7 +131,7 @@ class Scheduler:
         for lease in due:
             try:
                 lease._due()
-            except Exception:
+            except Exception:  # pragma: no cover - defensive: one lease never stops the others
                 _logger.exception("a lease event failed")
 
     def __len__(self) -> int:
@@ -415,7 +415,7 @@ class LeaseBase:
         if self._params.watch_deadline and self._timeline.expired(self._tp.monotonic()):
             self._lose()
 
-    def _abandon_in_child(self) -> None:
+    def _abandon_in_child(self) -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
         # After os.fork(), in the child: the parent still holds (and renews) this lease.
         self._ended = True
         self._scheduled_at = _NEVER
@@ -605,7 +605,7 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
         _logger.debug("best-effort release of an interrupted acquire failed", exc_info=True)
 
 
-def _after_fork_in_child() -> None:
+def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
     global _LOCK, _owner_prefix  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
     _owner_prefix = secrets.token_hex(16)  # the parent goes on with the same counter

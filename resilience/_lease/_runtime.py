@@ -99,7 +99,7 @@ def fork_generation() -> int:
     return _generation
 
 
-def _after_fork_in_child() -> None:
+def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
     global _generation  # noqa: PLW0603 - process-wide by nature
     _generation += 1
     RENEWER._reset()

@@ -129,7 +129,7 @@ class _MemoryStore:
 
         remove = self._add_release_listener(key, on_release)
         try:
-            if self._is_free(key, None):  # released between the check and the subscription
+            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
                 return True
             if isinstance(self._time_provider, SystemTimeProvider):
                 woken.wait(max(timeout, 0.0))
@@ -165,7 +165,7 @@ class _MemoryStore:
         remove = self._add_release_listener(key, on_release)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
-            if self._is_free(key, None):
+            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
                 return True
             return await future
         finally:

@@ -266,3 +266,196 @@ class TestAsyncHandle:
         await settle()
         assert seen
         await lease.finish_async()
+
+
+class TestScheduler:
+    def test_ended_leases_are_compacted_out_of_the_heap(self, clock: FakeTimeProvider) -> None:
+        """Thousands of short executions leave a bounded heap behind, not one entry each."""
+        from resilience._lease._lease import scheduler_for
+
+        store = MemoryLockStore(clock)
+        params = LeaseParams(ttl=30.0, renew_interval=10.0)
+        for n in range(5000):
+            _acquire(store, clock, params, key=f"k{n}").finish()
+        assert len(scheduler_for(clock)) <= 2 * 1024 + 2
+        assert len(store) == 0
+
+    def test_one_scheduler_per_clock(self, clock: FakeTimeProvider) -> None:
+        """The system clock (not weakly referenceable) and fake clocks each get one scheduler."""
+        from resilience._lease._lease import scheduler_for
+        from resilience._time import SYSTEM_TIME
+
+        assert scheduler_for(SYSTEM_TIME) is scheduler_for(SYSTEM_TIME)
+        assert scheduler_for(clock) is scheduler_for(clock)
+        assert scheduler_for(clock) is not scheduler_for(FakeTimeProvider())
+
+
+class TestHooks:
+    def test_a_sync_hook_returning_an_awaitable_is_closed(
+        self, clock: FakeTimeProvider, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An async on_renew_error in a sync lease is closed and logged."""
+        store = FaultyStore(clock)
+        store.renew_error = ConnectionError("blip")
+
+        async def hook(_exc: Exception) -> None:
+            raise AssertionError
+
+        with caplog.at_level(logging.ERROR, logger="resilience"):
+            lease = _acquire(store, clock, LeaseParams(ttl=3.0, renew_interval=1.0, on_renew_error=hook))
+            step(clock, 1.0)
+        assert "returned an awaitable" in caplog.text
+        lease.finish()
+
+    async def test_an_async_hook_that_raises_is_logged(
+        self, clock: FakeTimeProvider, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Exceptions of an async lease callback are logged."""
+        store = FaultyStore(clock)
+        store.renew_error = ConnectionError("blip")
+
+        def hook(_exc: Exception) -> None:
+            raise RuntimeError("hook")
+
+        with caplog.at_level(logging.ERROR, logger="resilience"):
+            lease, _ = await acquire_lease_async(
+                LockOps(store),
+                "k",
+                params=LeaseParams(ttl=3.0, renew_interval=1.0, on_renew_error=hook),
+                schedule=None,
+                time_provider=clock,
+                signal=None,
+            )
+            assert lease is not None
+            await astep(clock, 1.0)
+            await settle()
+        assert "a lease callback raised" in caplog.text
+        await lease.finish_async()
+
+    def test_renewer_job_errors_are_logged(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A job that raises on the renewer thread is logged and the thread goes on."""
+        from resilience._lease import RENEWER
+
+        def boom() -> None:
+            raise RuntimeError("job")
+
+        with caplog.at_level(logging.ERROR, logger="resilience"):
+            RENEWER.submit(boom)
+            idle()
+            ran: list[bool] = []
+            RENEWER.submit(lambda: ran.append(True))
+            idle()
+        assert ran == [True]
+        assert "a lease renewal job raised" in caplog.text
+
+
+class TestAsyncEdges:
+    async def test_a_clock_advanced_from_another_thread_reaches_the_loop(self, clock: FakeTimeProvider) -> None:
+        """Timers fired on another thread hop onto the lease's loop; the loss is seen there."""
+        store = FaultyStore(clock)
+        lease, _ = await acquire_lease_async(
+            LockOps(store),
+            "k",
+            params=LeaseParams(ttl=1.0, renew_interval=None),
+            schedule=None,
+            time_provider=clock,
+            signal=None,
+        )
+        assert lease is not None
+        await asyncio.to_thread(clock.advance, 1.0)
+        await settle()
+        assert lease.lost
+        assert await lease.finish_async() is lease.error
+
+    async def test_a_hanging_release_abandoned_from_another_thread(self, clock: FakeTimeProvider) -> None:
+        """The release bound fires on the advancing thread and hops onto the loop."""
+        store = FaultyStore(clock)
+        store.async_release_gate = asyncio.Event()
+        lease, _ = await acquire_lease_async(
+            LockOps(store),
+            "k",
+            params=LeaseParams(ttl=30.0, renew_interval=None),
+            schedule=None,
+            time_provider=clock,
+            signal=None,
+        )
+        assert lease is not None
+        finishing = asyncio.ensure_future(lease.finish_async())
+        await settle()
+        from resilience._lease import RELEASE_TIMEOUT
+
+        await asyncio.to_thread(clock.advance, RELEASE_TIMEOUT)
+        assert await asyncio.wait_for(finishing, 5) is None
+
+    async def test_a_release_that_fails_after_suspending_is_ignored(self, clock: FakeTimeProvider) -> None:
+        """A release error after the store suspended still counts as released."""
+        store = FaultyStore(clock)
+        gate = store.async_release_gate = asyncio.Event()
+        store.release_error = ConnectionError("down")
+        lease, _ = await acquire_lease_async(
+            LockOps(store),
+            "k",
+            params=LeaseParams(ttl=30.0, renew_interval=None),
+            schedule=None,
+            time_provider=clock,
+            signal=None,
+        )
+        assert lease is not None
+        finishing = asyncio.ensure_future(lease.finish_async())
+        await settle()
+        gate.set()
+        assert await asyncio.wait_for(finishing, 5) is None
+
+    async def test_an_acquired_lease_under_an_aborted_signal_is_given_back_async(self, clock: FakeTimeProvider) -> None:
+        """Async: the signal aborting during acquire releases the lease in the background."""
+        store = FaultyStore(clock)
+        signal = Signal()
+        original = store.acquire_or_ttl
+
+        def acquire_then_abort(key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+            result = original(key, owner, ttl)
+            signal.abort()
+            return result
+
+        store.acquire_or_ttl = acquire_then_abort  # type: ignore[method-assign]
+        with pytest.raises(Exception, match="aborted"):
+            await acquire_lease_async(
+                LockOps(store),
+                "k",
+                params=LeaseParams(ttl=1.0, renew_interval=None),
+                schedule=None,
+                time_provider=clock,
+                signal=signal,
+            )
+        await settle()
+        assert store.count("release") == 1
+
+    async def test_semaphore_ops_async_with_and_without_lease_info(self, clock: FakeTimeProvider) -> None:
+        """SemaphoreOps drives the async semaphore protocol, with or without lease info."""
+        store = MemorySemaphoreStore(clock)
+        params = LeaseParams(ttl=3.0, renew_interval=None)
+        first, _ = await acquire_lease_async(
+            SemaphoreOps(store, 1), "k", params=params, schedule=None, time_provider=clock, signal=None
+        )
+        assert first is not None
+        ops = SemaphoreOps(store, 1)
+        ops.lease_info = ops.lease_info_async = False
+        second, held_for = await acquire_lease_async(
+            ops, "k", params=params, schedule=None, time_provider=clock, signal=None
+        )
+        assert second is None
+        assert held_for is None
+        assert ops.acquire("k", "x", 1.0) == (None, None)
+        assert await first.finish_async() is None
+
+    async def test_semaphore_wait_released(self, clock: FakeTimeProvider) -> None:
+        """A semaphore waiter is woken when a slot is released."""
+        store = MemorySemaphoreStore(clock)
+        assert await store.wait_released_async("k", 1.0) is True
+        store.acquire("k", "a", 30.0, 1)
+        waiting = asyncio.ensure_future(store.wait_released_async("k", 30.0))
+        await settle()
+        assert not waiting.done()
+        store.release("k", "a")
+        assert await asyncio.wait_for(waiting, 5) is True
+        assert await store.acquire_or_ttl_async("k", "b", 1.0, 1) == (2, None)

@@ -516,3 +516,20 @@ class TestRelease:
         assert [call[0] for call in store.calls] == calls
         assert calls[-1] == "release"
         assert clock.pending_timers == 0
+
+
+async def test_a_cancelled_async_callable_releases_and_propagates(clock: FakeTimeProvider) -> None:
+    """Cancelling the caller mid-callable: the lease is released, CancelledError propagates."""
+    store = FaultyStore(clock)
+    events = Events()
+
+    async def job() -> None:
+        await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(build(clock, events, store=store).execute_async(job))
+    await settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert store.count("release") == 1
+    assert events.names() == ["OnLockAcquired", "OnLockReleased"]
