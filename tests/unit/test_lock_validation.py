@@ -135,3 +135,16 @@ def test_the_strategy_repr_shows_its_options(clock: FakeTimeProvider) -> None:
     strategy = build(clock, ttl=5).strategies[0]
     assert "LockStrategy" in repr(strategy)
     assert "ttl=5.0" in repr(strategy)
+
+
+def test_public_lock_names_are_exported_sorted() -> None:
+    """The lock's public names are in sorted __all__ lists of their packages."""
+    import resilience.stores
+    import resilience.strategies
+
+    for module in (resilience.stores, resilience.strategies):
+        assert module.__all__ == sorted(module.__all__)
+    assert {"MemoryLockStore", "MemorySemaphoreStore"} <= set(resilience.stores.__all__)
+    assert {"LockEventArguments", "LockStrategyOptions", "OnLockLostArguments", "lock_strategy"} <= set(
+        resilience.strategies.__all__
+    )
