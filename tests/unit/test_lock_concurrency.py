@@ -111,12 +111,12 @@ async def test_with_a_wait_budget_every_task_runs_one_at_a_time() -> None:
 
 
 def test_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
-    """On the real clock a 60 ms ttl survives a 300 ms job, with one renewer thread."""
+    """On the real clock a 200 ms ttl survives a 700 ms job, with one renewer thread."""
     store = MemoryLockStore()
-    pipeline = ResiliencePipelineBuilder().add_lock("t:long", ttl=0.06, store=store).build()
+    pipeline = ResiliencePipelineBuilder().add_lock("t:long", ttl=0.2, store=store).build()
 
     def job() -> bool:
-        time.sleep(0.3)
+        time.sleep(0.7)
         return store.acquire("t:long", "other", 1.0) is None
 
     assert pipeline.execute(job) is True
@@ -129,10 +129,10 @@ def test_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
 async def test_async_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
     """The async twin on the real loop clock."""
     store = MemoryLockStore()
-    pipeline = ResiliencePipelineBuilder().add_lock("a:long", ttl=0.06, store=store).build()
+    pipeline = ResiliencePipelineBuilder().add_lock("a:long", ttl=0.2, store=store).build()
 
     async def job() -> bool:
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.7)
         return store.acquire("a:long", "other", 1.0) is None
 
     assert await pipeline.execute_async(job) is True
@@ -141,10 +141,10 @@ async def test_async_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
 def test_a_sync_execution_inside_a_running_loop_still_renews() -> None:
     """A sync execution started from a coroutine blocks the loop: its timers must not use it."""
     store = MemoryLockStore()
-    pipeline = ResiliencePipelineBuilder().add_lock("t:inloop", ttl=0.06, store=store).build()
+    pipeline = ResiliencePipelineBuilder().add_lock("t:inloop", ttl=0.2, store=store).build()
 
     def job() -> bool:
-        time.sleep(0.3)
+        time.sleep(0.7)
         return store.acquire("t:inloop", "other", 1.0) is None
 
     async def main() -> bool:
@@ -160,7 +160,7 @@ def test_many_held_leases_share_the_renewer(count: int) -> None:
     lost: list[object] = []
     pipeline = (
         ResiliencePipelineBuilder()
-        .add_lock(lambda ctx: f"t:many:{ctx.operation_key}", ttl=0.1, store=store, on_lock_lost=lost.append)
+        .add_lock(lambda ctx: f"t:many:{ctx.operation_key}", ttl=1.0, store=store, on_lock_lost=lost.append)
         .build()
     )
     before = threading.active_count()
@@ -181,7 +181,7 @@ def test_many_held_leases_share_the_renewer(count: int) -> None:
         thread.start()
     for _ in range(count):
         assert held.acquire(timeout=10)
-    time.sleep(0.25)
+    time.sleep(0.5)  # past the first renewal (every ttl/3)
     background = threading.active_count() - before - count
     go.set()
     for thread in threads:
@@ -189,3 +189,60 @@ def test_many_held_leases_share_the_renewer(count: int) -> None:
     assert background <= 2
     assert len(store) == 0
     assert lost == []
+
+
+class _HangingRenewStore(MemoryLockStore):
+    """Renewals block (sync) or never answer (async) until `gate` opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        self.gate.wait(10)
+        return super().renew(key, owner, ttl)
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        await asyncio.sleep(10)
+        return super().renew(key, owner, ttl)
+
+
+def test_the_real_deadline_fires_while_a_renewal_hangs() -> None:
+    """On the real clock, the timer thread aborts the signal at the deadline despite the hung renewal."""
+    store = _HangingRenewStore()
+    pipeline = ResiliencePipelineBuilder().add_lock("t:hang", ttl=0.15, store=store).build()
+
+    def job() -> tuple[bool, float]:
+        from resilience import get_context
+
+        context = get_context()
+        assert context is not None
+        started = time.monotonic()
+        aborted = context.signal.wait(5)
+        return aborted, time.monotonic() - started
+
+    try:
+        aborted, waited = pipeline.execute(job)
+    finally:
+        store.gate.set()
+    assert aborted
+    assert waited < 1.0  # the deadline (~0.15 s), not the 10 s renewal
+
+
+async def test_the_real_async_deadline_fires_while_a_renewal_hangs() -> None:
+    """On the real loop clock, the deadline aborts the signal and cancels the hung renewal."""
+    store = _HangingRenewStore()
+    pipeline = ResiliencePipelineBuilder().add_lock("a:hang", ttl=0.15, store=store).build()
+
+    async def job() -> tuple[bool, float]:
+        from resilience import get_context
+
+        context = get_context()
+        assert context is not None
+        started = time.monotonic()
+        aborted = await context.signal.wait_async(5)
+        return aborted, time.monotonic() - started
+
+    aborted, waited = await pipeline.execute_async(job)
+    assert aborted
+    assert waited < 1.0
