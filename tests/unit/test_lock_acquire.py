@@ -46,6 +46,12 @@ def _run_in_thread(fn: object) -> tuple[threading.Thread, list[object]]:
     return thread, result
 
 
+def _next_timer(clock: FakeTimeProvider) -> float | None:
+    with clock._lock:
+        live = [when for when, _, timer in clock._timers if timer._callback is not None]
+    return min(live, default=None)
+
+
 def _wait_until(predicate: object, timeout: float = 5.0) -> None:
     event = threading.Event()
     for _ in range(int(timeout / 0.001)):
@@ -209,20 +215,24 @@ class TestWait:
         assert clock.monotonic() >= 0.2
 
     def test_the_budget_runs_out_with_a_last_attempt_at_the_deadline(self, clock: FakeTimeProvider) -> None:
-        """When the holder never leaves: attempts until the deadline, then rejection."""
+        """When the holder never leaves: attempts until the deadline, the last one at it, then rejection."""
         events = Events()
         store = FaultyStore(clock)
         _hold(store)
         pipeline = build(clock, events, store=store, wait=2.0)
         thread, result = _run_in_thread(lambda: pipeline.execute(lambda: None))
         while thread.is_alive():
-            clock.advance(0.01)
+            # Move the clock only while the waiter sleeps, exactly to its wake-up time.
+            _wait_until(lambda: not thread.is_alive() or _next_timer(clock) is not None)
+            due = _next_timer(clock)
+            if due is not None:
+                clock.advance(due - clock.monotonic())
             thread.join(0.001)
         assert isinstance(result[0], LockNotAcquiredError)
         assert store.count("acquire") > 3
-        assert clock.monotonic() >= 2.0
+        assert clock.monotonic() == pytest.approx(2.0)
         wait = events.named("OnLockRejected")[0].arguments.wait_duration  # type: ignore[union-attr]
-        assert wait == pytest.approx(2.0, abs=0.02)
+        assert wait == pytest.approx(2.0)
 
     def test_auto_advancing_clock_runs_the_wait_out_at_once(self, auto_clock: FakeTimeProvider) -> None:
         """On an auto-advancing fake clock the wait sleeps on the clock (single-flow tests)."""
@@ -238,11 +248,11 @@ class TestWait:
         _hold(store, ttl=0.01)
         pipeline = build(clock, store=store, wait=10)
         thread, result = _run_in_thread(lambda: pipeline.execute(get_lock_token))
-        while thread.is_alive():
-            clock.advance(0.001)
-            thread.join(0.001)
+        _wait_until(lambda: _next_timer(clock) is not None)
+        assert _next_timer(clock) == pytest.approx(0.01)  # not the 25-50 ms backoff
+        clock.advance(0.01)
+        thread.join(5)
         assert result == [2]
-        assert clock.monotonic() < 0.05
 
     def test_the_signal_aborting_ends_the_wait_with_its_reason(self, clock: FakeTimeProvider) -> None:
         """Abort while waiting: the reason is raised at once and the callable never runs."""
