@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LockEventArguments",
+    "LockEvents",
     "LockStrategy",
     "LockStrategyOptions",
     "OnLockLostArguments",
@@ -70,10 +71,11 @@ class LockEventArguments:
     Durations are seconds: `wait_duration` (acquisition, on `OnLockAcquired`/`OnLockRejected`),
     `hold_duration` (acquired until released or lost, on `OnLockReleased`/`OnLockLost`).
     `retry_after` is the holder's time left on `OnLockRejected` when the store reports it;
-    `error` is the renewal's exception on `OnLockRenewalFailed`.
+    `error` is the renewal's exception on `OnLockRenewalFailed`. `context` is the execution's
+    (None for the primitives, which run outside a pipeline).
     """
 
-    context: ResilienceContext
+    context: ResilienceContext | None
     key: str
     token: int | None = None
     wait_duration: float | None = None
@@ -158,6 +160,55 @@ def lock_strategy(
     )
 
 
+class LockEvents:
+    """The five lock events, emitted the same way by the strategy and (later) the primitives.
+
+    Durations are measured on `time_provider`. Debug events build nothing unless someone
+    listens (`TelemetrySource.enabled`).
+    """
+
+    __slots__ = ("_telemetry", "_time_provider")
+
+    def __init__(self, telemetry: TelemetrySource, time_provider: TimeProvider) -> None:
+        self._telemetry = telemetry
+        self._time_provider = time_provider
+
+    def _emit(self, name: str, severity: Severity, arguments: LockEventArguments) -> None:
+        context = arguments.context
+        self._telemetry.emit(
+            name, severity, operation_key=None if context is None else context.operation_key, arguments=arguments
+        )
+
+    def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
+        """`OnLockAcquired` (Debug), with the time waited since `started`."""
+        if self._telemetry.enabled(Severity.DEBUG):
+            waited = self._time_provider.monotonic() - started
+            self._emit("OnLockAcquired", Severity.DEBUG, LockEventArguments(context, key, token, wait_duration=waited))
+
+    def rejected(self, context: ResilienceContext | None, key: str, started: float, retry_after: float | None) -> None:
+        """`OnLockRejected` (Information), with the time waited and the holder's time left."""
+        waited = self._time_provider.monotonic() - started
+        arguments = LockEventArguments(context, key, wait_duration=waited, retry_after=retry_after)
+        self._emit("OnLockRejected", Severity.INFORMATION, arguments)
+
+    def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
+        """`OnLockReleased` (Debug), with the hold time."""
+        if self._telemetry.enabled(Severity.DEBUG):
+            held = self._time_provider.monotonic() - lease.acquired_at
+            self._emit(
+                "OnLockReleased", Severity.DEBUG, LockEventArguments(context, key, lease.token, hold_duration=held)
+            )
+
+    def lost(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
+        """`OnLockLost` (Error), with the hold time until the loss was handled."""
+        held = self._time_provider.monotonic() - lease.acquired_at
+        self._emit("OnLockLost", Severity.ERROR, LockEventArguments(context, key, lease.token, hold_duration=held))
+
+    def renewal_failed(self, context: ResilienceContext | None, key: str, token: int, error: Exception) -> None:
+        """`OnLockRenewalFailed` (Warning), with the renewal's error."""
+        self._emit("OnLockRenewalFailed", Severity.WARNING, LockEventArguments(context, key, token, error=error))
+
+
 class _Run:
     """One execution's lease callbacks (they run on the renewer)."""
 
@@ -188,7 +239,7 @@ class _Run:
                     if callable(close):
                         close()
                     _logger.error("on_lock_lost returned an awaitable in a sync execution; it was not awaited")
-        self.strategy._emit_lost(inner, self.key, lease)
+        self.strategy._events.lost(inner, self.key, lease)
 
     async def lost_async(self, _error: LockLostError) -> None:
         inner, lease = self._lost_arguments()
@@ -200,16 +251,11 @@ class _Run:
                     await result
             except Exception:
                 _logger.exception("on_lock_lost raised")
-        self.strategy._emit_lost(inner, self.key, lease)
+        self.strategy._events.lost(inner, self.key, lease)
 
     def renew_failed(self, error: Exception) -> None:
         inner, lease = self._lost_arguments()
-        self.strategy._telemetry.emit(
-            "OnLockRenewalFailed",
-            Severity.WARNING,
-            operation_key=inner.operation_key,
-            arguments=LockEventArguments(inner, self.key, lease.token, error=error),
-        )
+        self.strategy._events.renewal_failed(inner, self.key, lease.token, error)
 
 
 class LockStrategy:
@@ -217,11 +263,11 @@ class LockStrategy:
 
     __slots__ = (
         "_cancel_on_lost",
+        "_events",
         "_key",
         "_on_lock_lost",
         "_ops",
         "_store_id",
-        "_telemetry",
         "_time_provider",
         "_ttl",
         "_wait",
@@ -236,7 +282,7 @@ class LockStrategy:
         self._ttl = to_seconds(options.ttl)
         self._wait = to_seconds(options.wait)
         self._time_provider: TimeProvider = context.time_provider
-        self._telemetry: TelemetrySource = context.telemetry
+        self._events = LockEvents(context.telemetry, context.time_provider)
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
@@ -290,13 +336,7 @@ class LockStrategy:
     def _reject(
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
     ) -> LockNotAcquiredError:
-        waited = self._time_provider.monotonic() - started
-        self._telemetry.emit(
-            "OnLockRejected",
-            Severity.INFORMATION,
-            operation_key=context.operation_key,
-            arguments=LockEventArguments(context, key, wait_duration=waited, retry_after=retry_after),
-        )
+        self._events.rejected(context, key, started, retry_after)
         if reentrant:
             return LockNotAcquiredError(
                 key, None, message=f"lock {key!r} is already held by this execution (locks are not reentrant)"
@@ -305,15 +345,7 @@ class LockStrategy:
 
     def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase, started: float) -> ResilienceContext:
         key = run.key
-        if self._telemetry.enabled(Severity.DEBUG):
-            self._telemetry.emit(
-                "OnLockAcquired",
-                Severity.DEBUG,
-                operation_key=context.operation_key,
-                arguments=LockEventArguments(
-                    context, key, lease.token, wait_duration=self._time_provider.monotonic() - started
-                ),
-            )
+        self._events.acquired(context, key, lease.token, started)
         inner = context.derive(signal=lease.signal)
         props = inner.properties
         props.set(LOCK_TOKEN, lease.token)
@@ -323,27 +355,8 @@ class LockStrategy:
         return inner
 
     def _released(self, run: _Run, lease: LeaseBase, error: LockLostError | None) -> None:
-        if error is None and self._telemetry.enabled(Severity.DEBUG):
-            inner = run.inner
-            assert inner is not None
-            self._telemetry.emit(
-                "OnLockReleased",
-                Severity.DEBUG,
-                operation_key=inner.operation_key,
-                arguments=LockEventArguments(
-                    inner, run.key, lease.token, hold_duration=self._time_provider.monotonic() - lease.acquired_at
-                ),
-            )
-
-    def _emit_lost(self, inner: ResilienceContext, key: str, lease: LeaseBase) -> None:
-        self._telemetry.emit(
-            "OnLockLost",
-            Severity.ERROR,
-            operation_key=inner.operation_key,
-            arguments=LockEventArguments(
-                inner, key, lease.token, hold_duration=self._time_provider.monotonic() - lease.acquired_at
-            ),
-        )
+        if error is None:
+            self._events.released(run.inner, run.key, lease)
 
     @staticmethod
     def _outcome_error(lease: LeaseBase, error: LockLostError | None, exc: Exception) -> Exception | None:
