@@ -60,18 +60,9 @@ _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
 
 
-_owner_prefix = secrets.token_hex(16)
-_owner_count = itertools.count()
-
-
 def new_owner() -> str:
-    """An owner id unique to one execution (or one primitive acquisition).
-
-    128 random bits drawn once per process (again in a child after `os.fork()`), then a
-    counter: unique within the process by the counter and across processes by the random
-    part, without a `getrandom` system call per execution.
-    """
-    return f"{_owner_prefix}{next(_owner_count):x}"
+    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
+    return secrets.token_hex(16)
 
 
 class Scheduler:
@@ -606,9 +597,8 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
 
 
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
-    global _LOCK, _owner_prefix  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
+    global _LOCK  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
-    _owner_prefix = secrets.token_hex(16)  # the parent goes on with the same counter
     _SCHEDULERS.clear()  # their timers died with the parent's threads
     _STRONG_SCHEDULERS.clear()
     _reset_runtime()
