@@ -385,9 +385,8 @@ class LockStrategy:
         )
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
-        inner = self._enter(context, run, lease, started)
         try:
-            result = callback(inner)
+            result = callback(self._enter(context, run, lease, started))
         except Exception as exc:
             error = lease.finish()
             self._released(run, lease, error)
@@ -423,8 +422,8 @@ class LockStrategy:
         )
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
-        inner = self._enter(context, run, lease, started)
         try:
+            inner = self._enter(context, run, lease, started)
             if self._cancel_on_lost:
                 async with lease.loss_signal().cancel_scope():
                     result = await callback(inner)
