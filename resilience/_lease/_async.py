@@ -52,9 +52,9 @@ def _lease_lock() -> threading.Lock:
     return _lease_module._LOCK  # looked up each time: it is replaced in a child after fork
 
 
-async def _call_async_hook(hook: Callable[[Any], object], argument: object) -> None:
+async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
     try:
-        result = hook(argument)
+        result = hook(*args)
         if inspect.isawaitable(result):
             await result
     except Exception:
@@ -138,11 +138,11 @@ class AsyncLease(LeaseBase):
             # The deadline passed with a renewal in flight: it is bounded by the time left.
             self._on_loop(task.cancel)
 
-    def _dispatch(self, hook: Callable[[Any], object], argument: object) -> None:
-        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, argument)))
+    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
+        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
 
-    def _call_hook(self, hook: Callable[[Any], object], argument: object) -> None:
-        _spawn(self._loop, _call_async_hook(hook, argument))
+    def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
+        _spawn(self._loop, _call_async_hook(hook, *args))
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""

@@ -161,8 +161,8 @@ class LeaseParams:
       `finish`). False only for a bare primitive `acquire` handle, which only its own
       `extend()` answered False can abort.
     - `error_type`: the loss error (`LockLostError`, `SemaphoreLeaseLostError`).
-    - `on_lost(error)`: told once, on the renewer, after the signal aborted.
-    - `on_renew_error(exc)`: told on the renewer when a renewal raised (not a loss).
+    - `on_lost(lease)`: told once, on the renewer, after the signal aborted (`lease.error`).
+    - `on_renew_error(lease, exc)`: told on the renewer when a renewal raised (not a loss).
 
     Callback exceptions are logged, never raised; an awaitable they return is awaited in an
     async lease (and closed, with a log record, in a sync one).
@@ -172,8 +172,8 @@ class LeaseParams:
     renew_interval: float | None
     watch_deadline: bool = True
     error_type: type[LockLostError] = LockLostError
-    on_lost: Callable[[LockLostError], object] | None = None
-    on_renew_error: Callable[[Exception], object] | None = None
+    on_lost: Callable[[LeaseBase], object] | None = None
+    on_renew_error: Callable[[LeaseBase, Exception], object] | None = None
 
 
 class LeaseBase:
@@ -351,7 +351,7 @@ class LeaseBase:
         if lose:
             self._lose()
         elif failure is not None and self._params.on_renew_error is not None:
-            self._call_hook(self._params.on_renew_error, failure)
+            self._call_hook(self._params.on_renew_error, self, failure)
 
     def _extended(self, sent: float, ttl: float, ok: bool) -> bool:
         if not ok:
@@ -381,15 +381,17 @@ class LeaseBase:
         self.signal.abort(error)
         self._after_loss()
         if self._params.on_lost is not None:
-            self._dispatch(self._params.on_lost, error)
+            self._dispatch(self._params.on_lost, self)
 
     def _after_loss(self) -> None:
         """Shell-specific clean-up right after a loss (the async shell cancels a renewal)."""
 
-    def _dispatch(self, hook: Callable[[Any], object], argument: object) -> None:
+    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
+        """Run `hook(*args)` on the renewer (sync: its thread; async: a task on the loop)."""
         raise NotImplementedError
 
-    def _call_hook(self, hook: Callable[[Any], object], argument: object) -> None:
+    def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
+        """Run `hook(*args)` now (its exceptions logged; an awaitable awaited in async)."""
         raise NotImplementedError
 
     def _stop(self) -> bool:
@@ -422,9 +424,9 @@ class LeaseBase:
         return f"<{type(self).__name__} key={self.key!r} token={self.token} {state}>"
 
 
-def _call_sync_hook(hook: Callable[[Any], object], argument: object) -> None:
+def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
     try:
-        result = hook(argument)
+        result = hook(*args)
     except Exception:
         _logger.exception("a lease callback raised")
         return
@@ -469,11 +471,11 @@ class Lease(LeaseBase):
             return
         self._renewed(sent, ttl, ok=ok, failure=None)
 
-    def _dispatch(self, hook: Callable[[Any], object], argument: object) -> None:
-        RENEWER.submit(lambda: _call_sync_hook(hook, argument))
+    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
+        RENEWER.submit(lambda: _call_sync_hook(hook, *args))
 
-    def _call_hook(self, hook: Callable[[Any], object], argument: object) -> None:
-        _call_sync_hook(hook, argument)
+    def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
+        _call_sync_hook(hook, *args)
 
     def extend(self, ttl: float | None = None) -> bool:
         """Push the lease out to now + `ttl` (default: the lease's ttl); False if it is gone.

@@ -212,21 +212,15 @@ class LockEvents:
 class _Run:
     """One execution's lease callbacks (they run on the renewer)."""
 
-    __slots__ = ("inner", "key", "lease", "strategy")
+    __slots__ = ("inner", "key", "strategy")
 
-    def __init__(self, strategy: LockStrategy, key: str) -> None:
+    def __init__(self, strategy: LockStrategy, key: str, context: ResilienceContext) -> None:
         self.strategy = strategy
         self.key = key
-        self.inner: ResilienceContext | None = None
-        self.lease: LeaseBase | None = None
+        self.inner = context  # the caller's, until the callable's own context is derived
 
-    def _lost_arguments(self) -> tuple[ResilienceContext, LeaseBase]:
-        assert self.inner is not None
-        assert self.lease is not None
-        return self.inner, self.lease
-
-    def lost(self, _error: LockLostError) -> None:
-        inner, lease = self._lost_arguments()
+    def lost(self, lease: LeaseBase) -> None:
+        inner = self.inner
         callback = self.strategy._on_lock_lost
         if callback is not None:
             try:
@@ -241,8 +235,8 @@ class _Run:
                     _logger.error("on_lock_lost returned an awaitable in a sync execution; it was not awaited")
         self.strategy._events.lost(inner, self.key, lease)
 
-    async def lost_async(self, _error: LockLostError) -> None:
-        inner, lease = self._lost_arguments()
+    async def lost_async(self, lease: LeaseBase) -> None:
+        inner = self.inner
         callback = self.strategy._on_lock_lost
         if callback is not None:
             try:
@@ -253,9 +247,8 @@ class _Run:
                 _logger.exception("on_lock_lost raised")
         self.strategy._events.lost(inner, self.key, lease)
 
-    def renew_failed(self, error: Exception) -> None:
-        inner, lease = self._lost_arguments()
-        self.strategy._events.renewal_failed(inner, self.key, lease.token, error)
+    def renew_failed(self, lease: LeaseBase, error: Exception) -> None:
+        self.strategy._events.renewal_failed(self.inner, self.key, lease.token, error)
 
 
 class LockStrategy:
@@ -351,7 +344,6 @@ class LockStrategy:
         props.set(LOCK_TOKEN, lease.token)
         props.set(_HELD, self._held(context) | {(self._store_id, key)})
         run.inner = inner
-        run.lease = lease
         return inner
 
     def _released(self, run: _Run, lease: LeaseBase, error: LockLostError | None) -> None:
@@ -373,7 +365,7 @@ class LockStrategy:
         started = self._time_provider.monotonic()
         if (self._store_id, key) in self._held(context):
             raise self._reject(context, key, started, None, reentrant=True)
-        run = _Run(self, key)
+        run = _Run(self, key, context)
         lease: Lease | None
         lease, held_for = acquire_lease(
             self._ops,
@@ -410,7 +402,7 @@ class LockStrategy:
         started = self._time_provider.monotonic()
         if (self._store_id, key) in self._held(context):
             raise self._reject(context, key, started, None, reentrant=True)
-        run = _Run(self, key)
+        run = _Run(self, key, context)
         lease: AsyncLease | None
         lease, held_for = await acquire_lease_async(
             self._ops,

@@ -81,7 +81,9 @@ class TestHandle:
         store = FaultyStore(clock)
         seen: list[Exception] = []
         store.renew_error = ConnectionError("blip")
-        lease = _acquire(store, clock, LeaseParams(ttl=3.0, renew_interval=0.75, on_renew_error=seen.append))
+        lease = _acquire(
+            store, clock, LeaseParams(ttl=3.0, renew_interval=0.75, on_renew_error=lambda _l, exc: seen.append(exc))
+        )
         step(clock, 0.8)
         store.renew_error = None
         step(clock, 1.0)
@@ -177,7 +179,7 @@ class TestHandle:
         store = FaultyStore(clock)
         store.renew_error = ConnectionError("blip")
 
-        def hook(_exc: Exception) -> None:
+        def hook(_lease: object, _exc: Exception) -> None:
             raise RuntimeError("hook")
 
         with caplog.at_level(logging.ERROR, logger="resilience"):
@@ -250,7 +252,7 @@ class TestAsyncHandle:
         store.renew_error = ConnectionError("blip")
         seen: list[Exception] = []
 
-        async def hook(exc: Exception) -> None:
+        async def hook(_lease: object, exc: Exception) -> None:
             seen.append(exc)
 
         lease, _ = await acquire_lease_async(
@@ -298,7 +300,7 @@ class TestHooks:
         store = FaultyStore(clock)
         store.renew_error = ConnectionError("blip")
 
-        async def hook(_exc: Exception) -> None:
+        async def hook(_lease: object, _exc: Exception) -> None:
             raise AssertionError
 
         with caplog.at_level(logging.ERROR, logger="resilience"):
@@ -314,7 +316,7 @@ class TestHooks:
         store = FaultyStore(clock)
         store.renew_error = ConnectionError("blip")
 
-        def hook(_exc: Exception) -> None:
+        def hook(_lease: object, _exc: Exception) -> None:
             raise RuntimeError("hook")
 
         with caplog.at_level(logging.ERROR, logger="resilience"):

@@ -533,3 +533,18 @@ async def test_a_cancelled_async_callable_releases_and_propagates(clock: FakeTim
         await task
     assert store.count("release") == 1
     assert events.names() == ["OnLockAcquired", "OnLockReleased"]
+
+
+def test_a_ttl_below_the_safety_margin_is_lost_at_once(clock: FakeTimeProvider) -> None:
+    """ttl=1 ms is shorter than the 2 ms margin: the lease is lost as soon as it is taken, and said so."""
+    events = Events()
+    lost: list[OnLockLostArguments] = []
+
+    def job() -> object:
+        return _signal_reason()
+
+    reason = build(clock, events, ttl=0.001, on_lock_lost=lost.append).execute(job)
+    idle()
+    assert isinstance(reason, LockLostError)
+    assert len(lost) == 1
+    assert events.names().count("OnLockLost") == 1
