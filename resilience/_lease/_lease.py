@@ -1,13 +1,19 @@
 """A held lease: its signal, deadline, background renewal, loss detection and release.
 
-`LeaseBase` holds what both shells share (state, the loss decision, timers); `Lease` (here) and
-`AsyncLease` (`_async.py`) perform the store I/O. One parameter set (`LeaseParams`) serves the
-lock strategy (renew every ttl/3) and the primitives (heartbeat ttl/4, or none; no deadline
+`LeaseBase` holds what both shells share (state, the loss decision, scheduling); `Lease` (here)
+and `AsyncLease` (`_async.py`) perform the store I/O. One parameter set (`LeaseParams`) serves
+the lock strategy (renew every ttl/3) and the primitives (heartbeat ttl/4, or none; no deadline
 watch for a bare `acquire` handle).
+
+Each lease has one pending event, the earlier of its next renewal and its deadline. A sync
+lease's event sits in its clock's `Scheduler` (one heap and one armed timer per clock, served
+by the timer thread); an async lease's is one loop timer. The event callback decides (`_due`):
+declare the loss there and then, or hand a renewal to the renewer, which never blocks the
+timer.
 
 Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached from:
 
-- the deadline timer (a timer of its own, independent of any renewal in flight),
+- the deadline event (independent of any renewal in flight),
 - a renewal answered False, or answered True only after the local deadline had passed,
 - `extend` answered False,
 - `finish`: the deadline checked again when the body ends, and a final release answered False.

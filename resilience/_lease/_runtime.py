@@ -4,9 +4,9 @@
   timer thread, never the event loop of the calling thread (a sync execution started from a
   coroutine blocks that loop, so a loop timer would never fire while the lease is held).
 - `RENEWER`: the one background worker thread that performs the renewal I/O (and the loss
-  notifications) of every sync lease in the process. Timers only *enqueue* work here, so a
-  renewal that hangs never delays a timer, and so never delays another lease's loss
-  detection, which is a timer of its own.
+  notifications) of every sync lease in the process. Lease events only *enqueue* work here,
+  so a renewal that hangs never delays the timer thread, and so never delays any lease's loss
+  detection (see `_lease.Scheduler`).
 
 With the existing timer thread that makes two shared background threads in all (DESIGN §3).
 After `os.fork()` the child starts with an empty worker and a new generation number: leases
