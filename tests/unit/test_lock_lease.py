@@ -12,6 +12,7 @@ from lockkit import Events, FaultyStore, astep, build, idle, settle, step
 
 from resilience import LockLostError, TimeoutRejectedError, get_context, get_lock_token
 from resilience._lease import RELEASE_TIMEOUT
+from resilience.stores import MemoryLockStore
 
 if TYPE_CHECKING:
     from resilience.strategies import OnLockLostArguments
@@ -549,3 +550,27 @@ def test_a_ttl_below_the_safety_margin_is_lost_at_once(clock: FakeTimeProvider) 
     assert isinstance(reason, LockLostError)
     assert len(lost) == 1
     assert events.names().count("OnLockLost") == 1
+
+
+def test_the_holder_gives_up_before_a_rival_can_take_over(clock: FakeTimeProvider) -> None:
+    """Renewals failing until the store expires the lease: the holder's signal aborts before any rival acquires."""
+    store = FaultyStore(clock)
+    store.renew_error = ConnectionError("partitioned")
+    rival_got_it_at: list[float] = []
+    aborted_at: list[float] = []
+
+    def job() -> None:
+        context = get_context()
+        assert context is not None
+        context.signal.add_callback(lambda _reason: aborted_at.append(clock.monotonic()))
+        for _ in range(int(2 * TTL / 0.01)):
+            step(clock, 0.01, dt=0.01)
+            if MemoryLockStore.acquire(store, "job", "rival", TTL) is not None:
+                rival_got_it_at.append(clock.monotonic())
+                break
+
+    build(clock, store=store, ttl=TTL).execute(job)
+    idle()
+    assert aborted_at
+    assert rival_got_it_at
+    assert aborted_at[0] < rival_got_it_at[0]
