@@ -259,6 +259,7 @@ async def acquire_lease_async(
     time_provider: TimeProvider,
     signal: Signal | None,
     owner: str | None = None,
+    tag: object = None,
 ) -> tuple[AsyncLease | None, float | None]:
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
@@ -277,7 +278,15 @@ async def acquire_lease_async(
                 _release_in_background(ops, key, owner, time_provider)
                 signal.raise_if_aborted()
             lease = AsyncLease(
-                ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent
+                ops,
+                key,
+                owner,
+                token,
+                params=params,
+                time_provider=time_provider,
+                parent=signal,
+                sent_at=sent,
+                tag=tag,
             )
             lease._begin(sent)
             return lease, None

@@ -201,6 +201,7 @@ class LeaseBase:
         "key",
         "owner",
         "signal",
+        "tag",
         "token",
     )
 
@@ -215,7 +216,10 @@ class LeaseBase:
         time_provider: TimeProvider,
         parent: Signal | None,
         sent_at: float,
+        tag: object = None,
     ) -> None:
+        self.tag = tag
+        """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
         self._ops = ops
         self.key = key
         self.owner = owner
@@ -563,6 +567,7 @@ def acquire_lease(
     time_provider: TimeProvider,
     signal: Signal | None,
     owner: str | None = None,
+    tag: object = None,
 ) -> tuple[Lease | None, float | None]:
     """Acquire `key`, waiting as `schedule` says: `(lease, None)` or `(None, holder's time left)`.
 
@@ -587,7 +592,7 @@ def acquire_lease(
                 _release_quietly(ops, key, owner)
                 signal.raise_if_aborted()
             lease = Lease(
-                ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent
+                ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent, tag=tag
             )
             lease._begin(sent)
             return lease, None

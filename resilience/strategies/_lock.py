@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from resilience._context import LOCK_TOKEN, ResilienceContext, ResiliencePropertyKey
 from resilience._lease import (
@@ -255,11 +255,13 @@ class LockStrategy:
     """The built lock strategy (see the module docstring)."""
 
     __slots__ = (
+        "_async_params",
         "_cancel_on_lost",
         "_events",
         "_key",
         "_on_lock_lost",
         "_ops",
+        "_params",
         "_store_id",
         "_time_provider",
         "_ttl",
@@ -278,6 +280,12 @@ class LockStrategy:
         self._events = LockEvents(context.telemetry, context.time_provider)
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
+        self._params = LeaseParams(
+            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
+        )
+        self._async_params = LeaseParams(
+            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost_async, on_renew_error=self._renew_failed
+        )
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = LockOps(store)
         self._store_id = id(store)
@@ -313,13 +321,19 @@ class LockStrategy:
         held = None if props is None else props.get(_HELD)
         return frozenset() if held is None else held
 
-    def _params(self, run: _Run, *, is_async: bool) -> LeaseParams:
-        return LeaseParams(
-            ttl=self._ttl,
-            renew_interval=self._ttl / 3,
-            on_lost=run.lost_async if is_async else run.lost,
-            on_renew_error=run.renew_failed,
-        )
+    # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
+
+    @staticmethod
+    def _lost(lease: LeaseBase) -> None:
+        cast("_Run", lease.tag).lost(lease)
+
+    @staticmethod
+    async def _lost_async(lease: LeaseBase) -> None:
+        await cast("_Run", lease.tag).lost_async(lease)
+
+    @staticmethod
+    def _renew_failed(lease: LeaseBase, error: Exception) -> None:
+        cast("_Run", lease.tag).renew_failed(lease, error)
 
     def _schedule(self, started: float) -> BackoffSchedule | None:
         if self._wait <= 0:
@@ -370,10 +384,11 @@ class LockStrategy:
         lease, held_for = acquire_lease(
             self._ops,
             key,
-            params=self._params(run, is_async=False),
+            params=self._params,
             schedule=self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
+            tag=run,
         )
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
@@ -407,10 +422,11 @@ class LockStrategy:
         lease, held_for = await acquire_lease_async(
             self._ops,
             key,
-            params=self._params(run, is_async=True),
+            params=self._async_params,
             schedule=self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
+            tag=run,
         )
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
