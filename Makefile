@@ -31,7 +31,7 @@ docs: $(STAMP)
 test: lint typecheck docs pytest
 
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	@for example in examples/*.py; do echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -9,6 +9,9 @@ from resilience._time import SYSTEM_TIME, TimeProvider
 from resilience._validation import Duration, Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+
+# -- lock (issue #4) --------------------------------------------------------------------------
+from resilience.strategies._lock import lock_strategy
 from resilience.telemetry._options import TelemetryOptions
 from resilience.telemetry._source import TelemetrySource
 
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Callable
 
+    from resilience._context import ResilienceContext
+    from resilience.stores._protocols import AsyncLockStore, LockStore
     from resilience.strategies._circuit_controller import (
         BreakDurationGeneratorArguments,
         CircuitBreakerManualControl,
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
         OnCircuitOpenedArguments,
     )
     from resilience.strategies._common import Handle
+    from resilience.strategies._lock import OnLockLostArguments
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
     from resilience.strategies._retry_core import Backoff
     from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
@@ -188,6 +194,33 @@ class ResiliencePipelineBuilder(PipelineBuilder):
                 on_opened=on_opened,
                 on_closed=on_closed,
                 on_half_opened=on_half_opened,
+                name=name,
+            )
+        )
+
+    # -- lock (issue #4) ----------------------------------------------------------------------
+
+    def add_lock(
+        self,
+        key: str | Callable[[ResilienceContext], str],
+        /,
+        *,
+        ttl: Duration = 30.0,
+        wait: Duration = 0.0,
+        store: LockStore | AsyncLockStore | None = None,
+        on_lock_lost: Callable[[OnLockLostArguments], object] | None = None,
+        cancel_on_lost: bool = False,
+        name: str = "Lock",
+    ) -> Self:
+        """Add a lock strategy: `.add(lock_strategy(key, ...))` (see `lock_strategy`)."""
+        return self.add(
+            lock_strategy(
+                key,
+                ttl=ttl,
+                wait=wait,
+                store=store,
+                on_lock_lost=on_lock_lost,
+                cancel_on_lost=cancel_on_lost,
                 name=name,
             )
         )

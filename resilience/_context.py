@@ -209,7 +209,9 @@ class ResilienceContext:
         child._operation_key = self._operation_key
         props = self._properties
         child._properties = None if props is None else ResilienceProperties(parent=props)
-        child._signal = self._signal if signal is None else signal
+        # A parent without a signal yet gets one now, so that an abort of the parent made
+        # later still reaches the child (they must share one chain).
+        child._signal = self.signal if signal is None else signal
         child._attempt = self._attempt if attempt is None else attempt
         return child
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,16 @@ _logger = logging.getLogger("resilience")
 # lock per signal would cost an allocation on every execution's hot path.
 _LOCK = threading.Lock()
 _ids = itertools.count()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread of the parent may have held the lock at fork time; the child has no such
+    # thread, so it starts with a fresh lock (and can abort its inherited leases' signals).
+    global _LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
+    _LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 class Signal:

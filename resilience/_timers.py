@@ -55,7 +55,8 @@ class ThreadTimerHandle:
 class TimerThread:
     """A lazily started daemon thread running callbacks at `time.monotonic()` deadlines."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "resilience-timer") -> None:
+        self._name = name
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, ThreadTimerHandle]] = []
         self._seq = itertools.count()
@@ -73,7 +74,7 @@ class TimerThread:
                 self.cancelled = 0
             heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="resilience-timer", daemon=True)
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
             elif self._heap[0][2] is handle:
                 self._cond.notify()

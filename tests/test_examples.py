@@ -25,7 +25,7 @@ def run(name: str, *args: str, timeout: float = 60) -> str:
 
 def test_every_example_is_covered_here() -> None:
     """A new example must get a test in this module."""
-    tested = {"quickstart.py"}
+    tested = {"quickstart.py", "nightly_job.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
@@ -39,3 +39,13 @@ def test_quickstart_tells_its_story(name: str) -> None:
     assert "failed: TimeoutRejectedError" in out
     assert "CircuitBreaker: OnCircuitOpened" in out
     assert "BrokenCircuitError" in out
+
+
+def test_nightly_job_runs_once_per_night_with_increasing_tokens() -> None:
+    """One worker of four runs the job; the others are rejected; a stale token is refused."""
+    out = run("nightly_job.py")
+    assert out.count("ran the job with fencing token") == 2
+    assert out.count("rejected: lock 'nightly-report' is held") == 3
+    assert "refused: stale fencing token 1" in out
+    assert "OnLockAcquired" in out
+    assert "OnLockReleased" in out

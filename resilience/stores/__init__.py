@@ -1,5 +1,6 @@
 """Lease stores for the lock strategy and the primitives: protocols and implementations."""
 
+from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
@@ -17,6 +18,8 @@ __all__ = [
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
     "LockStore",
+    "MemoryLockStore",
+    "MemorySemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
     "SupportsReleaseNotification",

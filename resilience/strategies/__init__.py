@@ -1,6 +1,6 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy` and `circuit_breaker_strategy` return immutable options
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy` and `lock_strategy` return immutable options
 objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
@@ -15,6 +15,12 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._lock import (
+    LockEventArguments,
+    LockStrategyOptions,
+    OnLockLostArguments,
+    lock_strategy,
+)
 from resilience.strategies._retry import (
     ExecutionAttemptArguments,
     OnRetryArguments,
@@ -36,9 +42,12 @@ __all__ = [
     "CircuitBreakerStrategyOptions",
     "CircuitState",
     "ExecutionAttemptArguments",
+    "LockEventArguments",
+    "LockStrategyOptions",
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
+    "OnLockLostArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
     "RetryDelayArguments",
@@ -49,6 +58,7 @@ __all__ = [
     "TimeoutGeneratorArguments",
     "TimeoutStrategyOptions",
     "circuit_breaker_strategy",
+    "lock_strategy",
     "retry_strategy",
     "timeout_strategy",
 ]

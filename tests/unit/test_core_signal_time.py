@@ -121,7 +121,7 @@ async def test_system_time_provider_in_a_loop() -> None:
 
 def test_timer_thread_orders_cancels_and_compacts(caplog: pytest.LogCaptureFixture) -> None:
     """The shared timer runs callbacks by deadline, skips cancelled ones and logs failures."""
-    timers = TimerThread()
+    timers = TimerThread(name="test-timer-2")
     order: list[int] = []
     done = threading.Event()
     many = [timers.call_later(60, lambda: None) for _ in range(1100)]

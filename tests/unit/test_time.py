@@ -172,7 +172,7 @@ def test_timer_thread_compacts_cancelled_entries_and_survives_fork_reset(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Cancelled long timers do not pile up; a failing callback is logged; fork resets state."""
-    timers = TimerThread()
+    timers = TimerThread(name="test-timer")
     handles = [timers.call_later(3600, lambda: None) for _ in range(3000)]
     for handle in handles:
         handle.cancel()

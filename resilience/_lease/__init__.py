@@ -1,0 +1,55 @@
+"""The lease engine shared by the lock strategy and the primitives (private).
+
+- `_core`: the decisions, pure code taking `now` (acquisition backoff, deadline, renewal).
+- `_ops`: store adapters (lock and semaphore stores look alike to the engine).
+- `_runtime`: thread timers and the one shared renewer thread.
+- `_lease`: `LeaseParams`, the per-clock `Scheduler`, the sync `Lease` and `acquire_lease`.
+- `_async`: `AsyncLease` and `acquire_lease_async`.
+
+How a caller uses it (the strategy does this; the primitives will too)::
+
+    ops = LockOps(store)  # or SemaphoreOps(store, limit)
+    params = LeaseParams(
+        ttl=ttl, renew_interval=ttl / 3, on_lost=lambda lease: ..., on_renew_error=lambda lease, exc: ...
+    )
+    lease, held_for = acquire_lease(
+        ops, key, params=params, schedule=BackoffSchedule(now, wait, rng), time_provider=tp, signal=parent_signal
+    )
+    if lease is None:
+        ...  # refused; held_for is the holder's time left, if known
+    try:
+        ...  # the body, under lease.signal and lease.token
+    finally:
+        error = lease.finish()  # LockLostError | None
+
+The primitives' handles: `lease.key`, `.token`, `.signal`, `.expires_in()`, `.extend(ttl=None)`
+(False aborts the signal), `.release()` (by the holder; `finish` then sends nothing). Async:
+`acquire_lease_async`, `extend_async`, `release_async`, `finish_async`.
+"""
+
+from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_async
+from resilience._lease._core import BackoffSchedule, LeaseTimeline, SpinSchedule, lease_deadline, safety_margin
+from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
+from resilience._lease._ops import LockOps, SemaphoreOps, StoreOps
+from resilience._lease._runtime import RENEWER, sync_call_later
+
+__all__ = [
+    "RELEASE_TIMEOUT",
+    "RENEWER",
+    "AsyncLease",
+    "BackoffSchedule",
+    "Lease",
+    "LeaseBase",
+    "LeaseParams",
+    "LeaseTimeline",
+    "LockOps",
+    "SemaphoreOps",
+    "SpinSchedule",
+    "StoreOps",
+    "acquire_lease",
+    "acquire_lease_async",
+    "lease_deadline",
+    "new_owner",
+    "safety_margin",
+    "sync_call_later",
+]

@@ -1,0 +1,304 @@
+"""The asyncio shell of a lease: loop timers and one short task per renewal, no thread.
+
+Timers come from the time provider (`call_later`); a callback that fires on another thread (a
+fake clock advanced elsewhere) hops onto the lease's loop. A renewal runs as a task so that the
+deadline timer can cancel it: each renewal is bounded by the time left on the lease. The final
+release is shielded from cancellation and bounded by `RELEASE_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import types
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from resilience._lease import _lease as _lease_module
+from resilience._lease._lease import _NEVER, LeaseBase, LeaseParams, new_owner
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Generator
+
+    from resilience._lease._core import AcquireSchedule
+    from resilience._lease._ops import StoreOps
+    from resilience._signal import Signal
+    from resilience._time import TimeProvider, TimerHandle
+    from resilience.exceptions import LockLostError
+
+__all__ = ["RELEASE_TIMEOUT", "AsyncLease", "acquire_lease_async"]
+
+_logger = logging.getLogger("resilience")
+
+RELEASE_TIMEOUT = 5.0
+"""How long an async release may take before it is abandoned (the lease expires anyway)."""
+
+T = TypeVar("T")
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+"""Tasks nobody awaits (notifications, abandoned releases): referenced until done."""
+
+
+def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    task = loop.create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    return task
+
+
+def _lease_lock() -> threading.Lock:
+    return _lease_module._LOCK  # looked up each time: it is replaced in a child after fork
+
+
+async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
+    try:
+        result = hook(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        _logger.exception("a lease callback raised")
+
+
+class AsyncLease(LeaseBase):
+    """A lease held by a coroutine on one event loop."""
+
+    __slots__ = ("_loop", "_renew_task", "_thread", "_timer")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._renew_task: asyncio.Task[None] | None = None
+        self._timer: TimerHandle | None = None
+
+    def _on_loop(self, callback: Callable[[], object]) -> None:
+        if threading.get_ident() == self._thread:
+            callback()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to do
+                self._loop.call_soon_threadsafe(callback)
+
+    def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - a timer is cancelled
+
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._tp.call_later(when - now, self._fired)
+
+    def _fired(self) -> None:
+        self._on_loop(self._fired_on_loop)
+
+    def _fired_on_loop(self) -> None:
+        with _lease_lock():
+            self._timer = None
+            self._scheduled_at = _NEVER
+        self._due()
+
+    def _forget(self) -> None:
+        self._scheduled_at = _NEVER
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _start_renewal(self, ttl: float) -> None:
+        # The first step runs at once: a store that answers without suspending (the memory
+        # store) costs no task. One that suspends goes on in a task the deadline can cancel.
+        coro = self._renew_once(ttl)
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            return
+        self._renew_task = self._loop.create_task(_finish(coro, yielded))
+
+    async def _renew_once(self, ttl: float) -> None:
+        sent = self._tp.monotonic()
+        if self._timeline.expired(sent):
+            self._renew_task = None
+            self._renewed(sent, ttl, ok=False, failure=None)
+            return
+        try:
+            ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        except asyncio.CancelledError:
+            self._renew_task = None
+            if self._error is None and not self._ended:  # pragma: no cover - the loop is shutting down
+                raise
+            self._renewed(sent, ttl, ok=False, failure=None)  # clears the in-flight mark
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
+            self._renew_task = None
+            self._renewed(sent, ttl, ok=False, failure=exc)
+            return
+        self._renew_task = None
+        self._renewed(sent, ttl, ok=ok, failure=None)
+
+    def _after_loss(self) -> None:
+        task = self._renew_task
+        if task is not None:
+            # The deadline passed with a renewal in flight: it is bounded by the time left.
+            self._on_loop(task.cancel)
+
+    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
+        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
+
+    def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
+        _spawn(self._loop, _call_async_hook(hook, *args))
+
+    async def extend_async(self, ttl: float | None = None) -> bool:
+        """See `Lease.extend`."""
+        if self._forked() or self._ended or self._error is not None:
+            return False
+        ttl = self._timeline.ttl if ttl is None else ttl
+        sent = self._tp.monotonic()
+        ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        return self._extended(sent, ttl, ok)
+
+    async def release_async(self) -> bool:
+        """See `Lease.release`."""
+        if self._forked() or not self._stop():
+            return False
+        return await self._ops.release_async(self.key, self.owner)
+
+    async def finish_async(self) -> LockLostError | None:
+        """See `Lease.finish`; the release is shielded from cancellation and bounded in time."""
+        if self._stop() and not self._forked():
+            self._check_deadline()
+            if not await _release_bounded(self._ops, self.key, self.owner, self._tp):
+                self._lose()
+        self.signal.detach()
+        return self._error
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
+    """Go on with a coroutine whose first step already ran and yielded `yielded`.
+
+    The manual form of `yield from`: what the task sends or throws goes to `coro`.
+    """
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:  # pragma: no cover - a task abandoned by a closing loop
+            coro.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - everything thrown in goes to the coroutine
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+async def _finish(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
+    return await _resume(coro, yielded)
+
+
+async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:
+    """Release, shielded from the caller's cancellation and abandoned after `RELEASE_TIMEOUT`.
+
+    The release's first step runs at once: a store that answers without suspending (the
+    memory store) needs no task, shield or timer. One that suspends goes on in a task the
+    caller awaits through a shield. Errors and the timeout count as "released" (ignored: the
+    lease expires anyway). If the caller is cancelled meanwhile, the release goes on in the
+    background and the cancellation propagates.
+    """
+    coro = ops.release_async(key, owner)
+    try:
+        yielded = coro.send(None)
+    except StopIteration as done:
+        return bool(done.value)
+    except Exception:
+        _logger.debug("a lease release failed", exc_info=True)
+        return True
+    loop = asyncio.get_running_loop()
+    task = _spawn(loop, _finish(coro, yielded))
+    thread = threading.get_ident()
+
+    def bound() -> None:
+        if threading.get_ident() == thread:
+            task.cancel()
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+
+    timer = time_provider.call_later(RELEASE_TIMEOUT, bound)
+    task.add_done_callback(lambda _task: timer.cancel())
+    current = asyncio.current_task()
+    baseline = 0 if current is None else current.cancelling()
+    try:
+        return bool(await asyncio.shield(task))
+    except asyncio.CancelledError:
+        if task.cancelled() and (current is None or current.cancelling() <= baseline):
+            _logger.debug("a lease release took longer than %ss and was abandoned", RELEASE_TIMEOUT)
+            return True
+        raise
+    except Exception:
+        _logger.debug("a lease release failed", exc_info=True)
+        return True
+
+
+async def _wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal) -> None:
+    """Wait up to `seconds`, woken early by a release; the signal aborting raises its reason."""
+    async with signal.cancel_scope():
+        if ops.notify_async:
+            await ops.wait_released_async(key, seconds)
+        else:
+            await time_provider.sleep_async(seconds)
+
+
+async def acquire_lease_async(
+    ops: StoreOps,
+    key: str,
+    *,
+    params: LeaseParams,
+    schedule: AcquireSchedule | None,
+    time_provider: TimeProvider,
+    signal: Signal | None,
+    owner: str | None = None,
+    tag: object = None,
+) -> tuple[AsyncLease | None, float | None]:
+    """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
+    owner = owner or new_owner()
+    ttl = params.ttl
+    while True:
+        if signal is not None:
+            signal.raise_if_aborted()
+        sent = time_provider.monotonic()
+        try:
+            token, held_for = await ops.acquire_async(key, owner, ttl)
+        except BaseException:
+            _release_in_background(ops, key, owner, time_provider)
+            raise
+        if token is not None:
+            if signal is not None and signal.aborted:
+                _release_in_background(ops, key, owner, time_provider)
+                signal.raise_if_aborted()
+            lease = AsyncLease(
+                ops,
+                key,
+                owner,
+                token,
+                params=params,
+                time_provider=time_provider,
+                parent=signal,
+                sent_at=sent,
+                tag=tag,
+            )
+            lease._begin(sent)
+            return lease, None
+        wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
+        if wait is None:
+            return None, held_for
+        if signal is None:
+            await (ops.wait_released_async(key, wait) if ops.notify_async else time_provider.sleep_async(wait))
+        else:
+            await _wait(ops, key, wait, time_provider, signal)
+
+
+def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:
+    with contextlib.suppress(RuntimeError):  # no running loop any more: nothing to send it on
+        _spawn(asyncio.get_running_loop(), _release_bounded(ops, key, owner, time_provider))

@@ -1,0 +1,138 @@
+"""Store adapters: one shape for lock stores and semaphore stores, capabilities detected once.
+
+The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew`, `release` and the
+optional release notification without knowing which kind of store it drives; a semaphore
+store's `limit` is bound into `SemaphoreOps`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from resilience.stores._protocols import (
+    AsyncLockStore,
+    AsyncSemaphoreStore,
+    AsyncSupportsLeaseInfo,
+    AsyncSupportsReleaseNotification,
+    LockStore,
+    SemaphoreStore,
+    SupportsLeaseInfo,
+    SupportsReleaseNotification,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["LockOps", "SemaphoreOps", "StoreOps"]
+
+
+class StoreOps:
+    """The store calls the lease engine makes, for one store (sync and/or async)."""
+
+    __slots__ = (
+        "has_async",
+        "has_sync",
+        "lease_info",
+        "lease_info_async",
+        "listen",
+        "notify",
+        "notify_async",
+        "store",
+    )
+
+    def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type) -> None:
+        self.store = store
+        self.has_sync = isinstance(store, sync_protocol)
+        self.has_async = isinstance(store, async_protocol)
+        self.lease_info = isinstance(store, SupportsLeaseInfo)
+        self.lease_info_async = isinstance(store, AsyncSupportsLeaseInfo)
+        self.notify = isinstance(store, SupportsReleaseNotification)
+        self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
+        # A private capability of the memory stores: a callback on release, so that a sync
+        # waiter can be woken by a release *or* its signal, whichever comes first.
+        listen = getattr(store, "_add_release_listener", None)
+        self.listen: Callable[[str, Callable[[], object]], Callable[[], None]] | None = (
+            listen if callable(listen) else None
+        )
+
+    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """The token (or None) and, when refused and the store knows it, the holder's time left."""
+        raise NotImplementedError
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `acquire`."""
+        raise NotImplementedError
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """`store.renew`."""
+        return bool(self.store.renew(key, owner, ttl))
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """`store.renew_async`."""
+        return bool(await self.store.renew_async(key, owner, ttl))
+
+    def release(self, key: str, owner: str) -> bool:
+        """`store.release`."""
+        return bool(self.store.release(key, owner))
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """`store.release_async`."""
+        return bool(await self.store.release_async(key, owner))
+
+    def wait_released(self, key: str, timeout: float) -> bool:
+        """`store.wait_released` (only when `notify`)."""
+        return bool(self.store.wait_released(key, timeout))
+
+    async def wait_released_async(self, key: str, timeout: float) -> bool:
+        """`store.wait_released_async` (only when `notify_async`)."""
+        return bool(await self.store.wait_released_async(key, timeout))
+
+
+class LockOps(StoreOps):
+    """A `LockStore` / `AsyncLockStore`."""
+
+    __slots__ = ()
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
+
+    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info:
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
+            return token, held_for
+        return self.store.acquire(key, owner, ttl), None
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info_async:
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
+            return token, held_for
+        return await self.store.acquire_async(key, owner, ttl), None
+
+
+class SemaphoreOps(StoreOps):
+    """A `SemaphoreStore` / `AsyncSemaphoreStore` with its `limit` bound (for the primitives)."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, store: Any, limit: int) -> None:
+        super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore)
+        self.limit = limit
+        # The semaphore stores' lease info takes the limit too; other stores' is not used.
+        self.lease_info = self.lease_info and getattr(store, "_lease_info_takes_limit", False)
+        self.lease_info_async = self.lease_info_async and getattr(store, "_lease_info_takes_limit", False)
+
+    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info:
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, self.limit)
+            return token, held_for
+        return self.store.acquire(key, owner, ttl, self.limit), None
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info_async:
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, self.limit)
+            return token, held_for
+        return await self.store.acquire_async(key, owner, ttl, self.limit), None

@@ -1,0 +1,412 @@
+"""In-process lease stores: `MemoryLockStore` and `MemorySemaphoreStore`.
+
+Both are thread-safe (one `threading.Lock` per store, held for a few dictionary operations),
+offer the sync and async protocols, lease info and release notification. Expiry is measured on
+the store's time provider, so leases expire when a `FakeTimeProvider` is advanced.
+
+Tokens come from one counter per store: they only increase, across keys, release and expiry.
+Memory stays bounded when keys are unbounded: nothing is kept for a key whose lease ended
+(released, or expired and swept), and waiters are forgotten when their wait ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import weakref
+from typing import TYPE_CHECKING, Self
+
+from resilience._lease._runtime import sync_call_later
+from resilience._time import SYSTEM_TIME, SystemTimeProvider
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience._time import TimeProvider
+
+__all__ = ["MemoryLockStore", "MemorySemaphoreStore"]
+
+_SWEEP_FLOOR = 1024
+
+
+def _round_ttl(ttl: float) -> float:
+    """A ttl rounded up to whole milliseconds (at least one)."""
+    return max(1, math.ceil(round(ttl * 1000, 6))) / 1000
+
+
+class _MemoryStore:
+    """What both memory stores share: the clock, the token counter, waiters and the sweep."""
+
+    _lease_info_takes_limit = False
+
+    def __init__(self, time_provider: TimeProvider | None = None) -> None:
+        provider = time_provider or SYSTEM_TIME
+        self._provider_ref: Callable[[], TimeProvider | None] = lambda: provider
+        self._mutex = threading.Lock()
+        self._counter = 0
+        self._listeners: dict[str, dict[int, Callable[[], object]]] = {}
+        self._listener_ids = 0
+        self._sweep_at = _SWEEP_FLOOR
+
+    @classmethod
+    def _weakly(cls, time_provider: TimeProvider) -> Self:
+        """A store that references its clock weakly (the per-clock default store registry).
+
+        The registry is keyed weakly by the clock; a store holding its clock strongly would
+        keep the key alive forever.
+        """
+        store = cls(time_provider)
+        store._provider_ref = weakref.ref(time_provider)
+        return store
+
+    @property
+    def _time_provider(self) -> TimeProvider:
+        provider = self._provider_ref()
+        if provider is None:  # pragma: no cover - the registry drops the store with its clock
+            msg = "the time provider of this store was garbage-collected"
+            raise RuntimeError(msg)
+        return provider
+
+    @property
+    def time_provider(self) -> TimeProvider:
+        """The clock leases expire on."""
+        return self._time_provider
+
+    def _next_token(self) -> int:
+        self._counter += 1
+        return self._counter
+
+    def _now(self) -> float:
+        return self._time_provider.monotonic()
+
+    # -- release notification -----------------------------------------------------------------
+
+    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the releasing thread) the next time `key` is released."""
+        with self._mutex:
+            self._listener_ids += 1
+            ident = self._listener_ids
+            self._listeners.setdefault(key, {})[ident] = callback
+
+        def remove() -> None:
+            with self._mutex:
+                listeners = self._listeners.get(key)
+                if listeners is not None:
+                    listeners.pop(ident, None)
+                    if not listeners:
+                        del self._listeners[key]
+
+        return remove
+
+    def _take_listeners(self, key: str) -> list[Callable[[], object]]:
+        # Under the mutex: the callbacks to run once it is released.
+        listeners = self._listeners.pop(key, None)
+        return [] if listeners is None else list(listeners.values())
+
+    @staticmethod
+    def _notify(callbacks: list[Callable[[], object]]) -> None:
+        for callback in callbacks:
+            callback()
+
+    def _is_free(self, key: str, owner: str | None) -> bool:
+        raise NotImplementedError
+
+    def wait_released(self, key: str, timeout: float) -> bool:
+        """Block until `key` is released (True at once if it is free) or `timeout` passes (False).
+
+        The timeout is measured on the store's time provider.
+        """
+        if self._is_free(key, None):
+            return True
+        woken = threading.Event()
+        released: list[bool] = []
+
+        def on_release() -> None:
+            released.append(True)
+            woken.set()
+
+        remove = self._add_release_listener(key, on_release)
+        try:
+            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
+                return True
+            if isinstance(self._time_provider, SystemTimeProvider):
+                woken.wait(max(timeout, 0.0))
+            else:
+                timer = sync_call_later(self._time_provider, timeout, woken.set)
+                try:
+                    woken.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            remove()
+        return bool(released)
+
+    async def wait_released_async(self, key: str, timeout: float) -> bool:
+        """See `wait_released`."""
+        if self._is_free(key, None):
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+
+        def settle(value: bool) -> None:
+            if not future.done():
+                future.set_result(value)
+
+        def on_release() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(settle, True)  # noqa: FBT003
+
+        def on_timeout() -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, False)  # noqa: FBT003
+
+        remove = self._add_release_listener(key, on_release)
+        timer = self._time_provider.call_later(timeout, on_timeout)
+        try:
+            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
+                return True
+            return await future
+        finally:
+            timer.cancel()
+            remove()
+
+
+class MemoryLockStore(_MemoryStore):
+    """An in-process `LockStore`/`AsyncLockStore` with lease info and release notification.
+
+    It excludes executions within one process only (use a Redis store across processes).
+    `time_provider` (default: the system clock) is the clock leases expire on; a pipeline
+    refuses a memory store whose clock is not its own.
+    """
+
+    def __init__(self, time_provider: TimeProvider | None = None) -> None:
+        super().__init__(time_provider)
+        self._leases: dict[str, tuple[str, int, float]] = {}  # key -> (owner, token, expires)
+
+    def __len__(self) -> int:
+        """How many keys hold state (live leases, and expired ones not yet swept)."""
+        return len(self._leases)
+
+    def _live(self, key: str, now: float) -> tuple[str, int, float] | None:
+        # Under the mutex: the key's live lease, dropping an expired one.
+        lease = self._leases.get(key)
+        if lease is not None and lease[2] <= now:
+            del self._leases[key]
+            return None
+        return lease
+
+    def _sweep(self, now: float) -> None:
+        # Under the mutex, amortised O(1): drop expired leases once the table doubled.
+        if len(self._leases) < self._sweep_at:
+            return
+        self._leases = {key: lease for key, lease in self._leases.items() if lease[2] > now}
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._leases))
+
+    def _is_free(self, key: str, owner: str | None) -> bool:
+        with self._mutex:
+            lease = self._live(key, self._now())
+        return lease is None or lease[0] == owner
+
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`(token, None)` when acquired (or already ours); `(None, holder's time left)` when held."""
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            now = self._now()
+            lease = self._live(key, now)
+            if lease is not None:
+                if lease[0] != owner:
+                    return None, lease[2] - now
+                token = lease[1]
+            else:
+                self._sweep(now)
+                token = self._next_token()
+            self._leases[key] = (owner, token, now + ttl)
+            return token, None
+
+    def acquire(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `LockStore.acquire` (an owner that holds the key gets its token and a fresh ttl)."""
+        return self.acquire_or_ttl(key, owner, ttl)[0]
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """See `LockStore.renew`; never re-acquires an expired lease."""
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            now = self._now()
+            lease = self._live(key, now)
+            if lease is None or lease[0] != owner:
+                return False
+            self._leases[key] = (owner, lease[1], now + ttl)
+            return True
+
+    def release(self, key: str, owner: str) -> bool:
+        """See `LockStore.release`; wakes the waiters of `key`."""
+        with self._mutex:
+            lease = self._live(key, self._now())
+            if lease is None or lease[0] != owner:
+                return False
+            del self._leases[key]
+            callbacks = self._take_listeners(key)
+        self._notify(callbacks)
+        return True
+
+    async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `acquire_or_ttl`."""
+        return self.acquire_or_ttl(key, owner, ttl)
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `acquire`."""
+        return self.acquire_or_ttl(key, owner, ttl)[0]
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return self.renew(key, owner, ttl)
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        return self.release(key, owner)
+
+    def __repr__(self) -> str:
+        return f"MemoryLockStore(time_provider={self._time_provider!r})"
+
+
+class MemorySemaphoreStore(_MemoryStore):
+    """An in-process `SemaphoreStore`/`AsyncSemaphoreStore`: up to `limit` holders per key.
+
+    Each holder gets its own token. `acquire_or_ttl` takes the limit as a fourth argument and
+    reports, when full, the time left until the first holder's lease expires.
+    """
+
+    _lease_info_takes_limit = True
+
+    def __init__(self, time_provider: TimeProvider | None = None) -> None:
+        super().__init__(time_provider)
+        self._holders: dict[str, dict[str, tuple[int, float]]] = {}  # key -> owner -> (token, expires)
+        self._slots = 0
+
+    def __len__(self) -> int:
+        """How many keys hold state."""
+        return len(self._holders)
+
+    def _live(self, key: str, now: float) -> dict[str, tuple[int, float]] | None:
+        holders = self._holders.get(key)
+        if holders is None:
+            return None
+        expired = [owner for owner, (_, expires) in holders.items() if expires <= now]
+        for owner in expired:
+            del holders[owner]
+        if not holders:
+            del self._holders[key]
+            return None
+        return holders
+
+    def _sweep(self, now: float) -> None:
+        if len(self._holders) < self._sweep_at:
+            return
+        for key in list(self._holders):
+            self._live(key, now)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._holders))
+
+    def _is_free(self, key: str, owner: str | None) -> bool:
+        # "Free" for a waiter: no holder at all. A slot freed while others still hold also
+        # notifies (see `release`), which is what a semaphore waiter needs.
+        with self._mutex:
+            holders = self._live(key, self._now())
+        return holders is None or (owner is not None and owner in holders)
+
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
+        """`(token, None)` when a slot was taken (or is already ours); `(None, time to first expiry)`."""
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            now = self._now()
+            holders = self._live(key, now)
+            if holders is None:
+                self._sweep(now)
+                holders = self._holders[key] = {}
+            held = holders.get(owner)
+            if held is not None:
+                token = held[0]
+            elif len(holders) >= limit:
+                return None, min(expires for _, expires in holders.values()) - now
+            else:
+                token = self._next_token()
+            holders[owner] = (token, now + ttl)
+            return token, None
+
+    def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+        """See `SemaphoreStore.acquire`."""
+        return self.acquire_or_ttl(key, owner, ttl, limit)[0]
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """See `SemaphoreStore.renew`; never re-acquires an expired slot."""
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            now = self._now()
+            holders = self._live(key, now)
+            if holders is None or owner not in holders:
+                return False
+            holders[owner] = (holders[owner][0], now + ttl)
+            return True
+
+    def release(self, key: str, owner: str) -> bool:
+        """See `SemaphoreStore.release`; wakes the waiters of `key`."""
+        with self._mutex:
+            holders = self._live(key, self._now())
+            if holders is None or owner not in holders:
+                return False
+            del holders[owner]
+            if not holders:
+                del self._holders[key]
+            callbacks = self._take_listeners(key)
+        self._notify(callbacks)
+        return True
+
+    async def acquire_or_ttl_async(
+        self, key: str, owner: str, ttl: float, limit: int = 1
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_ttl`."""
+        return self.acquire_or_ttl(key, owner, ttl, limit)
+
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+        """See `acquire`."""
+        return self.acquire_or_ttl(key, owner, ttl, limit)[0]
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return self.renew(key, owner, ttl)
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        return self.release(key, owner)
+
+    def __repr__(self) -> str:
+        return f"MemorySemaphoreStore(time_provider={self._time_provider!r})"
+
+
+_SYSTEM_STORE = MemoryLockStore(SYSTEM_TIME)
+_BY_CLOCK: weakref.WeakKeyDictionary[TimeProvider, MemoryLockStore] = weakref.WeakKeyDictionary()
+_BY_UNWEAKABLE_CLOCK: dict[int, tuple[TimeProvider, MemoryLockStore]] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def default_lock_store(time_provider: TimeProvider) -> MemoryLockStore:
+    """The one `MemoryLockStore` of a clock, shared by every lock strategy built on it.
+
+    Weakly keyed by the clock (a fake clock and its store go away together); the system clock
+    is a module singleton, and so is its store. A clock that cannot be weakly referenced (a
+    custom slotted class) keeps its store for the life of the process.
+    """
+    if time_provider is SYSTEM_TIME:
+        return _SYSTEM_STORE
+    with _REGISTRY_LOCK:
+        try:
+            store = _BY_CLOCK.get(time_provider)
+            if store is None:
+                store = _BY_CLOCK[time_provider] = MemoryLockStore._weakly(time_provider)
+        except TypeError:
+            entry = _BY_UNWEAKABLE_CLOCK.get(id(time_provider))
+            if entry is None:
+                entry = _BY_UNWEAKABLE_CLOCK[id(time_provider)] = (time_provider, MemoryLockStore(time_provider))
+            store = entry[1]
+        return store

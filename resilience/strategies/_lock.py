@@ -1,0 +1,454 @@
+"""The lock strategy (DESIGN §2.7): run the callable only while holding a lease on a key.
+
+The five steps — acquire, run, renew, lose, release — are performed by the lease engine
+(`resilience._lease`); this module resolves the key, refuses re-entry, derives the context the
+callable runs under (its signal belongs to the lease, `LOCK_TOKEN` is the fencing token),
+maps a loss onto the result table of step 4, and emits the events.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeVar, cast
+
+from resilience._context import LOCK_TOKEN, ResilienceContext, ResiliencePropertyKey
+from resilience._lease import (
+    AsyncLease,
+    BackoffSchedule,
+    Lease,
+    LeaseParams,
+    LockOps,
+    acquire_lease,
+    acquire_lease_async,
+)
+from resilience._validation import Problems, to_seconds
+from resilience.exceptions import LockLostError, LockNotAcquiredError, ValidationError
+from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, default_lock_store
+from resilience.stores._protocols import AsyncLockStore, LockStore
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._lease import LeaseBase
+    from resilience._time import TimeProvider
+    from resilience._validation import Duration
+    from resilience.strategies._base import StrategyBuildContext
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = [
+    "LockEventArguments",
+    "LockEvents",
+    "LockStrategy",
+    "LockStrategyOptions",
+    "OnLockLostArguments",
+    "lock_strategy",
+]
+
+T = TypeVar("T")
+
+_logger = logging.getLogger("resilience")
+
+_HELD: Final[ResiliencePropertyKey[frozenset[tuple[int, str]]]] = ResiliencePropertyKey("resilience._held_locks")
+"""(store id, key) of every lock the execution chain holds: locks are not reentrant."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnLockLostArguments:
+    """Passed to `on_lock_lost`: the context the callable runs under, the key and the token."""
+
+    context: ResilienceContext
+    key: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockEventArguments:
+    """The `arguments` of every lock event (`OnLockAcquired`, `OnLockRejected`, ...).
+
+    Durations are seconds: `wait_duration` (acquisition, on `OnLockAcquired`/`OnLockRejected`),
+    `hold_duration` (acquired until released or lost, on `OnLockReleased`/`OnLockLost`).
+    `retry_after` is the holder's time left on `OnLockRejected` when the store reports it;
+    `error` is the renewal's exception on `OnLockRenewalFailed`. `context` is the execution's
+    (None for the primitives, which run outside a pipeline).
+    """
+
+    context: ResilienceContext | None
+    key: str
+    token: int | None = None
+    wait_duration: float | None = None
+    hold_duration: float | None = None
+    retry_after: float | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LockStrategyOptions:
+    """Options of the lock strategy (see `lock_strategy`); validated at `build()`."""
+
+    key: str | Callable[[ResilienceContext], str]
+    ttl: Duration = 30.0
+    wait: Duration = 0.0
+    store: LockStore | AsyncLockStore | None = None
+    on_lock_lost: Callable[[OnLockLostArguments], object] | None = None
+    cancel_on_lost: bool = False
+    name: str = "Lock"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with the options, as `"<option>: <what is wrong>"`."""
+        problems = Problems()
+        key: object = self.key
+        if isinstance(key, str):
+            if not key:
+                problems.add("key", "must be a non-empty string or a callable taking the context")
+        elif not callable(key):
+            problems.add("key", f"must be a non-empty string or a callable taking the context, got {key!r}")
+        problems.duration("ttl", self.ttl, minimum=0.001)
+        problems.duration("wait", self.wait)
+        store: object = self.store
+        if store is not None:
+            if isinstance(store, MemorySemaphoreStore):
+                problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
+            elif not isinstance(store, LockStore | AsyncLockStore):
+                problems.add("store", f"must implement LockStore or AsyncLockStore, got {store!r}")
+            elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
+                problems.add(
+                    "store",
+                    "a MemoryLockStore must use the pipeline's time provider (leases expire on its clock): "
+                    "create it with MemoryLockStore(time_provider) or leave store=None",
+                )
+        problems.callable("on_lock_lost", self.on_lock_lost)
+        cancel_on_lost: object = self.cancel_on_lost
+        if not isinstance(cancel_on_lost, bool):
+            problems.add("cancel_on_lost", f"must be a bool, got {cancel_on_lost!r}")
+        problems.name("name", self.name)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> LockStrategy:
+        """A lock strategy for one pipeline."""
+        return LockStrategy(self, context)
+
+
+def lock_strategy(
+    key: str | Callable[[ResilienceContext], str],
+    /,
+    *,
+    ttl: Duration = 30.0,
+    wait: Duration = 0.0,
+    store: LockStore | AsyncLockStore | None = None,
+    on_lock_lost: Callable[[OnLockLostArguments], object] | None = None,
+    cancel_on_lost: bool = False,
+    name: str = "Lock",
+) -> LockStrategyOptions:
+    """Options of a lock strategy: run the callable only while holding a lease on `key`.
+
+    Args:
+        key: the lock's key, or a function of the execution's context returning it.
+        ttl: lease length (>= 1 ms); renewed every ttl/3 while the callable runs.
+        wait: how long to wait for a held lock before `LockNotAcquiredError` (0: fail fast).
+        store: where leases live; default: the process's `MemoryLockStore` for the pipeline's
+            clock. Pass a distributed store (`RedisLockStore`) to lock across processes.
+        on_lock_lost: called with `OnLockLostArguments` when the lease is lost (after the
+            callable's signal aborted); its exceptions are logged.
+        cancel_on_lost: also cancel an async callable when the lease is lost.
+        name: the strategy's name (problems, telemetry).
+    """
+    return LockStrategyOptions(
+        key, ttl=ttl, wait=wait, store=store, on_lock_lost=on_lock_lost, cancel_on_lost=cancel_on_lost, name=name
+    )
+
+
+class LockEvents:
+    """The five lock events, emitted the same way by the strategy and (later) the primitives.
+
+    Durations are measured on `time_provider`. Debug events build nothing unless someone
+    listens (`TelemetrySource.enabled`).
+    """
+
+    __slots__ = ("_telemetry", "_time_provider")
+
+    def __init__(self, telemetry: TelemetrySource, time_provider: TimeProvider) -> None:
+        self._telemetry = telemetry
+        self._time_provider = time_provider
+
+    def _emit(self, name: str, severity: Severity, arguments: LockEventArguments) -> None:
+        context = arguments.context
+        self._telemetry.emit(
+            name, severity, operation_key=None if context is None else context.operation_key, arguments=arguments
+        )
+
+    def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
+        """`OnLockAcquired` (Debug), with the time waited since `started`."""
+        if self._telemetry.enabled(Severity.DEBUG):
+            waited = self._time_provider.monotonic() - started
+            self._emit("OnLockAcquired", Severity.DEBUG, LockEventArguments(context, key, token, wait_duration=waited))
+
+    def rejected(self, context: ResilienceContext | None, key: str, started: float, retry_after: float | None) -> None:
+        """`OnLockRejected` (Information), with the time waited and the holder's time left."""
+        waited = self._time_provider.monotonic() - started
+        arguments = LockEventArguments(context, key, wait_duration=waited, retry_after=retry_after)
+        self._emit("OnLockRejected", Severity.INFORMATION, arguments)
+
+    def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
+        """`OnLockReleased` (Debug), with the hold time."""
+        if self._telemetry.enabled(Severity.DEBUG):
+            held = self._time_provider.monotonic() - lease.acquired_at
+            self._emit(
+                "OnLockReleased", Severity.DEBUG, LockEventArguments(context, key, lease.token, hold_duration=held)
+            )
+
+    def lost(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
+        """`OnLockLost` (Error), with the hold time until the loss was handled."""
+        held = self._time_provider.monotonic() - lease.acquired_at
+        self._emit("OnLockLost", Severity.ERROR, LockEventArguments(context, key, lease.token, hold_duration=held))
+
+    def renewal_failed(self, context: ResilienceContext | None, key: str, token: int, error: Exception) -> None:
+        """`OnLockRenewalFailed` (Warning), with the renewal's error."""
+        self._emit("OnLockRenewalFailed", Severity.WARNING, LockEventArguments(context, key, token, error=error))
+
+
+class _Run:
+    """One execution's lease callbacks (they run on the renewer)."""
+
+    __slots__ = ("inner", "key", "strategy")
+
+    def __init__(self, strategy: LockStrategy, key: str, context: ResilienceContext) -> None:
+        self.strategy = strategy
+        self.key = key
+        self.inner = context  # the caller's, until the callable's own context is derived
+
+    def lost(self, lease: LeaseBase) -> None:
+        inner = self.inner
+        callback = self.strategy._on_lock_lost
+        if callback is not None:
+            try:
+                result = callback(OnLockLostArguments(inner, self.key, lease.token))
+            except Exception:
+                _logger.exception("on_lock_lost raised")
+            else:
+                if inspect.isawaitable(result):
+                    close = getattr(result, "close", None)
+                    if callable(close):
+                        close()
+                    _logger.error("on_lock_lost returned an awaitable in a sync execution; it was not awaited")
+        self.strategy._events.lost(inner, self.key, lease)
+
+    async def lost_async(self, lease: LeaseBase) -> None:
+        inner = self.inner
+        callback = self.strategy._on_lock_lost
+        if callback is not None:
+            try:
+                result = callback(OnLockLostArguments(inner, self.key, lease.token))
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                _logger.exception("on_lock_lost raised")
+        self.strategy._events.lost(inner, self.key, lease)
+
+    def renew_failed(self, lease: LeaseBase, error: Exception) -> None:
+        self.strategy._events.renewal_failed(self.inner, self.key, lease.token, error)
+
+
+class LockStrategy:
+    """The built lock strategy (see the module docstring)."""
+
+    __slots__ = (
+        "_async_params",
+        "_cancel_on_lost",
+        "_events",
+        "_key",
+        "_on_lock_lost",
+        "_ops",
+        "_params",
+        "_store_id",
+        "_time_provider",
+        "_ttl",
+        "_wait",
+        "async_problem",
+        "name",
+        "sync_problem",
+    )
+
+    def __init__(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
+        self.name = options.name
+        self._key = options.key
+        self._ttl = to_seconds(options.ttl)
+        self._wait = to_seconds(options.wait)
+        self._time_provider: TimeProvider = context.time_provider
+        self._events = LockEvents(context.telemetry, context.time_provider)
+        self._on_lock_lost = options.on_lock_lost
+        self._cancel_on_lost = options.cancel_on_lost
+        self._params = LeaseParams(
+            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
+        )
+        self._async_params = LeaseParams(
+            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost_async, on_renew_error=self._renew_failed
+        )
+        store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
+        self._ops = LockOps(store)
+        self._store_id = id(store)
+        self.sync_problem: str | None = None
+        self.async_problem: str | None = None
+        if not self._ops.has_sync:
+            self.sync_problem = (
+                f"{self.name}: the lock store {store!r} has no sync client: run this pipeline with "
+                "execute_async/settle_async, or give the store a sync client "
+                "(e.g. RedisLockStore(redis.Redis(...)))"
+            )
+        if not self._ops.has_async:
+            self.async_problem = (
+                f"{self.name}: the lock store {store!r} has no asyncio client: run this pipeline with "
+                "execute/settle, or give the store an async client "
+                "(e.g. RedisLockStore(async_client=redis.asyncio.Redis(...)))"
+            )
+
+    # -- shared steps -------------------------------------------------------------------------
+
+    def _resolve_key(self, context: ResilienceContext) -> str:
+        key = self._key
+        if isinstance(key, str):
+            return key
+        resolved: object = key(context)
+        if not isinstance(resolved, str) or not resolved:
+            msg = f"{self.name}.key: the key function returned {resolved!r}; it must return a non-empty str"
+            raise ValidationError(msg)
+        return resolved
+
+    def _held(self, context: ResilienceContext) -> frozenset[tuple[int, str]]:
+        props = context._properties
+        held = None if props is None else props.get(_HELD)
+        return frozenset() if held is None else held
+
+    # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
+
+    @staticmethod
+    def _lost(lease: LeaseBase) -> None:
+        cast("_Run", lease.tag).lost(lease)
+
+    @staticmethod
+    async def _lost_async(lease: LeaseBase) -> None:
+        await cast("_Run", lease.tag).lost_async(lease)
+
+    @staticmethod
+    def _renew_failed(lease: LeaseBase, error: Exception) -> None:
+        cast("_Run", lease.tag).renew_failed(lease, error)
+
+    def _schedule(self, started: float) -> BackoffSchedule | None:
+        if self._wait <= 0:
+            return None
+        return BackoffSchedule(started, self._wait, self._time_provider.random())
+
+    def _reject(
+        self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
+    ) -> LockNotAcquiredError:
+        self._events.rejected(context, key, started, retry_after)
+        if reentrant:
+            return LockNotAcquiredError(
+                key, None, message=f"lock {key!r} is already held by this execution (locks are not reentrant)"
+            )
+        return LockNotAcquiredError(key, retry_after)
+
+    def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase, started: float) -> ResilienceContext:
+        key = run.key
+        self._events.acquired(context, key, lease.token, started)
+        inner = context.derive(signal=lease.signal)
+        props = inner.properties
+        props.set(LOCK_TOKEN, lease.token)
+        props.set(_HELD, self._held(context) | {(self._store_id, key)})
+        run.inner = inner
+        return inner
+
+    def _released(self, run: _Run, lease: LeaseBase, error: LockLostError | None) -> None:
+        if error is None:
+            self._events.released(run.inner, run.key, lease)
+
+    @staticmethod
+    def _outcome_error(lease: LeaseBase, error: LockLostError | None, exc: Exception) -> Exception | None:
+        """Step 4's table for a callable that raised `exc`: what to raise instead, if anything."""
+        if error is None or exc is lease.signal.reason or exc is error:
+            return None
+        return error
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Acquire, run `callback` under the lease, release (DESIGN §2.7)."""
+        key = self._resolve_key(context)
+        started = self._time_provider.monotonic()
+        if (self._store_id, key) in self._held(context):
+            raise self._reject(context, key, started, None, reentrant=True)
+        run = _Run(self, key, context)
+        lease: Lease | None
+        lease, held_for = acquire_lease(
+            self._ops,
+            key,
+            params=self._params,
+            schedule=self._schedule(started),
+            time_provider=self._time_provider,
+            signal=context.signal,
+            tag=run,
+        )
+        if lease is None:
+            raise self._reject(context, key, started, held_for, reentrant=False)
+        try:
+            result = callback(self._enter(context, run, lease, started))
+        except Exception as exc:
+            error = lease.finish()
+            self._released(run, lease, error)
+            replacement = self._outcome_error(lease, error, exc)
+            if replacement is None:
+                raise
+            raise replacement from exc
+        except BaseException:
+            self._released(run, lease, lease.finish())
+            raise
+        self._released(run, lease, lease.finish())
+        return result
+
+    # -- async --------------------------------------------------------------------------------
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
+        key = self._resolve_key(context)
+        started = self._time_provider.monotonic()
+        if (self._store_id, key) in self._held(context):
+            raise self._reject(context, key, started, None, reentrant=True)
+        run = _Run(self, key, context)
+        lease: AsyncLease | None
+        lease, held_for = await acquire_lease_async(
+            self._ops,
+            key,
+            params=self._async_params,
+            schedule=self._schedule(started),
+            time_provider=self._time_provider,
+            signal=context.signal,
+            tag=run,
+        )
+        if lease is None:
+            raise self._reject(context, key, started, held_for, reentrant=False)
+        try:
+            inner = self._enter(context, run, lease, started)
+            if self._cancel_on_lost:
+                async with lease.loss_signal().cancel_scope():
+                    result = await callback(inner)
+            else:
+                result = await callback(inner)
+        except Exception as exc:
+            error = await lease.finish_async()
+            self._released(run, lease, error)
+            replacement = self._outcome_error(lease, error, exc)
+            if replacement is None:
+                raise
+            raise replacement from exc
+        except BaseException:
+            self._released(run, lease, await lease.finish_async())
+            raise
+        self._released(run, lease, await lease.finish_async())
+        return result
+
+    def __repr__(self) -> str:
+        return f"<LockStrategy name={self.name!r} key={self._key!r} ttl={self._ttl!r} wait={self._wait!r}>"

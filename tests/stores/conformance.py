@@ -1,0 +1,338 @@
+"""The store conformance suite: every lock and semaphore store must pass it.
+
+How a store plugs in: a test module imports the `Test*` classes and the `lock_store` /
+`semaphore_store` fixtures from here, and defines a fixture `lock_store_factory` (and/or
+`semaphore_store_factory`) returning a zero-argument callable that makes a fresh
+`StoreHarness(store, advance)`:
+
+    from conformance import TestLockStoreConformance, lock_store  # noqa: F401
+
+
+    @pytest.fixture
+    def lock_store_factory(redis_url):
+        return lambda: StoreHarness(RedisLockStore(redis.Redis.from_url(redis_url)), advance=time.sleep)
+
+- `advance(seconds)` moves the store's clock forward by at least `seconds`. A memory store on a
+  `FakeTimeProvider` advances the fake clock; a Redis store's clock is the server's, so its
+  harness sleeps for real (the expiry tests use ttls of a few tenths of a second: `EXPIRY_TTL`).
+  Set `StoreHarness(..., real_time=True)` for such stores: waits that the suite would otherwise
+  drive by advancing a clock then happen in real time.
+- Each test runs once per flavour the store offers ("sync", "async"); the other is skipped.
+- Keys are unique per test (`key` fixture), so a shared server needs no flush between tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from resilience.stores import (
+    AsyncLockStore,
+    AsyncSemaphoreStore,
+    AsyncSupportsLeaseInfo,
+    AsyncSupportsReleaseNotification,
+    LockStore,
+    SemaphoreStore,
+    SupportsLeaseInfo,
+    SupportsReleaseNotification,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "EXPIRY_TTL",
+    "StoreHarness",
+    "TestLockStoreConformance",
+    "TestSemaphoreStoreConformance",
+    "key",
+    "lock_store",
+    "semaphore_store",
+]
+
+EXPIRY_TTL = 0.2
+"""The ttl of the tests that let a lease expire (short enough for a real clock)."""
+LONG_TTL = 30.0
+"""The ttl of the tests that must not see an expiry."""
+MAX_TOKEN = 2**53
+
+
+@dataclass
+class StoreHarness:
+    """A store under test and how to move its clock forward."""
+
+    store: Any
+    advance: Callable[[float], object]
+    real_time: bool = False
+
+
+class Driver:
+    """One flavour (sync or async) of a store, behind one async interface for the tests."""
+
+    def __init__(self, harness: StoreHarness, flavour: str) -> None:
+        self.harness = harness
+        self.store = harness.store
+        self.flavour = flavour
+        self.is_async = flavour == "async"
+
+    async def advance(self, seconds: float) -> None:
+        if self.harness.real_time:
+            await asyncio.to_thread(self.harness.advance, seconds)
+        else:
+            self.harness.advance(seconds)
+
+    async def acquire(self, key: str, owner: str, ttl: float, *limit: int) -> int | None:
+        if self.is_async:
+            return await self.store.acquire_async(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+        return self.store.acquire(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+
+    async def renew(self, key: str, owner: str, ttl: float) -> bool:
+        if self.is_async:
+            return await self.store.renew_async(key, owner, ttl)  # type: ignore[no-any-return]
+        return self.store.renew(key, owner, ttl)  # type: ignore[no-any-return]
+
+    async def release(self, key: str, owner: str) -> bool:
+        if self.is_async:
+            return await self.store.release_async(key, owner)  # type: ignore[no-any-return]
+        return self.store.release(key, owner)  # type: ignore[no-any-return]
+
+    def has_lease_info(self) -> bool:
+        return isinstance(self.store, AsyncSupportsLeaseInfo if self.is_async else SupportsLeaseInfo)
+
+    async def acquire_or_ttl(self, key: str, owner: str, ttl: float, *limit: int) -> tuple[int | None, float | None]:
+        if self.is_async:
+            return await self.store.acquire_or_ttl_async(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+        return self.store.acquire_or_ttl(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+
+    def has_notification(self) -> bool:
+        kind = AsyncSupportsReleaseNotification if self.is_async else SupportsReleaseNotification
+        return isinstance(self.store, kind)
+
+    def start_wait_released(self, key: str, timeout: float) -> asyncio.Future[bool]:
+        """Start waiting for a release of `key` (a task, or a thread for the sync flavour)."""
+        if self.is_async:
+            return asyncio.ensure_future(self.store.wait_released_async(key, timeout))
+        return asyncio.ensure_future(asyncio.to_thread(self.store.wait_released, key, timeout))
+
+
+def _driver(harness: StoreHarness, flavour: str, sync_kind: type, async_kind: type) -> Driver:
+    kind = async_kind if flavour == "async" else sync_kind
+    if not isinstance(harness.store, kind):
+        pytest.skip(f"the store offers no {flavour} flavour")
+    return Driver(harness, flavour)
+
+
+@pytest.fixture(params=["sync", "async"])
+def lock_store(request: pytest.FixtureRequest, lock_store_factory: Callable[[], StoreHarness]) -> Driver:
+    """The lock store under test, in one flavour."""
+    return _driver(lock_store_factory(), request.param, LockStore, AsyncLockStore)
+
+
+@pytest.fixture(params=["sync", "async"])
+def semaphore_store(request: pytest.FixtureRequest, semaphore_store_factory: Callable[[], StoreHarness]) -> Driver:
+    """The semaphore store under test, in one flavour."""
+    return _driver(semaphore_store_factory(), request.param, SemaphoreStore, AsyncSemaphoreStore)
+
+
+@pytest.fixture
+def key() -> str:
+    """A key no other test uses."""
+    return f"conformance:{uuid.uuid4().hex}"
+
+
+async def _settled(future: asyncio.Future[bool], limit: float = 5.0) -> bool:
+    return await asyncio.wait_for(future, limit)
+
+
+async def _still_pending(future: asyncio.Future[bool]) -> bool:
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    return not future.done()
+
+
+class TestLockStoreConformance:
+    """What every `LockStore` / `AsyncLockStore` guarantees (DESIGN §2.8)."""
+
+    async def test_acquire_a_free_key_returns_a_token(self, lock_store: Driver, key: str) -> None:
+        """A free key is granted with an integer token in [1, 2**53)."""
+        token = await lock_store.acquire(key, "a", LONG_TTL)
+        assert isinstance(token, int)
+        assert 1 <= token < MAX_TOKEN
+
+    async def test_a_held_key_is_refused_to_another_owner(self, lock_store: Driver, key: str) -> None:
+        """Exclusivity: while the lease lives, another owner gets None."""
+        assert await lock_store.acquire(key, "a", LONG_TTL) is not None
+        assert await lock_store.acquire(key, "b", LONG_TTL) is None
+
+    async def test_acquire_by_the_holder_returns_the_same_token(self, lock_store: Driver, key: str) -> None:
+        """Same-owner acquire is idempotent (a lost reply is harmless)."""
+        token = await lock_store.acquire(key, "a", LONG_TTL)
+        assert await lock_store.acquire(key, "a", LONG_TTL) == token
+
+    async def test_keys_are_independent(self, lock_store: Driver, key: str) -> None:
+        """Holding one key does not hold another."""
+        assert await lock_store.acquire(key, "a", LONG_TTL) is not None
+        assert await lock_store.acquire(key + ":other", "b", LONG_TTL) is not None
+
+    async def test_renew_checks_the_owner(self, lock_store: Driver, key: str) -> None:
+        """Only the holder renews; another owner, or a free key, gets False."""
+        await lock_store.acquire(key, "a", LONG_TTL)
+        assert await lock_store.renew(key, "a", LONG_TTL) is True
+        assert await lock_store.renew(key, "b", LONG_TTL) is False
+        assert await lock_store.renew(key + ":free", "a", LONG_TTL) is False
+
+    async def test_release_checks_the_owner(self, lock_store: Driver, key: str) -> None:
+        """Another owner's release is refused and changes nothing; the holder's frees the key."""
+        await lock_store.acquire(key, "a", LONG_TTL)
+        assert await lock_store.release(key, "b") is False
+        assert await lock_store.acquire(key, "b", LONG_TTL) is None
+        assert await lock_store.release(key, "a") is True
+        assert await lock_store.acquire(key, "b", LONG_TTL) is not None
+
+    async def test_release_twice_is_false_the_second_time(self, lock_store: Driver, key: str) -> None:
+        """A release answers True only while the owner still held the key."""
+        await lock_store.acquire(key, "a", LONG_TTL)
+        assert await lock_store.release(key, "a") is True
+        assert await lock_store.release(key, "a") is False
+        assert await lock_store.release(key + ":never", "a") is False
+
+    async def test_tokens_increase_across_release(self, lock_store: Driver, key: str) -> None:
+        """Every new acquisition of a key gets a larger token than the last one."""
+        tokens = []
+        for owner in ("a", "b", "a", "c"):
+            token = await lock_store.acquire(key, owner, LONG_TTL)
+            assert token is not None
+            tokens.append(token)
+            assert await lock_store.release(key, owner)
+        assert tokens == sorted(set(tokens))
+
+    async def test_a_lease_expires_on_the_stores_clock(self, lock_store: Driver, key: str) -> None:
+        """After ttl on the store's clock, another owner can take the key."""
+        assert await lock_store.acquire(key, "a", EXPIRY_TTL) is not None
+        assert await lock_store.acquire(key, "b", EXPIRY_TTL) is None
+        await lock_store.advance(EXPIRY_TTL * 1.5)
+        assert await lock_store.acquire(key, "b", EXPIRY_TTL) is not None
+
+    async def test_tokens_increase_across_expiry(self, lock_store: Driver, key: str) -> None:
+        """A key taken over after expiry gets a larger token."""
+        first = await lock_store.acquire(key, "a", EXPIRY_TTL)
+        await lock_store.advance(EXPIRY_TTL * 1.5)
+        second = await lock_store.acquire(key, "b", EXPIRY_TTL)
+        assert first is not None
+        assert second is not None
+        assert second > first
+
+    async def test_renew_pushes_the_expiry_out(self, lock_store: Driver, key: str) -> None:
+        """A renewal sets the expiry to now + ttl: the lease outlives its first ttl."""
+        await lock_store.acquire(key, "a", EXPIRY_TTL)
+        await lock_store.advance(EXPIRY_TTL * 0.6)
+        assert await lock_store.renew(key, "a", EXPIRY_TTL) is True
+        await lock_store.advance(EXPIRY_TTL * 0.6)
+        assert await lock_store.acquire(key, "b", EXPIRY_TTL) is None
+
+    async def test_renew_after_expiry_fails_and_never_reacquires(self, lock_store: Driver, key: str) -> None:
+        """An expired lease is gone: renew answers False and the key stays free."""
+        await lock_store.acquire(key, "a", EXPIRY_TTL)
+        await lock_store.advance(EXPIRY_TTL * 1.5)
+        assert await lock_store.renew(key, "a", LONG_TTL) is False
+        assert await lock_store.acquire(key, "b", LONG_TTL) is not None
+        assert await lock_store.renew(key, "a", LONG_TTL) is False
+
+    async def test_release_after_expiry_is_false(self, lock_store: Driver, key: str) -> None:
+        """A release after expiry answers False and never frees another owner's lease."""
+        await lock_store.acquire(key, "a", EXPIRY_TTL)
+        await lock_store.advance(EXPIRY_TTL * 1.5)
+        await lock_store.acquire(key, "b", LONG_TTL)
+        assert await lock_store.release(key, "a") is False
+        assert await lock_store.acquire(key, "c", LONG_TTL) is None
+
+    async def test_lease_info_reports_the_holders_time_left(self, lock_store: Driver, key: str) -> None:
+        """`acquire_or_ttl`: (token, None) when granted; (None, 0 < left <= ttl) when held."""
+        if not lock_store.has_lease_info():
+            pytest.skip("the store offers no lease info")
+        token, left = await lock_store.acquire_or_ttl(key, "a", LONG_TTL)
+        assert token is not None
+        assert left is None
+        token, left = await lock_store.acquire_or_ttl(key, "b", LONG_TTL)
+        assert token is None
+        assert left is not None
+        assert 0 < left <= LONG_TTL
+        again, _ = await lock_store.acquire_or_ttl(key, "a", LONG_TTL)
+        assert again == (await lock_store.acquire(key, "a", LONG_TTL))
+
+    async def test_wait_released_returns_at_once_for_a_free_key(self, lock_store: Driver, key: str) -> None:
+        """Waiting on a free key answers True without waiting."""
+        if not lock_store.has_notification():
+            pytest.skip("the store offers no release notification")
+        assert await _settled(lock_store.start_wait_released(key, LONG_TTL)) is True
+
+    async def test_wait_released_is_woken_by_a_release(self, lock_store: Driver, key: str) -> None:
+        """A waiter is woken (True) by the holder's release, long before its timeout."""
+        if not lock_store.has_notification():
+            pytest.skip("the store offers no release notification")
+        await lock_store.acquire(key, "a", LONG_TTL)
+        waiting = lock_store.start_wait_released(key, LONG_TTL)
+        assert await _still_pending(waiting)
+        assert await lock_store.release(key, "a")
+        assert await _settled(waiting) is True
+
+    async def test_wait_released_times_out(self, lock_store: Driver, key: str) -> None:
+        """A waiter whose key stays held answers False after its timeout."""
+        if not lock_store.has_notification():
+            pytest.skip("the store offers no release notification")
+        await lock_store.acquire(key, "a", LONG_TTL)
+        waiting = lock_store.start_wait_released(key, EXPIRY_TTL)
+        assert await _still_pending(waiting)
+        await lock_store.advance(EXPIRY_TTL * 1.5)
+        assert await _settled(waiting) is False
+
+
+class TestSemaphoreStoreConformance:
+    """What every `SemaphoreStore` / `AsyncSemaphoreStore` guarantees (DESIGN §2.8)."""
+
+    async def test_up_to_limit_holders_each_with_its_own_token(self, semaphore_store: Driver, key: str) -> None:
+        """`limit` owners get distinct tokens; the next one is refused."""
+        tokens = [await semaphore_store.acquire(key, owner, LONG_TTL, 3) for owner in "abc"]
+        assert None not in tokens
+        assert len(set(tokens)) == 3
+        assert await semaphore_store.acquire(key, "d", LONG_TTL, 3) is None
+
+    async def test_acquire_by_a_holder_returns_its_token(self, semaphore_store: Driver, key: str) -> None:
+        """Same-owner acquire is idempotent and takes no second slot."""
+        token = await semaphore_store.acquire(key, "a", LONG_TTL, 2)
+        assert await semaphore_store.acquire(key, "a", LONG_TTL, 2) == token
+        assert await semaphore_store.acquire(key, "b", LONG_TTL, 2) is not None
+
+    async def test_release_frees_one_slot_for_its_owner_only(self, semaphore_store: Driver, key: str) -> None:
+        """A release frees the owner's slot; a stranger's release answers False."""
+        await semaphore_store.acquire(key, "a", LONG_TTL, 1)
+        assert await semaphore_store.release(key, "z") is False
+        assert await semaphore_store.release(key, "a") is True
+        assert await semaphore_store.release(key, "a") is False
+        assert await semaphore_store.acquire(key, "b", LONG_TTL, 1) is not None
+
+    async def test_renew_checks_the_owner(self, semaphore_store: Driver, key: str) -> None:
+        """Only a holder renews its slot."""
+        await semaphore_store.acquire(key, "a", LONG_TTL, 2)
+        assert await semaphore_store.renew(key, "a", LONG_TTL) is True
+        assert await semaphore_store.renew(key, "b", LONG_TTL) is False
+
+    async def test_an_expired_slot_is_free_and_cannot_be_renewed(self, semaphore_store: Driver, key: str) -> None:
+        """After ttl the slot is free for others, and renew never re-acquires it."""
+        first = await semaphore_store.acquire(key, "a", EXPIRY_TTL, 1)
+        await semaphore_store.advance(EXPIRY_TTL * 1.5)
+        assert await semaphore_store.renew(key, "a", LONG_TTL) is False
+        second = await semaphore_store.acquire(key, "b", LONG_TTL, 1)
+        assert first is not None
+        assert second is not None
+        assert second > first
+
+    async def test_the_limit_is_enforced_at_each_call(self, semaphore_store: Driver, key: str) -> None:
+        """Each call's limit decides: a larger limit admits more holders."""
+        await semaphore_store.acquire(key, "a", LONG_TTL, 1)
+        assert await semaphore_store.acquire(key, "b", LONG_TTL, 1) is None
+        assert await semaphore_store.acquire(key, "b", LONG_TTL, 2) is not None

@@ -1,0 +1,83 @@
+"""After os.fork() the child never renews, extends or releases the leases it inherited."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING
+
+import pytest
+
+from resilience import LockLostError, get_context
+from resilience._lease import LeaseParams, LockOps, acquire_lease
+from tests.unit.lockkit import FaultyStore, build, idle, step
+
+if TYPE_CHECKING:
+    from resilience.testing import FakeTimeProvider
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def _fork() -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads
+        return os.fork()
+
+
+def _child_exit(ok: bool) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if ok else 1)
+
+
+def test_a_child_abandons_the_leases_it_inherited(clock: FakeTimeProvider) -> None:
+    """In the child the signal is aborted and no renew/extend/release is ever sent."""
+    store = FaultyStore(clock)
+    params = LeaseParams(ttl=3.0, renew_interval=1.0)
+    lease, _ = acquire_lease(LockOps(store), "job", params=params, schedule=None, time_provider=clock, signal=None)
+    assert lease is not None
+    step(clock, 1.0)
+    calls = len(store.calls)
+    pid = _fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        ok = isinstance(lease.signal.reason, LockLostError)
+        clock.advance(5.0)  # renewals would be due: none may be sent
+        ok = ok and lease.extend() is False
+        ok = ok and lease.release() is False
+        ok = ok and isinstance(lease.finish(), LockLostError)
+        ok = ok and len(store.calls) == calls
+        _child_exit(ok)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent still holds and renews the lease.
+    assert not lease.signal.aborted
+    step(clock, 2.0)
+    assert not lease.lost
+    assert lease.finish() is None
+    assert store.count("release") == 1
+
+
+def test_a_callable_that_forks_does_not_release_in_the_child(clock: FakeTimeProvider) -> None:
+    """The child returns through the strategy without a release; the parent's lease is intact."""
+    store = FaultyStore(clock)
+    pipeline = build(clock, store=store, ttl=3.0)
+    parent = os.getpid()
+    before: list[int] = []
+
+    def job() -> str:
+        before.append(len(store.calls))
+        if _fork() == 0:  # pragma: no cover - the child
+            context = get_context()
+            assert context is not None
+            return "child" if isinstance(context.signal.reason, LockLostError) else "child-not-aborted"
+        return "parent"
+
+    result = pipeline.settle(job)
+    if os.getpid() != parent:  # pragma: no cover - the child reports through its exit code
+        _child_exit(result.value == "child" and len(store.calls) == before[0])
+    _, status = os.waitpid(-1, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert result.value == "parent"
+    idle()
+    assert store.count("release") == 1
