@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,7 +29,7 @@ def run(name: str, *args: str, timeout: float = 60) -> str:
 
 def test_every_example_is_covered_here() -> None:
     """A new example must get a test in this module."""
-    tested = {"quickstart.py", "nightly_job.py"}
+    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
@@ -49,3 +53,42 @@ def test_nightly_job_runs_once_per_night_with_increasing_tokens() -> None:
     assert "refused: stale fencing token 1" in out
     assert "OnLockAcquired" in out
     assert "OnLockReleased" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _dashboard_metrics() -> set[str]:
+    dashboard = json.loads((EXAMPLES.parent / "docs" / "dashboards" / "resilience.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    exprs.append(dashboard["templating"]["list"][1]["query"]["query"])
+    return {name for expr in exprs for name in re.findall(r"\b(resilience_[a-z_]+)", expr)}
+
+
+def test_prometheus_example_exports_every_metric_the_dashboard_queries() -> None:
+    """Scrape the example's /metrics on localhost: every series the dashboard names is there."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "telemetry_prometheus.py"), "--port", str(port), "--serve-seconds", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "workload done" in line, process.stderr.read() if process.stderr else line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            exported = response.read().decode()
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    wanted = _dashboard_metrics()
+    assert wanted >= {"resilience_strategy_events_total", "resilience_pipeline_duration_seconds_bucket"}
+    missing = sorted(name for name in wanted if f"\n{name}{{" not in exported)
+    assert not missing, f"the dashboard queries metrics the example does not export: {missing}"
+    for event in ("OnRetry", "OnCircuitOpened", "OnTimeout", "OnLockRejected", "OnLockAcquired", "OnLockReleased"):
+        assert f'event_name="{event}"' in exported
