@@ -23,6 +23,7 @@ from resilience._lease import (
     acquire_lease,
     acquire_lease_async,
 )
+from resilience._outcome import Err
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError, ValidationError
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, default_lock_store
@@ -175,8 +176,14 @@ class LockEvents:
 
     def _emit(self, name: str, severity: Severity, arguments: LockEventArguments) -> None:
         context = arguments.context
+        error = arguments.error
         self._telemetry.emit(
-            name, severity, operation_key=None if context is None else context.operation_key, arguments=arguments
+            name,
+            severity,
+            operation_key=None if context is None else context.operation_key,
+            # A renewal's error is the event's outcome, so metrics get its `exception.type`.
+            outcome=Err(error) if isinstance(error, Exception) else None,
+            arguments=arguments,
         )
 
     def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
