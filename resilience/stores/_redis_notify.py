@@ -1,0 +1,281 @@
+"""Release notifications for the Redis stores: one shared subscription per store.
+
+A release script publishes on a channel named like the released key (`PUBLISH`, or
+`SPUBLISH` on Cluster, where a channel named like the key lives in the key's hash slot, so the
+script may publish there). A waiter registers for the channel and sleeps on an event; one
+listener per store (a daemon thread for sync waiters, a task per event loop for async ones)
+reads the subscription connection and sets the events of the channel that was released.
+
+A notification is a hint: a waiter that misses it (it subscribed a moment too late, the
+connection dropped, the client has no pub/sub) simply sleeps out its timeout and the caller
+polls again. A channel stays subscribed for `linger` seconds after its last waiter leaves, so
+a caller that polls in a loop keeps one subscription instead of re-subscribing each round.
+The listener stops, and closes its connection, once nothing is subscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["AsyncReleaseListener", "SyncReleaseListener"]
+
+_log = logging.getLogger("resilience")
+
+_POLL = 0.05
+"""How long one read of the subscription blocks: bounds how late the listener sees a close."""
+_LINGER = 2.0
+
+
+def _channel_of(message: Any) -> str | None:
+    if not isinstance(message, dict) or message.get("type") not in {"message", "smessage", b"message", b"smessage"}:
+        return None
+    channel = message.get("channel")
+    if isinstance(channel, bytes):
+        return channel.decode("utf-8", "surrogateescape")
+    return channel if isinstance(channel, str) else None
+
+
+class SyncReleaseListener:
+    """Wakes sync waiters on release: one pub/sub connection and at most one thread."""
+
+    def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool, name: str) -> None:
+        self._open = open_pubsub
+        self._sharded = sharded
+        self._name = name
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._subscribed: set[str] = set()
+        self._idle: dict[str, float] = {}
+        self._pubsub: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        """Block until `channel` is released (True) or `timeout` passes (False)."""
+        event = threading.Event()
+        with self._lock:
+            if self._subscribe(channel):
+                self._waiters.setdefault(channel, set()).add(event)
+                self._idle.pop(channel, None)
+                self._ensure_thread()
+        try:
+            return event.wait(max(0.0, timeout))
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(channel)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[channel]
+                        self._idle[channel] = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the listener thread and close the subscription connection."""
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5 * _POLL + 1.0)
+        with self._lock:
+            self._close_pubsub()
+            for waiters in self._waiters.values():
+                for event in waiters:
+                    event.set()
+            self._waiters.clear()
+            self._stop = threading.Event()
+
+    # -- under self._lock ---------------------------------------------------------------------
+
+    def _subscribe(self, channel: str) -> bool:
+        if channel in self._subscribed:
+            return True
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._open()
+            if self._sharded:
+                self._pubsub.ssubscribe(channel)
+            else:
+                self._pubsub.subscribe(channel)
+        except Exception:  # a hint only: the waiter sleeps out its timeout and polls
+            _log.debug("release notification unavailable for %r", channel, exc_info=True)
+            return False
+        self._subscribed.add(channel)
+        return True
+
+    def _unsubscribe_idle(self, now: float) -> None:
+        for channel, since in list(self._idle.items()):
+            if now - since < _LINGER:
+                continue
+            del self._idle[channel]
+            self._subscribed.discard(channel)
+            try:
+                if self._sharded:
+                    self._pubsub.sunsubscribe(channel)
+                else:
+                    self._pubsub.unsubscribe(channel)
+            except Exception:  # the connection goes when the listener stops anyway
+                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            thread = threading.Thread(target=self._run, args=(self._stop,), name=self._name, daemon=True)
+            self._thread = thread
+            thread.start()
+
+    def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        self._subscribed.clear()
+        self._idle.clear()
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
+    # -- the listener thread -------------------------------------------------------------------
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self._lock:
+                if stop.is_set():
+                    return
+                self._unsubscribe_idle(time.monotonic())
+                if not self._subscribed:
+                    self._close_pubsub()
+                    self._thread = None
+                    return
+                pubsub = self._pubsub
+            try:
+                if self._sharded:
+                    message = pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
+                else:
+                    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
+            except Exception:  # redis-py reconnects and resubscribes on the next read
+                _log.debug("release listener read failed", exc_info=True)
+                stop.wait(_POLL)
+                continue
+            channel = _channel_of(message)
+            if channel is not None:
+                with self._lock:
+                    for event in self._waiters.get(channel, ()):
+                        event.set()
+
+
+class AsyncReleaseListener:
+    """Wakes the async waiters of one event loop: one pub/sub connection and one task."""
+
+    def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
+        self._open = open_pubsub
+        self._sharded = sharded
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._subscribed: set[str] = set()
+        self._idle: dict[str, float] = {}
+        self._pubsub: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self, channel: str, timeout: float) -> bool:
+        """Wait until `channel` is released (True) or `timeout` passes (False)."""
+        event = asyncio.Event()
+        if await self._subscribe(channel):
+            self._waiters.setdefault(channel, set()).add(event)
+            self._idle.pop(channel, None)
+            self._ensure_task()
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await event.wait()
+        except TimeoutError:
+            return False
+        else:
+            return True
+        finally:
+            waiters = self._waiters.get(channel)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[channel]
+                    self._idle[channel] = time.monotonic()
+
+    async def aclose(self) -> None:
+        """Stop the listener task and close the subscription connection."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+        self._waiters.clear()
+        await self._close_pubsub()
+
+    async def _subscribe(self, channel: str) -> bool:
+        if channel in self._subscribed:
+            return True
+        self._subscribed.add(channel)  # before the await: a concurrent waiter must not subscribe twice
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._open()
+            if self._sharded:
+                await self._pubsub.ssubscribe(channel)
+            else:
+                await self._pubsub.subscribe(channel)
+        except Exception:  # a hint only: the waiter sleeps out its timeout and polls
+            _log.debug("release notification unavailable for %r", channel, exc_info=True)
+            self._subscribed.discard(channel)
+            return False
+        return True
+
+    def _ensure_task(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="resilience-redis-release")
+
+    async def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        self._subscribed.clear()
+        self._idle.clear()
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                closer = getattr(pubsub, "aclose", None) or pubsub.reset
+                await closer()
+
+    async def _unsubscribe_idle(self, now: float) -> None:
+        for channel, since in list(self._idle.items()):
+            if now - since < _LINGER:
+                continue
+            del self._idle[channel]
+            self._subscribed.discard(channel)
+            try:
+                if self._sharded:
+                    await self._pubsub.sunsubscribe(channel)
+                else:
+                    await self._pubsub.unsubscribe(channel)
+            except Exception:  # the connection goes when the listener stops anyway
+                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._unsubscribe_idle(time.monotonic())
+            if not self._subscribed:
+                self._task = None
+                await self._close_pubsub()
+                return
+            pubsub = self._pubsub
+            try:
+                if self._sharded:
+                    message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
+                else:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
+            except Exception:  # redis-py reconnects and resubscribes on the next read
+                _log.debug("release listener read failed", exc_info=True)
+                await asyncio.sleep(_POLL)
+                continue
+            channel = _channel_of(message)
+            if channel is not None:
+                for event in self._waiters.get(channel, ()):
+                    event.set()
