@@ -56,7 +56,7 @@ def _is_unknown_command(exc: Exception) -> bool:
     return "unknown command" in str(exc).lower() or "unknown redis command" in str(exc).lower()
 
 
-def _ttl_ms(ttl: float) -> int:
+def _ttl_ms(ttl: object) -> int:
     """A ttl in whole milliseconds, rounded up (1 ms at least)."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
         msg = f"ttl: must be a positive, finite number of seconds, got {ttl!r}"
@@ -179,7 +179,8 @@ class _RedisStore:
         if client is None and async_client is None:
             msg = f"{self._kind}: pass a sync client ({_SYNC_HINT}) and/or an asyncio client ({_ASYNC_HINT})"
             raise ValidationError(msg)
-        if not isinstance(prefix, str) or not prefix:
+        given: object = prefix  # checked at run time: callers need not be typed
+        if not isinstance(given, str) or not given:
             msg = f"{self._kind}: prefix must be a non-empty str, got {prefix!r}"
             raise ValidationError(msg)
         self._prefix = prefix
@@ -414,7 +415,7 @@ class RedisSemaphoreStore(_RedisStore):
         return holders, f"{holders}:tokens"
 
     @staticmethod
-    def _limit(limit: int) -> int:
+    def _limit(limit: object) -> int:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             msg = f"limit: must be an int >= 1, got {limit!r}"
             raise ValidationError(msg)

@@ -104,7 +104,7 @@ class SyncReleaseListener:
                 self._pubsub.ssubscribe(channel)
             else:
                 self._pubsub.subscribe(channel)
-        except Exception:  # a hint only: the waiter sleeps out its timeout and polls
+        except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             return False
         self._subscribed.add(channel)
@@ -121,7 +121,7 @@ class SyncReleaseListener:
                     self._pubsub.sunsubscribe(channel)
                 else:
                     self._pubsub.unsubscribe(channel)
-            except Exception:  # the connection goes when the listener stops anyway
+            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
     def _ensure_thread(self) -> None:
@@ -156,7 +156,7 @@ class SyncReleaseListener:
                     message = pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
                 else:
                     message = pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
-            except Exception:  # redis-py reconnects and resubscribes on the next read
+            except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 stop.wait(_POLL)
                 continue
@@ -225,7 +225,7 @@ class AsyncReleaseListener:
                 await self._pubsub.ssubscribe(channel)
             else:
                 await self._pubsub.subscribe(channel)
-        except Exception:  # a hint only: the waiter sleeps out its timeout and polls
+        except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             self._subscribed.discard(channel)
             return False
@@ -255,7 +255,7 @@ class AsyncReleaseListener:
                     await self._pubsub.sunsubscribe(channel)
                 else:
                     await self._pubsub.unsubscribe(channel)
-            except Exception:  # the connection goes when the listener stops anyway
+            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
     async def _run(self) -> None:
@@ -271,7 +271,7 @@ class AsyncReleaseListener:
                     message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
                 else:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
-            except Exception:  # redis-py reconnects and resubscribes on the next read
+            except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 await asyncio.sleep(_POLL)
                 continue
