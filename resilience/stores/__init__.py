@@ -10,6 +10,7 @@ from resilience.stores._protocols import (
     SupportsLeaseInfo,
     SupportsReleaseNotification,
 )
+from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 
 __all__ = [
     "AsyncLockStore",
@@ -17,6 +18,8 @@ __all__ = [
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
     "LockStore",
+    "RedisLockStore",
+    "RedisSemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
     "SupportsReleaseNotification",
