@@ -14,7 +14,7 @@ issued, kept after release as a tombstone so that the next token is at least one
 held, the key expires with the lease, so `PTTL` is the remaining lease time.
 
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
-milliseconds) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
+milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
 that holder's token); the braces put both in one hash slot.
 """
 
@@ -125,8 +125,9 @@ return 1
 )
 
 # Every semaphore script starts here: read the server clock, drop the holders whose lease has
-# expired, and define `settle`, which sets both keys' expiries after a change (the holders'
-# set lives as long as its last lease; the token hash a tombstone longer).
+# expired (and their tokens), and define `settle`, which sets both keys' expiries after a
+# change: the last lease plus a tombstone, so that lapsed holders are still there to be pruned
+# and the last token is remembered.
 _SEMAPHORE_PRELUDE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -141,13 +142,10 @@ local function settle(tombstone)
   local horizon = tonumber(tombstone)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if #last > 0 then
-    local left = tonumber(last[2]) - now_ms
-    redis.call('PEXPIRE', KEYS[1], left)
-    horizon = horizon + left
+    horizon = horizon + tonumber(last[2]) - now_ms
+    redis.call('PEXPIRE', KEYS[1], horizon)
   end
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    redis.call('PEXPIRE', KEYS[2], horizon)
-  end
+  redis.call('PEXPIRE', KEYS[2], horizon)
 end
 """
 
