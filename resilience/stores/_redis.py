@@ -265,7 +265,10 @@ class _RedisStore:
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
         if listener is None and callable(getattr(client, "pubsub", None)):
-            listener = self._async_listeners[loop] = AsyncReleaseListener(client.pubsub, sharded=_is_cluster(client))
+            sharded = _is_cluster(client)
+            if sharded and callable(getattr(client, "initialize", None)):
+                await client.initialize()  # the asyncio Cluster client learns its slots lazily
+            listener = self._async_listeners[loop] = AsyncReleaseListener(client.pubsub, sharded=sharded)
         if listener is None:
             await asyncio.sleep(max(0.0, timeout))
             return False

@@ -178,15 +178,17 @@ class AsyncReleaseListener:
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def wait(self, channel: str, timeout: float) -> bool:
         """Wait until `channel` is released (True) or `timeout` passes (False)."""
         event = asyncio.Event()
-        if await self._subscribe(channel):
-            self._waiters.setdefault(channel, set()).add(event)
-            self._idle.pop(channel, None)
-            self._ensure_task()
+        # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
+        self._waiters.setdefault(channel, set()).add(event)
+        self._idle.pop(channel, None)
         try:
+            if await self._subscribe(channel):
+                self._ensure_task()
             async with asyncio.timeout(max(0.0, timeout)):
                 await event.wait()
         except TimeoutError:
@@ -203,6 +205,7 @@ class AsyncReleaseListener:
 
     async def aclose(self) -> None:
         """Stop the listener task and close the subscription connection."""
+        self._closed = True
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -215,6 +218,8 @@ class AsyncReleaseListener:
         await self._close_pubsub()
 
     async def _subscribe(self, channel: str) -> bool:
+        if self._closed:
+            return False
         if channel in self._subscribed:
             return True
         self._subscribed.add(channel)  # before the await: a concurrent waiter must not subscribe twice
@@ -232,7 +237,7 @@ class AsyncReleaseListener:
         return True
 
     def _ensure_task(self) -> None:
-        if self._task is None or self._task.done():
+        if not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run(), name="resilience-redis-release")
 
     async def _close_pubsub(self) -> None:
