@@ -99,7 +99,7 @@ class _SyncClient:
         return self._client
 
     def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
-        client = self.get()
+        client = self._client if self._client is not None else self.get()
         try:
             return client.evalsha(script.sha, len(keys), *keys, *args)
         except Exception as exc:
@@ -161,7 +161,7 @@ class _AsyncClient:
             close()
 
     async def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
-        client = await self.get()
+        client = self._client if self._client is not None else await self.get()
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)
         except Exception as exc:
@@ -225,7 +225,9 @@ class _RedisStore:
 
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
         runner = self._sync_client("release")
-        command = self._publish.setdefault(False, self._publish_command(runner.get()))
+        command = self._publish.get(False)
+        if command is None:
+            command = self._publish[False] = self._publish_command(runner.get())
         try:
             return bool(runner.run(script, keys, [*args, command]))
         except Exception as exc:
@@ -238,7 +240,9 @@ class _RedisStore:
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
         runner = self._async_client("release_async")
-        command = self._publish.setdefault(True, self._publish_command(await runner.get()))
+        command = self._publish.get(True)
+        if command is None:
+            command = self._publish[True] = self._publish_command(await runner.get())
         try:
             return bool(await runner.run(script, keys, [*args, command]))
         except Exception as exc:

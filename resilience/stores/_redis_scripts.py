@@ -72,19 +72,19 @@ LOCK_ACQUIRE = LuaScript(
 -- KEYS[1] lock key; ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry refreshed);
 -- -remaining ms when held by another owner; 0 when held with no expiry to report.
-local holder = redis.call('HGET', KEYS[1], 'owner')
-if holder == ARGV[1] then
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(redis.call('HGET', KEYS[1], 'token'))
+  return tonumber(lease[2])
 end
-if holder then
+if lease[1] then
   local left = redis.call('PTTL', KEYS[1])
   if left > 0 then
     return -left
   end
   return 0
 end
-local token = mint(redis.call('HGET', KEYS[1], 'token'))
+local token = mint(lease[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return token
