@@ -284,6 +284,7 @@ def main() -> None:
 
 def write_section(path: Path, section: str) -> None:
     """Replace (or append) the `## Redis lock store` section of `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     existing = path.read_text() if path.exists() else "# Performance\n"
     start = existing.find("## Redis lock store")
     if start == -1:
