@@ -6,9 +6,12 @@ script may publish there). A waiter registers for the channel and sleeps on an e
 listener per store (a daemon thread for sync waiters, a task per event loop for async ones)
 reads the subscription connection and sets the events of the channel that was released.
 
-A notification is a hint: a waiter that misses it (it subscribed a moment too late, the
-connection dropped, the client has no pub/sub) simply sleeps out its timeout and the caller
-polls again. A channel stays subscribed for `linger` seconds after its last waiter leaves, so
+A wait subscribes first, waits for the server's confirmation, and only then asks whether the
+key is free (`is_free`, one read-only script call): a key that is free answers True at once,
+and a release after the check is published to a subscription that already exists, so none
+slips through between the two. A notification is still only a hint: a waiter that misses one
+(the connection dropped, the subscription failed, the client has no pub/sub) sleeps out its
+timeout and the caller polls again. A channel stays subscribed for `linger` seconds after its last waiter leaves, so
 a caller that polls in a loop keeps one subscription instead of re-subscribing each round.
 The listener stops, and closes its connection, once nothing is subscribed.
 """
@@ -23,7 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
 __all__ = ["AsyncReleaseListener", "SyncReleaseListener"]
 
@@ -34,13 +37,42 @@ _POLL = 0.05
 _LINGER = 2.0
 
 
-def _channel_of(message: Any) -> str | None:
-    if not isinstance(message, dict) or message.get("type") not in {"message", "smessage", b"message", b"smessage"}:
+_RELEASED = frozenset({"message", "smessage"})
+_SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
+
+
+def _parse(message: Any) -> tuple[str, str] | None:
+    """`(kind, channel)` of a pub/sub message: kind "released" or "subscribed"; else None."""
+    if not isinstance(message, dict):
         return None
-    channel = message.get("channel")
+    kind, channel = message.get("type"), message.get("channel")
+    if isinstance(kind, bytes):
+        kind = kind.decode()
     if isinstance(channel, bytes):
-        return channel.decode("utf-8", "surrogateescape")
-    return channel if isinstance(channel, str) else None
+        channel = channel.decode("utf-8", "surrogateescape")
+    if not isinstance(channel, str):
+        return None
+    if kind in _RELEASED:
+        return "released", channel
+    if kind in _SUBSCRIBED:
+        return "subscribed", channel
+    return None
+
+
+async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
+    try:
+        return await check()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+def _is_free(check: Callable[[], bool]) -> bool:
+    try:
+        return check()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
 
 
 class SyncReleaseListener:
@@ -52,22 +84,28 @@ class SyncReleaseListener:
         self._name = name
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
-        self._subscribed: set[str] = set()
+        self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def wait(self, channel: str, timeout: float) -> bool:
-        """Block until `channel` is released (True) or `timeout` passes (False)."""
+    def wait(self, channel: str, timeout: float, is_free: Callable[[], bool]) -> bool:
+        """Block until `channel` is released (True) or `timeout` passes (False); True at once if free."""
+        deadline = time.monotonic() + max(0.0, timeout)
         event = threading.Event()
         with self._lock:
-            if self._subscribe(channel):
-                self._waiters.setdefault(channel, set()).add(event)
-                self._idle.pop(channel, None)
+            confirmed = self._subscribe(channel)
+            self._waiters.setdefault(channel, set()).add(event)
+            self._idle.pop(channel, None)
+            if confirmed is not None:
                 self._ensure_thread()
         try:
-            return event.wait(max(0.0, timeout))
+            if confirmed is not None:
+                confirmed.wait(max(0.0, deadline - time.monotonic()))
+            if _is_free(is_free):
+                return True
+            return event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._lock:
                 waiters = self._waiters.get(channel)
@@ -85,6 +123,8 @@ class SyncReleaseListener:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 * _POLL + 1.0)
         with self._lock:
+            for confirmed in self._subscribed.values():
+                confirmed.set()
             self._close_pubsub()
             for waiters in self._waiters.values():
                 for event in waiters:
@@ -94,9 +134,11 @@ class SyncReleaseListener:
 
     # -- under self._lock ---------------------------------------------------------------------
 
-    def _subscribe(self, channel: str) -> bool:
-        if channel in self._subscribed:
-            return True
+    def _subscribe(self, channel: str) -> threading.Event | None:
+        """The channel's confirmation event (subscribing if needed), or None if that failed."""
+        confirmed = self._subscribed.get(channel)
+        if confirmed is not None:
+            return confirmed
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
@@ -106,16 +148,17 @@ class SyncReleaseListener:
                 self._pubsub.subscribe(channel)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
-            return False
-        self._subscribed.add(channel)
-        return True
+            return None
+        confirmed = self._subscribed[channel] = threading.Event()
+        return confirmed
 
     def _unsubscribe_idle(self, now: float) -> None:
         for channel, since in list(self._idle.items()):
             if now - since < _LINGER:
                 continue
             del self._idle[channel]
-            self._subscribed.discard(channel)
+            if self._subscribed.pop(channel, None) is None:
+                continue
             try:
                 if self._sharded:
                     self._pubsub.sunsubscribe(channel)
@@ -153,18 +196,26 @@ class SyncReleaseListener:
                 pubsub = self._pubsub
             try:
                 if self._sharded:
-                    message = pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
+                    message = pubsub.get_sharded_message(timeout=_POLL)
                 else:
-                    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
+                    message = pubsub.get_message(timeout=_POLL)
             except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 stop.wait(_POLL)
                 continue
-            channel = _channel_of(message)
-            if channel is not None:
+            parsed = _parse(message)
+            if parsed is not None:
                 with self._lock:
-                    for event in self._waiters.get(channel, ()):
-                        event.set()
+                    self._dispatch(*parsed)
+
+    def _dispatch(self, kind: str, channel: str) -> None:
+        if kind == "subscribed":
+            confirmed = self._subscribed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+            return
+        for event in self._waiters.get(channel, ()):
+            event.set()
 
 
 class AsyncReleaseListener:
@@ -174,22 +225,26 @@ class AsyncReleaseListener:
         self._open = open_pubsub
         self._sharded = sharded
         self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._subscribed: set[str] = set()
+        self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def wait(self, channel: str, timeout: float) -> bool:
-        """Wait until `channel` is released (True) or `timeout` passes (False)."""
+    async def wait(self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
+        """Wait until `channel` is released (True) or `timeout` passes (False); True at once if free."""
         event = asyncio.Event()
         # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
         self._waiters.setdefault(channel, set()).add(event)
         self._idle.pop(channel, None)
         try:
-            if await self._subscribe(channel):
-                self._ensure_task()
             async with asyncio.timeout(max(0.0, timeout)):
+                confirmed = await self._subscribe(channel)
+                if confirmed is not None:
+                    self._ensure_task()
+                    await confirmed.wait()
+                if await _is_free_async(is_free):
+                    return True
                 await event.wait()
         except TimeoutError:
             return False
@@ -211,18 +266,23 @@ class AsyncReleaseListener:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for confirmed in self._subscribed.values():
+            confirmed.set()
         for waiters in self._waiters.values():
             for event in waiters:
                 event.set()
         self._waiters.clear()
         await self._close_pubsub()
 
-    async def _subscribe(self, channel: str) -> bool:
+    async def _subscribe(self, channel: str) -> asyncio.Event | None:
+        """The channel's confirmation event (subscribing if needed), or None if that failed."""
         if self._closed:
-            return False
-        if channel in self._subscribed:
-            return True
-        self._subscribed.add(channel)  # before the await: a concurrent waiter must not subscribe twice
+            return None
+        confirmed = self._subscribed.get(channel)
+        if confirmed is not None:
+            return confirmed
+        # Recorded before the await: a concurrent waiter must not subscribe twice.
+        confirmed = self._subscribed[channel] = asyncio.Event()
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
@@ -232,9 +292,11 @@ class AsyncReleaseListener:
                 await self._pubsub.subscribe(channel)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
-            self._subscribed.discard(channel)
-            return False
-        return True
+            if self._subscribed.get(channel) is confirmed:
+                del self._subscribed[channel]
+            confirmed.set()  # concurrent waiters on this attempt go on to their check
+            return None
+        return confirmed
 
     def _ensure_task(self) -> None:
         if not self._closed and (self._task is None or self._task.done()):
@@ -254,7 +316,8 @@ class AsyncReleaseListener:
             if now - since < _LINGER:
                 continue
             del self._idle[channel]
-            self._subscribed.discard(channel)
+            if self._subscribed.pop(channel, None) is None:
+                continue
             try:
                 if self._sharded:
                     await self._pubsub.sunsubscribe(channel)
@@ -273,14 +336,21 @@ class AsyncReleaseListener:
             pubsub = self._pubsub
             try:
                 if self._sharded:
-                    message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=_POLL)
+                    message = await pubsub.get_sharded_message(timeout=_POLL)
                 else:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_POLL)
+                    message = await pubsub.get_message(timeout=_POLL)
             except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 await asyncio.sleep(_POLL)
                 continue
-            channel = _channel_of(message)
-            if channel is not None:
-                for event in self._waiters.get(channel, ()):
-                    event.set()
+            parsed = _parse(message)
+            if parsed is None:
+                continue
+            kind, channel = parsed
+            if kind == "subscribed":
+                confirmed = self._subscribed.get(channel)
+                if confirmed is not None:
+                    confirmed.set()
+                continue
+            for event in self._waiters.get(channel, ()):
+                event.set()

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "LOCK_ACQUIRE",
+    "LOCK_HELD",
     "LOCK_RELEASE",
     "LOCK_RENEW",
     "SEMAPHORE_ACQUIRE",
+    "SEMAPHORE_HELD",
     "SEMAPHORE_RELEASE",
     "SEMAPHORE_RENEW",
     "TOMBSTONE_MS",
@@ -208,5 +210,23 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
 settle(ARGV[2])
 return 1
+""",
+)
+
+LOCK_HELD = LuaScript(
+    "lock_held",
+    """
+-- KEYS[1] lock key. Returns 1 when someone holds the lock, else 0 (read-only).
+return redis.call('HEXISTS', KEYS[1], 'owner')
+""",
+)
+
+SEMAPHORE_HELD = LuaScript(
+    "semaphore_held",
+    """
+-- KEYS[1] holders. Returns the number of live holders (read-only: expired ones are not counted).
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
 """,
 )

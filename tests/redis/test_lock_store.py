@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.redis
 
 
-def test_offers_every_protocol(sync_redis: Any) -> None:
-    """The store satisfies the lock protocols and both capabilities, in both flavours."""
-    store = RedisLockStore(sync_redis)
+def test_offers_every_protocol(sync_redis: Any, async_redis: Any) -> None:
+    """With both clients the store satisfies the lock protocols and both capabilities, in both flavours."""
+    store = RedisLockStore(sync_redis, async_client=async_redis)
     for protocol in (
         LockStore,
         AsyncLockStore,

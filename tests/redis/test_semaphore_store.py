@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.redis
 
 
-def test_offers_the_semaphore_protocols(sync_redis: Any) -> None:
-    """The store satisfies both semaphore protocols."""
-    store = RedisSemaphoreStore(sync_redis)
+def test_offers_the_semaphore_protocols(sync_redis: Any, async_redis: Any) -> None:
+    """With both clients the store satisfies both semaphore protocols."""
+    store = RedisSemaphoreStore(sync_redis, async_client=async_redis)
     assert isinstance(store, SemaphoreStore)
     assert isinstance(store, AsyncSemaphoreStore)
 
@@ -40,6 +40,17 @@ async def test_limit_is_enforced_at_each_call(semaphores: Flavour, key: str) -> 
     await semaphores.acquire(key, "b", 10, 2)
     assert await semaphores.acquire(key, "c", 10, 3) is not None
     assert await semaphores.acquire(key, "d", 10, 1) is None
+
+
+async def test_a_full_semaphore_says_when_the_first_slot_frees(semaphores: Flavour, key: str) -> None:
+    """`acquire_or_ttl` (with the limit) answers the time until the earliest slot expires."""
+    assert semaphores.store._lease_info_takes_limit is True
+    assert (await semaphores.acquire_or_ttl(key, "a", 1, 2))[0] is not None
+    await semaphores.acquire(key, "b", 5, 2)
+    token, remaining = await semaphores.acquire_or_ttl(key, "c", 5, 2)
+    assert token is None
+    assert remaining is not None
+    assert 0.5 < remaining <= 1.0
 
 
 async def test_same_owner_keeps_its_slot_and_token(semaphores: Flavour, key: str) -> None:

@@ -14,7 +14,18 @@ import redis
 import redis.asyncio
 
 from resilience.exceptions import ValidationError
-from resilience.stores import RedisLockStore, RedisSemaphoreStore
+from resilience.stores import (
+    AsyncLockStore,
+    AsyncSemaphoreStore,
+    AsyncSupportsLeaseInfo,
+    AsyncSupportsReleaseNotification,
+    LockStore,
+    RedisLockStore,
+    RedisSemaphoreStore,
+    SemaphoreStore,
+    SupportsLeaseInfo,
+    SupportsReleaseNotification,
+)
 from resilience.stores import _redis_notify as notify
 
 pytestmark = pytest.mark.redis
@@ -96,22 +107,37 @@ def test_clients_in_the_wrong_slot_are_refused(redis_server: Any) -> None:
         asyncio.run(async_client.aclose())
 
 
-async def test_a_missing_flavour_names_the_client_to_pass(sync_redis: Any, async_redis: Any) -> None:
-    """A sync-only store refuses the async methods (and the reverse), naming the option."""
+async def test_only_the_flavours_with_a_client_are_offered(sync_redis: Any, async_redis: Any) -> None:
+    """A flavour without a client is absent (its methods are None), so isinstance tells the truth."""
     sync_only = RedisLockStore(sync_redis)
     async_only = RedisSemaphoreStore(async_client=async_redis)
     assert sync_only.has_sync_client
     assert not sync_only.has_async_client
     assert async_only.has_async_client
     assert not async_only.has_sync_client
+    assert isinstance(sync_only, LockStore)
+    assert isinstance(sync_only, SupportsLeaseInfo)
+    assert isinstance(sync_only, SupportsReleaseNotification)
+    assert not isinstance(sync_only, AsyncLockStore)
+    assert not isinstance(sync_only, AsyncSupportsLeaseInfo)
+    assert not isinstance(sync_only, AsyncSupportsReleaseNotification)
+    assert isinstance(async_only, AsyncSemaphoreStore)
+    assert not isinstance(async_only, SemaphoreStore)
+    assert sync_only.acquire_async is None  # type: ignore[comparison-overlap]
+
+
+async def test_a_missing_flavour_names_the_client_to_pass(sync_redis: Any, async_redis: Any) -> None:
+    """Reached through the class, a missing flavour raises ValidationError naming the option."""
+    sync_only = RedisLockStore(sync_redis)
+    async_only = RedisSemaphoreStore(async_client=async_redis)
     with pytest.raises(ValidationError, match=r"acquire_async needs an asyncio client: pass async_client="):
-        await sync_only.acquire_async("k", "o", 1)
+        await RedisLockStore.acquire_async(sync_only, "k", "o", 1)
     with pytest.raises(ValidationError, match="async_client="):
-        await sync_only.wait_released_async("k", 0)
+        await RedisLockStore.wait_released_async(sync_only, "k", 0)
     with pytest.raises(ValidationError, match=r"acquire needs a sync client: pass client="):
-        async_only.acquire("k", "o", 1, 1)
+        RedisSemaphoreStore.acquire(async_only, "k", "o", 1, 1)
     with pytest.raises(ValidationError, match="client="):
-        async_only.release("k", "o")
+        RedisSemaphoreStore.release(async_only, "k", "o")
 
 
 def test_a_sync_factory_is_called_once_on_first_use(redis_server: Any) -> None:
@@ -220,11 +246,14 @@ async def test_a_script_only_client_is_enough(sync_redis: Any, async_redis: Any,
     assert await store.renew_async(key, "a", 0.2)
     assert store.release(key, "a")
     assert await store.acquire_async(key, "b", 0.1) > token
-    # No pub/sub on this client: the wait is a plain poll interval, then polling finds it free.
+    # No pub/sub on this client: a held key is waited out (a plain poll interval), a free one
+    # answers at once; then polling finds it free.
     started = time.perf_counter()
     assert store.wait_released(key, 0.15) is False
-    assert await store.wait_released_async(key, 0.01) is False
     assert time.perf_counter() - started >= 0.15
+    assert await store.wait_released_async(key, 5) is True
+    assert store.wait_released(key, 5) is True
+    assert time.perf_counter() - started < 1
     assert store.acquire(key, "c", 1) is not None
     assert await store.release_async(key, "c")
     await store.aclose()
@@ -274,6 +303,7 @@ class _BrokenPubSub:
 def test_a_failing_subscription_degrades_to_a_poll_interval(sync_redis: Any, key: str) -> None:
     """If the subscription cannot be made, the wait just sleeps its timeout."""
     store = RedisLockStore(_BrokenPubSub(sync_redis))
+    store.acquire(key, "a", 5)
     started = time.perf_counter()
     assert store.wait_released(key, 0.1) is False
     assert time.perf_counter() - started >= 0.1
@@ -286,6 +316,7 @@ async def test_a_failing_async_subscription_degrades_to_a_poll_interval(async_re
             raise redis.exceptions.ConnectionError("no pub/sub today")
 
     store = RedisLockStore(async_client=Broken(async_redis))
+    await store.acquire_async(key, "a", 5)
     started = time.perf_counter()
     assert await store.wait_released_async(key, 0.1) is False
     assert time.perf_counter() - started >= 0.1
@@ -298,7 +329,7 @@ def test_the_listener_stops_when_nothing_is_subscribed(
     """An idle channel is unsubscribed after the linger; then the thread ends and its connection closes."""
     monkeypatch.setattr(notify, "_LINGER", 0.05)
     store = RedisLockStore(sync_redis)
-    assert store.wait_released(key, 0.01) is False
+    assert store.wait_released(key, 0.5) is True  # a free key answers at once, once subscribed
     listener = store._listener
     assert listener is not None
     thread = listener._thread
@@ -307,6 +338,7 @@ def test_the_listener_stops_when_nothing_is_subscribed(
     assert not thread.is_alive()
     assert listener._pubsub is None
     # It starts again on demand.
+    store.acquire(key, "a", 5)
     assert store.wait_released(key, 0.01) is False
     store.close()
     assert store._listener is None
@@ -317,12 +349,13 @@ async def test_the_async_listener_stops_when_nothing_is_subscribed(
 ) -> None:
     monkeypatch.setattr(notify, "_LINGER", 0.05)
     store = RedisLockStore(async_client=async_redis)
-    assert await store.wait_released_async(key, 0.01) is False
+    assert await store.wait_released_async(key, 0.5) is True
     listener = store._async_listeners[asyncio.get_running_loop()]
     task = listener._task
     assert task is not None
     await asyncio.wait_for(task, 2)
     assert listener._pubsub is None
+    await store.acquire_async(key, "a", 5)
     assert await store.wait_released_async(key, 0.01) is False
     await store.aclose()
 
@@ -330,6 +363,7 @@ async def test_the_async_listener_stops_when_nothing_is_subscribed(
 def test_close_wakes_the_waiters(sync_redis: Any, key: str) -> None:
     """Closing the store ends pending waits at once."""
     store = RedisLockStore(sync_redis)
+    store.acquire(key, "a", 10)
     results: list[bool] = []
     waiter = threading.Thread(target=lambda: results.append(store.wait_released(key, 5)))
     started = time.perf_counter()
@@ -343,6 +377,7 @@ def test_close_wakes_the_waiters(sync_redis: Any, key: str) -> None:
 
 async def test_aclose_wakes_the_async_waiters(async_redis: Any, key: str) -> None:
     store = RedisLockStore(async_client=async_redis)
+    await store.acquire_async(key, "a", 10)
     waiter = asyncio.ensure_future(store.wait_released_async(key, 5))
     await asyncio.sleep(0.1)
     started = time.perf_counter()
@@ -373,3 +408,40 @@ async def test_async_script_errors_propagate_unchanged(async_redis: Any, key: st
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await store.release_async(key, "a")
     await async_redis.delete("lock:" + key)
+
+
+def test_a_failing_check_means_wait(sync_redis: Any, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If asking whether the key is free fails, the waiter just waits (a hint never raises)."""
+    store = RedisLockStore(sync_redis)
+    store.acquire(key, "a", 5)
+    assert store.wait_released(key, 0.01) is False  # subscribed
+
+    def broken(*args: Any) -> Any:
+        raise redis.exceptions.ConnectionError("down")
+
+    monkeypatch.setattr(store._sync, "run", broken)
+    assert store.wait_released(key, 0.05) is False
+    store.close()
+
+
+async def test_a_failing_async_check_means_wait(async_redis: Any, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RedisLockStore(async_client=async_redis)
+    await store.acquire_async(key, "a", 5)
+
+    async def broken(*args: Any) -> Any:
+        raise redis.exceptions.ConnectionError("down")
+
+    monkeypatch.setattr(store._async, "run", broken)
+    assert await store.wait_released_async(key, 0.05) is False
+    await store.aclose()
+
+
+@pytest.mark.parametrize("cls", [RedisLockStore, RedisSemaphoreStore])
+async def test_a_free_key_answers_at_once(cls: type[Any], sync_redis: Any, async_redis: Any, key: str) -> None:
+    """Waiting on a key nobody holds returns True without waiting (both stores, both flavours)."""
+    store = cls(sync_redis, async_client=async_redis)
+    started = time.perf_counter()
+    assert store.wait_released(key, 5) is True
+    assert await store.wait_released_async(key, 5) is True
+    assert time.perf_counter() - started < 2
+    await store.aclose()
