@@ -74,9 +74,9 @@ async def test_owner_checks(semaphores: Flavour, key: str) -> None:
 
 async def test_expired_holders_are_pruned(semaphores: Flavour, key: str, sync_redis: Any) -> None:
     """A lapsed slot frees itself: the next acquire prunes it, and its renew fails."""
-    first = await semaphores.acquire(key, "a", 0.05, 1)
+    first = await semaphores.acquire(key, "a", 0.2, 1)
     assert await semaphores.acquire(key, "b", 10, 1) is None
-    await asyncio.sleep(0.08)
+    await asyncio.sleep(0.25)
     second = await semaphores.acquire(key, "b", 10, 1)
     assert second > first
     assert await semaphores.renew(key, "a", 10) is False
