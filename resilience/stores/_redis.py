@@ -33,7 +33,8 @@ _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a f
 
 
 def _is_client(value: object) -> bool:
-    return callable(getattr(value, "evalsha", None))
+    """A client instance (a class such as `redis.Redis` itself is a factory, not a client)."""
+    return not isinstance(value, type) and callable(getattr(value, "evalsha", None))
 
 
 def _class_names(value: object) -> list[tuple[str, str]]:
@@ -348,13 +349,13 @@ class _RedisStore:
                 await listener.aclose()
         self.close()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -159,6 +159,21 @@ def test_a_sync_factory_is_called_once_on_first_use(redis_server: Any) -> None:
             client.close()
 
 
+def test_a_client_class_is_a_factory(redis_server: Any) -> None:
+    """`redis.Redis` itself (a class) is a zero-argument factory, not a client."""
+
+    class Local(redis.Redis):
+        def __init__(self) -> None:
+            super().__init__(port=redis_server.port)
+
+    store = RedisLockStore(Local, async_client=redis.asyncio.Redis)
+    assert store._sync is not None
+    assert store._sync._client is None
+    assert store.acquire("class-factory", "o", 1) is not None
+    assert store.release("class-factory", "o")
+    store._sync.get().close()
+
+
 def test_a_sync_factory_must_return_a_sync_client() -> None:
     with pytest.raises(ValidationError, match="factory must return a sync redis client"):
         RedisLockStore(lambda: "not a client").acquire("k", "o", 1)
