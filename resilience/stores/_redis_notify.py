@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -75,6 +77,19 @@ def _is_free(check: Callable[[], bool]) -> bool:
         return False
 
 
+_LISTENERS: weakref.WeakSet[SyncReleaseListener] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child the listener thread is gone and the connection is the parent's."""
+    for listener in list(_LISTENERS):
+        listener._forget()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class SyncReleaseListener:
     """Wakes sync waiters on release: one pub/sub connection and at most one thread."""
 
@@ -82,6 +97,11 @@ class SyncReleaseListener:
         self._open = open_pubsub
         self._sharded = sharded
         self._name = name
+        _LISTENERS.add(self)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms

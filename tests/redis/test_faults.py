@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -126,3 +128,39 @@ async def test_waiters_on_many_keys_share_one_connection(fresh_redis_server: Red
     finally:
         await store.aclose()
         await client.aclose()
+
+
+def _wake_after_release(store: RedisLockStore, key: str, owner: str) -> bool:
+    """Release `key` from another thread in 0.1 s and report whether a waiter woke early."""
+    releaser = threading.Timer(0.1, lambda: store.release(key, owner))
+    releaser.start()
+    started = time.monotonic()
+    woke = store.wait_released(key, 3)
+    releaser.join()
+    return woke and time.monotonic() - started < 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_listener(redis_server: RedisServer) -> None:
+    """After fork the child never reads the parent's subscription: it opens its own."""
+    client = redis.Redis(port=redis_server.port)
+    store = RedisLockStore(client)
+    try:
+        store.acquire("fork:parent", "a", 10)
+        assert store.wait_released("fork:parent", 0.05) is False  # the parent's listener runs
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code
+            code = 1
+            try:
+                store.acquire("fork:child", "c", 10)
+                code = 0 if _wake_after_release(store, "fork:child", "c") else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _wake_after_release(store, "fork:parent", "a")
+    finally:
+        store.close()
+        client.close()
