@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench soak clean install
+.PHONY: test lint typecheck pytest docs demo bench soak clean install
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest --cov --cov-report=term -q
 
-test: lint typecheck pytest
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint typecheck docs pytest
 
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py

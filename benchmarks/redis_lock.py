@@ -37,9 +37,9 @@ import redis.asyncio
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "tests"))
-from redis_support import RedisServer  # noqa: E402
+from redis_support import RedisServer
 
-from resilience.stores import RedisLockStore  # noqa: E402
+from resilience.stores import RedisLockStore
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

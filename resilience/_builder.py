@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 
 from resilience._pipeline import ResiliencePipeline
 from resilience._time import SYSTEM_TIME, TimeProvider
-from resilience._validation import Problems
+from resilience._validation import Duration, Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
 from resilience.telemetry._options import TelemetryOptions
 from resilience.telemetry._source import TelemetrySource
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Callable
+
+    from resilience.strategies._circuit_controller import (
+        BreakDurationGeneratorArguments,
+        CircuitBreakerManualControl,
+        CircuitBreakerStateProvider,
+        OnCircuitClosedArguments,
+        OnCircuitHalfOpenedArguments,
+        OnCircuitOpenedArguments,
+    )
+    from resilience.strategies._common import Handle
+    from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
+    from resilience.strategies._retry_core import Backoff
+    from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
 
 __all__ = ["PipelineBuilder", "ResiliencePipelineBuilder"]
 
@@ -90,3 +107,87 @@ class ResiliencePipelineBuilder(PipelineBuilder):
 
     Each shortcut is exactly `.add(x_strategy(...))` with the same signature.
     """
+
+    def add_retry(
+        self,
+        *,
+        max_retries: int = 3,
+        delay: Duration = 2.0,
+        backoff: Backoff = "constant",
+        jitter: bool = False,
+        max_delay: Duration | None = None,
+        handle: Handle = None,
+        handle_result: Callable[[Any], bool] | None = None,
+        delay_generator: Callable[[RetryDelayArguments], float | dt.timedelta | None] | None = None,
+        on_retry: Callable[[OnRetryArguments], object] | None = None,
+        name: str = "Retry",
+    ) -> Self:
+        """`.add(retry_strategy(...))`: retry handled failures (see `retry_strategy`)."""
+        from resilience.strategies._retry import retry_strategy
+
+        return self.add(
+            retry_strategy(
+                max_retries=max_retries,
+                delay=delay,
+                backoff=backoff,
+                jitter=jitter,
+                max_delay=max_delay,
+                handle=handle,
+                handle_result=handle_result,
+                delay_generator=delay_generator,
+                on_retry=on_retry,
+                name=name,
+            )
+        )
+
+    def add_timeout(
+        self,
+        timeout: Duration = 30.0,
+        /,
+        *,
+        timeout_generator: Callable[[TimeoutGeneratorArguments], float | dt.timedelta | None] | None = None,
+        on_timeout: Callable[[OnTimeoutArguments], object] | None = None,
+        name: str = "Timeout",
+    ) -> Self:
+        """`.add(timeout_strategy(...))`: abort the inner part after `timeout` (see `timeout_strategy`)."""
+        from resilience.strategies._timeout import timeout_strategy
+
+        return self.add(
+            timeout_strategy(timeout, timeout_generator=timeout_generator, on_timeout=on_timeout, name=name)
+        )
+
+    def add_circuit_breaker(
+        self,
+        *,
+        failure_ratio: float = 0.1,
+        minimum_throughput: int = 100,
+        sampling_duration: Duration = 30.0,
+        break_duration: Duration = 5.0,
+        break_duration_generator: Callable[[BreakDurationGeneratorArguments], float | dt.timedelta] | None = None,
+        handle: Handle = None,
+        manual_control: CircuitBreakerManualControl | None = None,
+        state_provider: CircuitBreakerStateProvider | None = None,
+        on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None,
+        on_closed: Callable[[OnCircuitClosedArguments], object] | None = None,
+        on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None,
+        name: str = "CircuitBreaker",
+    ) -> Self:
+        """`.add(circuit_breaker_strategy(...))`: Polly's advanced circuit breaker."""
+        from resilience.strategies._circuit_breaker import circuit_breaker_strategy
+
+        return self.add(
+            circuit_breaker_strategy(
+                failure_ratio=failure_ratio,
+                minimum_throughput=minimum_throughput,
+                sampling_duration=sampling_duration,
+                break_duration=break_duration,
+                break_duration_generator=break_duration_generator,
+                handle=handle,
+                manual_control=manual_control,
+                state_provider=state_provider,
+                on_opened=on_opened,
+                on_closed=on_closed,
+                on_half_opened=on_half_opened,
+                name=name,
+            )
+        )

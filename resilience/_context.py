@@ -153,7 +153,12 @@ class ResilienceContext:
     library derives children from it and never mutates it.
     """
 
-    __slots__ = ("_attempt", "_operation_key", "_properties", "_signal")
+    # Deliberately not slotted: the class-level defaults make a fresh root context one
+    # allocation with nothing to assign, which is most of an empty pipeline's overhead.
+    _operation_key: str | None = None
+    _properties: ResilienceProperties | None = None
+    _signal: Signal | None = None
+    _attempt: int = 0
 
     def __init__(
         self,
@@ -168,7 +173,6 @@ class ResilienceContext:
         else:
             self._properties = ResilienceProperties(properties) if properties else None
         self._signal = signal
-        self._attempt = 0
 
     @property
     def operation_key(self) -> str | None:
@@ -217,13 +221,8 @@ class ResilienceContext:
 
 
 def new_context() -> ResilienceContext:
-    """A fresh root context (what an execution with no ambient context runs under)."""
-    context = ResilienceContext.__new__(ResilienceContext)
-    context._operation_key = None
-    context._properties = None
-    context._signal = None
-    context._attempt = 0
-    return context
+    """A fresh root context, without the constructor's argument handling."""
+    return object.__new__(ResilienceContext)  # the class-level defaults are a blank context
 
 
 _CURRENT: Final[ContextVar[ResilienceContext | None]] = ContextVar("resilience_context", default=None)

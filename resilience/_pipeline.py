@@ -7,15 +7,17 @@ the callable runs under the ambient one (`get_context()`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from resilience._context import _CURRENT, ResilienceContext, new_context
+from resilience._context import _CURRENT, ResilienceContext
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
+from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity
-from resilience.telemetry._source import LOGGER, TelemetrySource
+from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -28,7 +30,10 @@ __all__ = ["PipelineExecutedArguments", "ResiliencePipeline"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# Information is the higher of the two pipeline events' levels: if the logger would drop it
+# and nobody else listens, neither event is produced.
 _INFO = Severity.INFORMATION.log_level
+_new_object = object.__new__
 
 
 class PipelineExecutedArguments:
@@ -122,7 +127,8 @@ class ResiliencePipeline:
         self.instance_name = instance_name
         self.time_provider = time_provider
         self._source = telemetry
-        self._listened = bool(telemetry.options.listeners or telemetry.options.severity_provider)
+        options = telemetry.options
+        self._listened = bool(options.listeners or options.severity_provider or options.trace_executions)
         self._sync_problem: str | None = next(
             (p for s in self._strategies if (p := getattr(s, "sync_problem", None))), None
         )
@@ -134,17 +140,6 @@ class ResiliencePipeline:
     def strategies(self) -> tuple[Strategy, ...]:
         """The built strategies, outermost first."""
         return self._strategies
-
-    def _start(self) -> ResilienceContext:
-        parent = _CURRENT.get()
-        # The execution shares its caller's signal: nothing aborts an execution on its own,
-        # and the strategies that can abort (timeout, lock) derive child signals.
-        return new_context() if parent is None else parent.derive()
-
-    def _telemetry_on(self) -> bool:
-        # Information is the higher of the two pipeline events' levels: if the logger would
-        # drop it and nobody else listens, neither event is produced.
-        return self._listened or LOGGER.isEnabledFor(_INFO)
 
     def _executing(self, context: ResilienceContext) -> float:
         self._source.emit("PipelineExecuting", Severity.DEBUG, operation_key=context.operation_key)
@@ -166,19 +161,47 @@ class ResiliencePipeline:
         """Run `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
         if self._sync_problem is not None:
             raise ValidationError(self._sync_problem)
-        context = self._start()
-        if not (self._listened or LOGGER.isEnabledFor(_INFO)):
-            if self._strategies:
-                return self._run(context, fn, args, kwargs)
-            # No strategy: the whole execution inline (this path is what "overhead" measures).
-            token = _CURRENT.set(context)
-            try:
-                result = fn(*args, **kwargs)
-            finally:
-                _CURRENT.reset(token)
-            if _is_awaitable(result):
-                raise _refuse_awaitable(fn, result)
-            return result
+        parent = _CURRENT.get()
+        # The execution shares its caller's signal: nothing aborts an execution on its own,
+        # and the strategies that can abort (timeout, lock) derive child signals.
+        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
+            return self._execute_observed(context, fn, args, kwargs)
+        if self._strategies:
+            return self._run(context, fn, args, kwargs)
+        # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
+        token = _CURRENT.set(context)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+        if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
+            raise _refuse_awaitable(fn, result)
+        return result
+
+    def _otel_active(self) -> bool:
+        return _otel.is_active(self._source.options)
+
+    def _span(self, context: ResilienceContext) -> Any:
+        """The execution span's context manager when `trace_executions` is on and a tracer records."""
+        options = self._source.options
+        tracer = _otel.tracer(options) if options.trace_executions else None
+        if tracer is None:
+            return contextlib.nullcontext()
+        attributes: dict[str, str] = {}
+        if self.name is not None:
+            attributes["pipeline.name"] = self.name
+        if self.instance_name is not None:
+            attributes["pipeline.instance"] = self.instance_name
+        if context.operation_key is not None:
+            attributes["operation.key"] = context.operation_key
+        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+
+    def _execute_observed(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        with self._span(context):
+            return self._observe(context, fn, args, kwargs)
+
+    def _observe(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         started = self._executing(context)
         try:
             result = self._run(context, fn, args, kwargs)
@@ -220,9 +243,30 @@ class ResiliencePipeline:
         """Await `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
         if self._async_problem is not None:
             raise ValidationError(self._async_problem)
-        context = self._start()
-        if not self._telemetry_on():
+        parent = _CURRENT.get()
+        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
+            return await self._execute_observed_async(context, fn, args, kwargs)
+        if self._strategies:
             return await self._run_async(context, fn, args, kwargs)
+        token = _CURRENT.set(context)
+        try:
+            awaitable = fn(*args, **kwargs)
+            if not _is_awaitable(awaitable):
+                raise _refuse_non_awaitable(fn, awaitable)
+            return await awaitable
+        finally:
+            _CURRENT.reset(token)
+
+    async def _execute_observed_async(
+        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+    ) -> T:
+        with self._span(context):
+            return await self._observe_async(context, fn, args, kwargs)
+
+    async def _observe_async(
+        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+    ) -> T:
         started = self._executing(context)
         try:
             result = await self._run_async(context, fn, args, kwargs)

@@ -34,12 +34,13 @@ _ids = itertools.count()
 class Signal:
     """An abort signal: `abort(reason)` once, observed by children, callbacks and waiters."""
 
-    __slots__ = ("__weakref__", "_callbacks", "_detach", "_reason")
+    __slots__ = ("__weakref__", "_callbacks", "_parent", "_reason")
 
     def __init__(self) -> None:
         self._reason: BaseException | None = None
-        self._callbacks: dict[int, Callable[[BaseException], object]] | None = None
-        self._detach: Callable[[], None] | None = None
+        # Keyed by an int from add_callback, or by the child signal itself (see child()).
+        self._callbacks: dict[object, Callable[[BaseException], object]] | None = None
+        self._parent: Signal | None = None
 
     @property
     def aborted(self) -> bool:
@@ -64,9 +65,7 @@ class Signal:
                 return False
             self._reason = reason
             callbacks, self._callbacks = self._callbacks, None
-            detach, self._detach = self._detach, None
-        if detach is not None:
-            detach()
+            self._unlink()
         if callbacks:
             for callback in callbacks.values():
                 try:
@@ -108,20 +107,31 @@ class Signal:
 
     def child(self) -> Signal:
         """A new signal that aborts, with the same reason, when this one does."""
+        # On every strategy's hot path: one lock round trip, no closure, no id counter.
         child = Signal()
-        reason = self._reason
+        with _LOCK:
+            reason = self._reason
+            if reason is None:
+                callbacks = self._callbacks
+                if callbacks is None:
+                    callbacks = self._callbacks = {}
+                callbacks[child] = child.abort
+                child._parent = self
         if reason is not None:
             child._reason = reason
-        else:
-            child._detach = self.add_callback(child.abort)
         return child
+
+    def _unlink(self) -> None:
+        # Under _LOCK: forget the parent, and the parent's callback to this child.
+        parent, self._parent = self._parent, None
+        if parent is not None and parent._callbacks is not None:
+            parent._callbacks.pop(self, None)
 
     def detach(self) -> None:
         """Stop following the parent (a child whose work is over keeps no reference in it)."""
-        with _LOCK:
-            detach, self._detach = self._detach, None
-        if detach is not None:
-            detach()
+        if self._parent is not None:
+            with _LOCK:
+                self._unlink()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the signal aborts (True) or `timeout` seconds of real time pass (False)."""

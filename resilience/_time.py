@@ -88,9 +88,8 @@ class SystemTimeProvider:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Schedule on the running loop if there is one, else on the shared timer thread."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = asyncio._get_running_loop()  # None outside a loop, without raising (hot path)
+        if loop is None:
             return TIMER_THREAD.call_later(delay, callback)
         return loop.call_later(delay, callback)
 

@@ -1,12 +1,14 @@
-"""Helpers for testing code that uses `resilience`: a controllable clock.
+"""Helpers for testing code that uses `resilience`: a controllable clock and event capture.
 
 `FakeTimeProvider` replaces the real clock in a pipeline (`PipelineBuilder(time_provider=...)`)
-so that tests of retries, timeouts, circuits and leases never really sleep.
+so that tests of retries, timeouts, circuits and leases never really sleep. `capture_events()`
+records every telemetry event for assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -14,10 +16,14 @@ import random as _random
 import threading
 from typing import TYPE_CHECKING, Final
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from resilience.telemetry._source import CAPTURES
 
-__all__ = ["FakeTimeProvider"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from resilience.telemetry._event import TelemetryEvent
+
+__all__ = ["FakeTimeProvider", "capture_events"]
 
 _logger = logging.getLogger("resilience")
 
@@ -141,3 +147,23 @@ class FakeTimeProvider:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+@contextlib.contextmanager
+def capture_events() -> Iterator[list[TelemetryEvent]]:
+    """Record every telemetry event emitted while the block runs, from any pipeline or thread.
+
+    Yields the list the events are appended to, in emission order. Suppressed events
+    (`Severity.NONE` from a severity provider) are not recorded, as for any listener.
+
+        with capture_events() as events:
+            pipeline.execute(work)
+        assert [e.name for e in events] == ["PipelineExecuting", "PipelineExecuted"]
+    """
+    events: list[TelemetryEvent] = []
+    listener = events.append  # one bound method, so that remove() finds this very object
+    CAPTURES.add(listener)
+    try:
+        yield events
+    finally:
+        CAPTURES.remove(listener)

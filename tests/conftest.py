@@ -20,6 +20,6 @@ def auto_clock() -> FakeTimeProvider:
 
 
 # Redis: throwaway redis-server processes started by the tests (tests/redis_support.py).
-from redis_support import fresh_redis_server, redis_cluster, redis_server  # noqa: E402
+from tests.redis_support import fresh_redis_server, redis_cluster, redis_server  # noqa: E402
 
 __all__ = ["auto_clock", "clock", "fresh_redis_server", "redis_cluster", "redis_server"]

@@ -133,7 +133,7 @@ class RedisServer:
                 "--cluster-node-timeout",
                 "5000",
             ]
-        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -204,7 +204,7 @@ class RedisCluster:
             node.start()
         cli = _binary("redis-cli")
         addresses = [f"{host}:{port}" for host, port in self.startup_nodes]
-        subprocess.run(  # noqa: S603
+        subprocess.run(
             [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
             check=True,
             capture_output=True,

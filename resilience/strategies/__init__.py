@@ -1,5 +1,54 @@
-"""Strategies: the `Strategy` protocol, the built-in strategies' factories and their options."""
+"""Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
+
+`retry_strategy`, `timeout_strategy` and `circuit_breaker_strategy` return immutable options
+objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
+"""
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions, circuit_breaker_strategy
+from resilience.strategies._circuit_controller import (
+    BreakDurationGeneratorArguments,
+    CircuitBreakerManualControl,
+    CircuitBreakerStateProvider,
+    OnCircuitClosedArguments,
+    OnCircuitHalfOpenedArguments,
+    OnCircuitOpenedArguments,
+)
+from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._retry import (
+    ExecutionAttemptArguments,
+    OnRetryArguments,
+    RetryDelayArguments,
+    RetryStrategyOptions,
+    retry_strategy,
+)
+from resilience.strategies._timeout import (
+    OnTimeoutArguments,
+    TimeoutGeneratorArguments,
+    TimeoutStrategyOptions,
+    timeout_strategy,
+)
 
-__all__ = ["Strategy", "StrategyBuildContext", "StrategyOptions"]
+__all__ = [
+    "BreakDurationGeneratorArguments",
+    "CircuitBreakerManualControl",
+    "CircuitBreakerStateProvider",
+    "CircuitBreakerStrategyOptions",
+    "CircuitState",
+    "ExecutionAttemptArguments",
+    "OnCircuitClosedArguments",
+    "OnCircuitHalfOpenedArguments",
+    "OnCircuitOpenedArguments",
+    "OnRetryArguments",
+    "OnTimeoutArguments",
+    "RetryDelayArguments",
+    "RetryStrategyOptions",
+    "Strategy",
+    "StrategyBuildContext",
+    "StrategyOptions",
+    "TimeoutGeneratorArguments",
+    "TimeoutStrategyOptions",
+    "circuit_breaker_strategy",
+    "retry_strategy",
+    "timeout_strategy",
+]

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from resilience.telemetry._event import Severity, TelemetryEvent
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Listener", "SeverityProvider", "TelemetryOptions"]
 
@@ -23,9 +28,13 @@ class TelemetryOptions:
       `Severity.NONE` to suppress the event everywhere (listeners, logs, metrics, spans).
     - `tag_operation_key`: add `operation.key` to metric tags (mind the cardinality).
     - `trace_executions`: wrap each execution (and each retry attempt) in a span.
+    - `meter_provider` / `tracer_provider`: OpenTelemetry providers to use instead of the
+      global ones (handy in tests, or to keep a library's metrics apart).
     """
 
     listeners: Sequence[Listener] = ()
     severity_provider: SeverityProvider | None = None
     tag_operation_key: bool = False
     trace_executions: bool = False
+    meter_provider: MeterProvider | None = None
+    tracer_provider: TracerProvider | None = None

@@ -10,18 +10,36 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity, TelemetryEvent
 from resilience.telemetry._options import TelemetryOptions
 
 if TYPE_CHECKING:
     from resilience._outcome import Outcome
+    from resilience.telemetry._options import Listener
 
-__all__ = ["LOGGER", "TelemetrySource"]
+__all__ = ["CAPTURES", "LOGGER", "TelemetrySource"]
 
 LOGGER = logging.getLogger("resilience")
 LOGGER.addHandler(logging.NullHandler())
 
 _DEFAULT_OPTIONS = TelemetryOptions()
+
+
+class _Captures:
+    """Process-wide listeners installed by `resilience.testing.capture_events()`."""
+
+    def __init__(self) -> None:
+        self.listeners: tuple[Listener, ...] = ()  # replaced whole, so readers need no lock
+
+    def add(self, listener: Listener) -> None:
+        self.listeners = (*self.listeners, listener)
+
+    def remove(self, listener: Listener) -> None:
+        self.listeners = tuple(item for item in self.listeners if item is not listener)
+
+
+CAPTURES = _Captures()
 
 
 class TelemetrySource:
@@ -53,9 +71,27 @@ class TelemetrySource:
             strategy_name=strategy_name,
         )
 
+    def span(self, name: str, attempt: int) -> Any:
+        """A child span for one attempt (`trace_executions`), or None when no tracer records."""
+        tracer = _otel.tracer(self.options)
+        if tracer is None:
+            return None
+        attributes: dict[str, Any] = {"attempt.number": attempt}
+        if self.pipeline_name is not None:
+            attributes["pipeline.name"] = self.pipeline_name
+        if self.strategy_name is not None:
+            attributes["strategy.name"] = self.strategy_name
+        return tracer.start_as_current_span(name, attributes=attributes)
+
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""
-        return bool(self._listeners or self._severity_provider is not None or LOGGER.isEnabledFor(severity.log_level))
+        return bool(
+            self._listeners
+            or self._severity_provider is not None
+            or CAPTURES.listeners
+            or LOGGER.isEnabledFor(severity.log_level)
+            or _otel.is_active(self.options)
+        )
 
     def emit(
         self,
@@ -68,7 +104,7 @@ class TelemetrySource:
     ) -> Severity:
         """Report an event; returns the severity it went out with (`NONE` if suppressed or unheard)."""
         provider = self._severity_provider
-        if provider is None and not self._listeners and not LOGGER.isEnabledFor(severity.log_level):
+        if provider is None and not self._listeners and not self.enabled(severity):
             return Severity.NONE
         event = TelemetryEvent(
             name=name,
@@ -90,12 +126,16 @@ class TelemetrySource:
                 return Severity.NONE
             if chosen is not severity:
                 event = dataclasses.replace(event, severity=chosen)
-        for listener in self._listeners:
+        for listener in (*self._listeners, *CAPTURES.listeners):
             try:
                 listener(event)
             except Exception:
                 LOGGER.exception("a telemetry listener raised on %s", name)
         _log(event)
+        try:
+            _otel.export(event, self.options)
+        except Exception:
+            LOGGER.exception("exporting %s to OpenTelemetry failed", name)
         return event.severity
 
 
@@ -106,10 +146,11 @@ def _log(event: TelemetryEvent) -> None:
     outcome = event.outcome
     if outcome is None:
         result = ""
-    elif outcome.is_ok:
+    elif outcome.error is None:
         result = ", result: ok"
     else:
-        result = f", result: {type(outcome.error).__qualname__}: {outcome.error}"
+        result = f", result: {_otel.exception_type(outcome.error)}: {outcome.error}"
+    key = getattr(event.arguments, "key", None) if event.name.startswith("OnLock") else None
     LOGGER.log(
         level,
         "Resilience event occurred. EventName: '%s', Source: '%s/%s/%s', Operation Key: '%s'%s",
@@ -128,5 +169,6 @@ def _log(event: TelemetryEvent) -> None:
             "operation_key": event.operation_key,
             "outcome": event.outcome,
             "arguments": event.arguments,
+            "lock_key": key,
         },
     )

@@ -17,7 +17,7 @@ from resilience.stores import RedisLockStore, RedisSemaphoreStore
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from redis_support import RedisCluster, RedisServer
+    from tests.redis_support import RedisCluster, RedisServer
 
 
 @dataclass

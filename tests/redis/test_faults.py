@@ -20,7 +20,7 @@ from resilience.stores import RedisLockStore, RedisSemaphoreStore
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from redis_support import RedisServer
+    from tests.redis_support import RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import redis_support
+
+from tests import redis_support
 
 
 def test_a_missing_binary_skips_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,7 @@ def test_the_module_imports_without_redis() -> None:
         "class C:\n    def evalsha(self, *a): pass\n"
         "print(RedisLockStore(C()))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)  # noqa: S603
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "RedisLockStore(prefix='lock', flavours=sync)" in result.stdout
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine  # noqa: TC003 - used in annotations of locals
+from collections.abc import Callable, Coroutine
 from typing import Any, assert_type
 
 from resilience import Err, Ok, Outcome, ResiliencePipeline, ResiliencePipelineBuilder

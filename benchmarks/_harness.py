@@ -1,0 +1,79 @@
+"""A tiny side-by-side benchmark harness: medians of several runs, interleaved.
+
+Each candidate is timed in turn within every round, so machine noise hits them alike;
+the report prints per-call medians and ratios against a baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Result:
+    name: str
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+def _time_sync(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) / number
+
+
+async def _time_async(fn: Callable[[], Awaitable[object]], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        await fn()
+    return (time.perf_counter() - start) / number
+
+
+def compare_sync(candidates: dict[str, Callable[[], object]], *, number: int, rounds: int) -> list[Result]:
+    results = [Result(name) for name in candidates]
+    fns = list(candidates.values())
+    for fn in fns:  # warm up
+        _time_sync(fn, max(number // 10, 1))
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for result, fn in zip(results, fns, strict=True):
+                result.samples.append(_time_sync(fn, number))
+    finally:
+        gc.enable()
+    return results
+
+
+def compare_async(candidates: dict[str, Callable[[], Awaitable[object]]], *, number: int, rounds: int) -> list[Result]:
+    async def run() -> list[Result]:
+        results = [Result(name) for name in candidates]
+        fns = list(candidates.values())
+        for fn in fns:
+            await _time_async(fn, max(number // 10, 1))
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                for result, fn in zip(results, fns, strict=True):
+                    result.samples.append(await _time_async(fn, number))
+        finally:
+            gc.enable()
+        return results
+
+    return asyncio.run(run())
+
+
+def report(title: str, results: list[Result], *, baseline: str) -> str:
+    base = next(r for r in results if r.name == baseline).median
+    lines = [f"### {title}", "", "| candidate | median per call | vs baseline |", "|---|---:|---:|"]
+    for result in results:
+        lines.append(f"| {result.name} | {result.median * 1e9:,.0f} ns | {result.median / base:.2f}x |")
+    return "\n".join(lines)

@@ -1,0 +1,352 @@
+"""One circuit's controller, its manual control and state provider, and the callbacks' arguments.
+
+`CircuitController` wraps one `CircuitCore` (fresh per `build()`) with a `threading.Lock`
+that is never held across a call, an await, a user callback or telemetry: the core returns
+`Transition`s, which are reported after the lock is released, exactly one event each. Sync
+and async callers share the controller.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from resilience._context import new_context
+from resilience.exceptions import ValidationError
+from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
+from resilience.strategies._common import call_back, call_back_async
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience._context import ResilienceContext
+    from resilience._outcome import Outcome
+    from resilience._time import TimeProvider
+    from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = [
+    "BreakDurationGeneratorArguments",
+    "CircuitBreakerManualControl",
+    "CircuitBreakerStateProvider",
+    "CircuitController",
+    "OnCircuitClosedArguments",
+    "OnCircuitHalfOpenedArguments",
+    "OnCircuitOpenedArguments",
+]
+
+_CLOSED = CircuitState.CLOSED
+
+
+@dataclass(frozen=True, slots=True)
+class OnCircuitOpenedArguments:
+    """What `on_opened` receives: the outcome that opened it (None when manual) and the break."""
+
+    context: ResilienceContext
+    outcome: Outcome[Any] | None
+    break_duration: float
+    """Seconds the circuit stays open (`inf` when isolated by hand)."""
+    is_manual: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OnCircuitClosedArguments:
+    """What `on_closed` receives: the probe's outcome (None when closed by hand)."""
+
+    context: ResilienceContext
+    outcome: Outcome[Any] | None
+    is_manual: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OnCircuitHalfOpenedArguments:
+    """What `on_half_opened` receives: the context of the call that becomes the probe."""
+
+    context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class BreakDurationGeneratorArguments:
+    """What `break_duration_generator` receives when the circuit opens on its own."""
+
+    failure_rate: float
+    failure_count: int
+    context: ResilienceContext
+
+
+class CircuitBreakerStateProvider:
+    """Reads the state of the circuit it is given to (`state_provider=`); one per circuit.
+
+    Each `build()` makes a fresh circuit; the provider follows the most recently built one.
+    """
+
+    __slots__ = ("_controller",)
+
+    def __init__(self) -> None:
+        self._controller: CircuitController | None = None
+
+    @property
+    def state(self) -> CircuitState:
+        """The circuit's state (`CLOSED` until the pipeline is built)."""
+        controller = self._controller
+        return _CLOSED if controller is None else controller.core.state
+
+    def __repr__(self) -> str:
+        return f"<CircuitBreakerStateProvider state={self.state.name}>"
+
+
+class CircuitBreakerManualControl:
+    """Isolates (holds open) and closes circuits by hand; one control may drive several circuits.
+
+    A circuit built while the control is isolated starts isolated.
+    """
+
+    __slots__ = ("_circuits", "_isolated", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._circuits: weakref.WeakSet[CircuitController] = weakref.WeakSet()
+        self._isolated = False
+
+    @property
+    def is_isolated(self) -> bool:
+        """True between `isolate()` and `close()`."""
+        return self._isolated
+
+    def _attach(self, controller: CircuitController) -> None:
+        with self._lock:
+            self._circuits.add(controller)
+            isolated = self._isolated
+        if isolated:
+            # Built while isolated: start isolated. No execution runs (build() may be sync or
+            # async), so only the OnCircuitOpened event reports it, not on_opened.
+            controller.start_isolated()
+
+    def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition]]:
+        with self._lock:
+            self._isolated = isolate
+            circuits = list(self._circuits)
+        # Every circuit changes state before any callback runs, so one failing callback
+        # cannot leave the other circuits behind.
+        moved = [(controller, controller.move(isolate=isolate)) for controller in circuits]
+        return [(controller, transition) for controller, transition in moved if transition is not None]
+
+    def isolate(self) -> None:
+        """Open every circuit of this control and hold it open (`IsolatedCircuitError`)."""
+        _report_all(self._move(isolate=True))
+
+    def close(self) -> None:
+        """Close every circuit of this control (ends isolation; resets their windows)."""
+        _report_all(self._move(isolate=False))
+
+    async def isolate_async(self) -> None:
+        """`isolate()`, awaiting the circuits' async `on_opened` callbacks."""
+        await _report_all_async(self._move(isolate=True))
+
+    async def close_async(self) -> None:
+        """`close()`, awaiting the circuits' async `on_closed` callbacks."""
+        await _report_all_async(self._move(isolate=False))
+
+    def __repr__(self) -> str:
+        return f"<CircuitBreakerManualControl isolated={self._isolated}>"
+
+
+def _break_seconds(value: object) -> float:
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        msg = f"break_duration_generator returned {value!r}: return seconds (float) or a timedelta"
+        raise ValidationError(msg)
+    if math.isnan(seconds):
+        msg = "break_duration_generator returned NaN: return seconds (float) or a timedelta"
+        raise ValidationError(msg)
+    return seconds
+
+
+class CircuitController:
+    """One circuit: the core under a lock, plus the reporting of its transitions."""
+
+    __slots__ = ("__weakref__", "_generator", "_options", "_telemetry", "_time", "core", "lock")
+
+    def __init__(
+        self,
+        core: CircuitCore,
+        options: CircuitBreakerStrategyOptions,
+        *,
+        time_provider: TimeProvider,
+        telemetry: TelemetrySource,
+    ) -> None:
+        self.core = core
+        self.lock = threading.Lock()
+        self._options = options
+        self._generator = options.break_duration_generator
+        self._time = time_provider
+        self._telemetry = telemetry
+
+    # -- under the lock: decisions -------------------------------------------------------------
+
+    def admit(self) -> tuple[int, Transition | None]:
+        """Admit a call (raises `BrokenCircuitError` when rejected)."""
+        now = self._time.monotonic()
+        with self.lock:
+            return self.core.admit(now)
+
+    def record(self, ticket: int, *, handled: bool) -> Transition | None:
+        """Count the outcome of the call admitted with `ticket`."""
+        now = self._time.monotonic()
+        with self.lock:
+            return self.core.record(now, ticket, handled=handled, pending_break=self._generator is not None)
+
+    def succeeded(self, ticket: int) -> Transition | None:
+        """Count a success (the hot path: a closed circuit just counts it)."""
+        now = self._time.monotonic()
+        core = self.core
+        with self.lock:
+            if ticket == core.generation and core.state is _CLOSED:
+                core.window.success(now)
+                return None
+            return core.record(now, ticket, handled=False)
+
+    def release(self, ticket: int) -> None:
+        """The call admitted with `ticket` ended with a `BaseException`."""
+        with self.lock:
+            self.core.release(ticket)
+
+    def set_break(self, transition: Transition, value: object) -> float:
+        """Give an opening its generated break duration (default on a bad value)."""
+        seconds = self.core.break_duration if value is None else _break_seconds(value)
+        with self.lock:
+            return self.core.set_break(transition.generation, seconds)
+
+    # -- outside the lock: reports -------------------------------------------------------------
+
+    def opened(
+        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None, seconds: float
+    ) -> OnCircuitOpenedArguments:
+        """Emit `OnCircuitOpened`; return the callback's arguments."""
+        arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
+        self._telemetry.emit(
+            "OnCircuitOpened", Severity.ERROR, operation_key=context.operation_key, outcome=outcome, arguments=arguments
+        )
+        return arguments
+
+    def closed(
+        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
+    ) -> OnCircuitClosedArguments:
+        """Emit `OnCircuitClosed`; return the callback's arguments."""
+        arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
+        self._telemetry.emit(
+            "OnCircuitClosed",
+            Severity.INFORMATION,
+            operation_key=context.operation_key,
+            outcome=outcome,
+            arguments=arguments,
+        )
+        return arguments
+
+    def half_opened(self, context: ResilienceContext) -> OnCircuitHalfOpenedArguments:
+        """Emit `OnCircuitHalfOpened`; return the callback's arguments."""
+        arguments = OnCircuitHalfOpenedArguments(context)
+        self._telemetry.emit(
+            "OnCircuitHalfOpened", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
+        )
+        return arguments
+
+    def breaking(self, transition: Transition, context: ResilienceContext) -> BreakDurationGeneratorArguments | None:
+        """The generator's arguments when this opening waits for it, else None."""
+        if self._generator is None or transition.state is not CircuitState.OPEN:
+            return None
+        return BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
+
+    def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
+        """Report a transition in a sync execution (runs the generator and the callbacks)."""
+        options = self._options
+        state = transition.state
+        if state is CircuitState.HALF_OPEN:
+            arguments: object = self.half_opened(context)
+            callback: Callable[[Any], object] | None = options.on_half_opened
+        elif state is CircuitState.CLOSED:
+            arguments = self.closed(transition, context, outcome)
+            callback = options.on_closed
+        else:
+            seconds = math.inf if transition.is_manual else self.core.break_duration
+            generating = self.breaking(transition, context)
+            if generating is not None:
+                value: object = None
+                try:
+                    value = call_back(self._generator, generating)  # type: ignore[arg-type]
+                finally:
+                    seconds = self.set_break(transition, value)
+            arguments = self.opened(transition, context, outcome, seconds)
+            callback = options.on_opened
+        if callback is not None:
+            call_back(callback, arguments)
+
+    async def report_async(
+        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
+    ) -> None:
+        """Report a transition in an async execution (awaiting async callbacks)."""
+        options = self._options
+        state = transition.state
+        if state is CircuitState.HALF_OPEN:
+            arguments: object = self.half_opened(context)
+            callback: Callable[[Any], object] | None = options.on_half_opened
+        elif state is CircuitState.CLOSED:
+            arguments = self.closed(transition, context, outcome)
+            callback = options.on_closed
+        else:
+            seconds = math.inf if transition.is_manual else self.core.break_duration
+            generating = self.breaking(transition, context)
+            if generating is not None:
+                value: object = None
+                try:
+                    value = await call_back_async(self._generator, generating)  # type: ignore[arg-type]
+                finally:
+                    seconds = self.set_break(transition, value)
+            arguments = self.opened(transition, context, outcome, seconds)
+            callback = options.on_opened
+        if callback is not None:
+            await call_back_async(callback, arguments)
+
+    # -- manual control ------------------------------------------------------------------------
+
+    def move(self, *, isolate: bool) -> Transition | None:
+        """Isolate or close by hand; the transition to report, if the state changed."""
+        now = self._time.monotonic()
+        with self.lock:
+            return self.core.isolate(now) if isolate else self.core.close()
+
+    def start_isolated(self) -> None:
+        """Built under an isolated control: isolate now, reporting the event only."""
+        transition = self.move(isolate=True)
+        if transition is not None:
+            self.opened(transition, new_context(), None, math.inf)
+
+
+def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:
+    errors: list[Exception] = []
+    for controller, transition in moved:
+        try:
+            controller.report(transition, new_context(), None)
+        except Exception as exc:  # noqa: BLE001 - the other circuits' callbacks still run
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+async def _report_all_async(moved: list[tuple[CircuitController, Transition]]) -> None:
+    errors: list[Exception] = []
+    for controller, transition in moved:
+        try:
+            await controller.report_async(transition, new_context(), None)
+        except Exception as exc:  # noqa: BLE001 - the other circuits' callbacks still run
+            errors.append(exc)
+    if errors:
+        raise errors[0]

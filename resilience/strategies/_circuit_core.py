@@ -1,0 +1,250 @@
+"""The circuit breaker's state machine, as pure code: every method takes `now`, none sleeps.
+
+Polly v8's advanced breaker. A rolling window of `sampling_duration` split in ten buckets
+counts successes and handled failures while the circuit is closed; it opens when at least
+`minimum_throughput` calls were seen and the failure ratio reached `failure_ratio`. Open, it
+rejects until `blocked_until`; the first call after that turns it half-open and is the one
+probe (a probe still running after another break duration no longer holds the slot, as in
+Polly, so a hung probe cannot keep the circuit half-open forever). A handled failure of the
+probe re-opens the circuit, anything else closes it.
+
+Every transition bumps `generation`; a call's outcome counts only if the generation it was
+admitted under is still current. The class is not thread-safe: `CircuitController` calls it
+under its lock and emits the returned `Transition`s after releasing it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+
+from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
+
+__all__ = ["CircuitCore", "CircuitState", "RollingWindow", "Transition"]
+
+_BUCKETS = 10
+
+
+class CircuitState(enum.Enum):
+    """The state of a circuit (`CircuitBreakerStateProvider().state`)."""
+
+    CLOSED = "Closed"
+    """Calls flow; outcomes are sampled."""
+    OPEN = "Open"
+    """Calls are rejected with `BrokenCircuitError` until the break ends."""
+    HALF_OPEN = "HalfOpen"
+    """One probe call is let through; its outcome closes or re-opens the circuit."""
+    ISOLATED = "Isolated"
+    """Held open by hand (`CircuitBreakerManualControl.isolate()`): `IsolatedCircuitError`."""
+
+
+class Transition:
+    """A state change to report: the new `state`, why, and (when opening) the window's health."""
+
+    __slots__ = ("failure_count", "failure_rate", "generation", "is_manual", "state")
+
+    def __init__(
+        self,
+        state: CircuitState,
+        generation: int,
+        *,
+        is_manual: bool = False,
+        failure_rate: float = 0.0,
+        failure_count: int = 0,
+    ) -> None:
+        self.state = state
+        self.generation = generation
+        self.is_manual = is_manual
+        self.failure_rate = failure_rate
+        self.failure_count = failure_count
+
+    def __repr__(self) -> str:
+        return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"
+
+
+class RollingWindow:
+    """Successes and failures over the last `sampling_duration` seconds, in ten buckets."""
+
+    __slots__ = ("_bucket", "_buckets", "_sampling", "_width")
+
+    def __init__(self, sampling_duration: float) -> None:
+        self._sampling = sampling_duration
+        self._width = sampling_duration / _BUCKETS
+        self._buckets: deque[list[float]] = deque()
+        self._bucket: list[float] | None = None
+
+    def _current(self, now: float) -> list[float]:
+        bucket = self._bucket
+        if bucket is None or now - bucket[0] >= self._width:
+            bucket = self._bucket = [now, 0, 0]
+            self._buckets.append(bucket)
+            self._expire(now)  # only a new bucket can push an old one out
+        return bucket
+
+    def _expire(self, now: float) -> None:
+        buckets = self._buckets
+        sampling = self._sampling
+        while buckets and now - buckets[0][0] >= sampling:
+            buckets.popleft()
+        if not buckets:
+            self._bucket = None
+
+    def success(self, now: float) -> None:
+        """Count a success (or an unhandled failure)."""
+        bucket = self._bucket
+        if bucket is None or now - bucket[0] >= self._width:
+            bucket = self._current(now)
+        bucket[1] += 1
+
+    def failure(self, now: float) -> None:
+        """Count a handled failure."""
+        self._current(now)[2] += 1
+
+    def health(self, now: float) -> tuple[int, int]:
+        """`(throughput, failures)` within the window ending at `now`."""
+        self._expire(now)
+        total = failures = 0
+        for bucket in self._buckets:
+            total += int(bucket[1] + bucket[2])
+            failures += int(bucket[2])
+        return total, failures
+
+    def reset(self) -> None:
+        """Forget everything (the circuit closed)."""
+        self._buckets.clear()
+        self._bucket = None
+
+
+class CircuitCore:
+    """The state machine of one circuit. `state` and `generation` may be read without the lock."""
+
+    __slots__ = (
+        "_blocked_until",
+        "_break_duration",
+        "_failure_ratio",
+        "_minimum_throughput",
+        "_opened_at",
+        "_probe_until",
+        "generation",
+        "state",
+        "window",
+    )
+
+    def __init__(
+        self, *, failure_ratio: float, minimum_throughput: int, sampling_duration: float, break_duration: float
+    ) -> None:
+        self._failure_ratio = failure_ratio
+        self._minimum_throughput = minimum_throughput
+        self._break_duration = break_duration
+        self.window = RollingWindow(sampling_duration)
+        self.generation = 0
+        self.state = CircuitState.CLOSED
+        self._blocked_until: float | None = None  # None while open: the break is still being decided
+        self._opened_at = 0.0
+        self._probe_until: float | None = None  # half-open: until when the probe holds its slot
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _move(self, state: CircuitState) -> int:
+        self.state = state
+        self.generation += 1
+        return self.generation
+
+    def _open(self, now: float, *, pending: bool, manual: bool = False) -> Transition:
+        total, failures = self.window.health(now)
+        generation = self._move(CircuitState.ISOLATED if manual else CircuitState.OPEN)
+        self._opened_at = now
+        self._blocked_until = None if pending or manual else now + self._break_duration
+        self._probe_until = None
+        return Transition(
+            self.state,
+            generation,
+            is_manual=manual,
+            failure_rate=failures / total if total else 0.0,
+            failure_count=failures,
+        )
+
+    def _close(self, *, manual: bool = False) -> Transition:
+        generation = self._move(CircuitState.CLOSED)
+        self.window.reset()
+        self._blocked_until = None
+        self._probe_until = None
+        return Transition(CircuitState.CLOSED, generation, is_manual=manual)
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def admit(self, now: float) -> tuple[int, Transition | None]:
+        """Let a call through: `(ticket, half-open transition or None)`; raise if rejected."""
+        state = self.state
+        if state is CircuitState.CLOSED:
+            return self.generation, None
+        if state is CircuitState.ISOLATED:
+            raise IsolatedCircuitError
+        if state is CircuitState.OPEN:
+            blocked_until = self._blocked_until
+            if blocked_until is None or now < blocked_until:
+                raise BrokenCircuitError(retry_after=None if blocked_until is None else blocked_until - now)
+            generation = self._move(CircuitState.HALF_OPEN)
+            self._probe_until = now + self._break_duration
+            return generation, Transition(CircuitState.HALF_OPEN, generation)
+        probe_until = self._probe_until
+        if probe_until is not None and now < probe_until:
+            raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=probe_until - now)
+        self._probe_until = now + self._break_duration
+        return self.generation, None
+
+    def record(self, now: float, ticket: int, *, handled: bool, pending_break: bool = False) -> Transition | None:
+        """The call admitted with `ticket` ended (`handled`: a handled failure); the transition, if any.
+
+        `pending_break`: opening waits for `set_break` (a break duration generator runs first).
+        """
+        if ticket != self.generation:
+            return None  # the circuit changed state since the call started: it does not count
+        state = self.state
+        if state is CircuitState.CLOSED:
+            window = self.window
+            if not handled:
+                window.success(now)
+                return None
+            window.failure(now)
+            total, failures = window.health(now)
+            if total >= self._minimum_throughput and failures / total >= self._failure_ratio:
+                return self._open(now, pending=pending_break)
+            return None
+        if state is CircuitState.HALF_OPEN:
+            return self._open(now, pending=pending_break) if handled else self._close()
+        return None  # pragma: no cover - open and isolated circuits admit nobody under their generation
+
+    def release(self, ticket: int) -> None:
+        """The call admitted with `ticket` ended with a `BaseException`: free the probe slot."""
+        if ticket == self.generation and self.state is CircuitState.HALF_OPEN:
+            self._probe_until = None
+
+    def set_break(self, generation: int, duration: float) -> float:
+        """Set the break of the opening `generation` to `duration`; return the seconds it lasts."""
+        if not math.isfinite(duration):
+            duration = self._break_duration
+        duration = max(duration, 0.0)
+        if generation == self.generation and self.state is CircuitState.OPEN:
+            self._blocked_until = self._opened_at + duration
+        return duration
+
+    @property
+    def break_duration(self) -> float:
+        """The configured break duration, in seconds."""
+        return self._break_duration
+
+    # -- manual control ------------------------------------------------------------------------
+
+    def isolate(self, now: float) -> Transition | None:
+        """Hold the circuit open until `close()`; None if it already was isolated."""
+        if self.state is CircuitState.ISOLATED:
+            return None
+        return self._open(now, pending=False, manual=True)
+
+    def close(self) -> Transition | None:
+        """Close the circuit by hand; None if it already was closed."""
+        if self.state is CircuitState.CLOSED:
+            return None
+        return self._close(manual=True)

@@ -1,0 +1,148 @@
+"""What the retry and circuit-breaker strategies share: `handle` rules, callbacks, waits.
+
+- `Handler` compiles a `handle` option (an exception type, a tuple of types, or a predicate
+  over the `Outcome`) plus an optional `handle_result` predicate into two quick checks.
+- `call_back` / `call_back_async` run a user callback (awaiting an awaitable in async).
+- `wait` / `wait_async` sleep on the time provider and end at once when a signal aborts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from resilience._outcome import Err, Ok, Outcome
+from resilience._time import SystemTimeProvider
+from resilience.exceptions import ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience._signal import Signal
+    from resilience._time import TimeProvider
+    from resilience._validation import Problems
+
+__all__ = ["Handle", "Handler", "call_back", "call_back_async", "check_handle", "wait", "wait_async"]
+
+Handle: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Outcome[Any]], bool] | None"
+"""What `handle` accepts: exception type(s), a predicate over the outcome, or None (the default)."""
+
+
+def _is_exception_type(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, Exception)
+
+
+def check_handle(problems: Problems, value: object) -> None:
+    """Record what is wrong with a `handle` option."""
+    if value is None or _is_exception_type(value):
+        return
+    if isinstance(value, tuple):
+        bad = [item for item in value if not _is_exception_type(item)]
+        if bad:
+            problems.add("handle", f"a tuple must hold only Exception subclasses, got {bad[0]!r}")
+        return
+    if isinstance(value, type):
+        problems.add("handle", f"must be an Exception subclass (BaseExceptions are never handled), got {value!r}")
+        return
+    if not callable(value):
+        problems.add("handle", f"must be an exception type, a tuple of them, or a predicate, got {value!r}")
+
+
+class Handler:
+    """Decides whether an outcome is a handled failure (pure: no I/O, no clock)."""
+
+    __slots__ = ("_exclude", "_predicate", "_result", "_types", "checks_results")
+
+    def __init__(self, handle: Handle, handle_result: Callable[[Any], bool] | None = None) -> None:
+        self._predicate: Callable[[Outcome[Any]], bool] | None = None
+        self._types: type[Exception] | tuple[type[Exception], ...] = ()
+        self._exclude: type[Exception] | None = None
+        self._result: Callable[[Any], bool] | None = None
+        if handle is None:
+            self._types = Exception
+            self._exclude = ValidationError
+            self._result = handle_result
+        elif isinstance(handle, type | tuple):
+            self._types = handle
+            self._result = handle_result
+        else:
+            self._predicate = handle  # it sees every outcome; handle_result is ignored
+        self.checks_results = self._predicate is not None or self._result is not None
+        """False when every result is a success (no need to build an `Outcome` for it)."""
+
+    def error(self, error: Exception, outcome: Outcome[Any] | None = None) -> bool:
+        """Whether the exception `error` is handled."""
+        predicate = self._predicate
+        if predicate is not None:
+            return bool(predicate(Err(error) if outcome is None else outcome))
+        exclude = self._exclude
+        return isinstance(error, self._types) and (exclude is None or not isinstance(error, exclude))
+
+    def result(self, value: Any, outcome: Outcome[Any] | None = None) -> bool:
+        """Whether the result `value` is handled (a failure to retry or count)."""
+        predicate = self._predicate
+        if predicate is not None:
+            return bool(predicate(Ok(value) if outcome is None else outcome))
+        check = self._result
+        return check is not None and bool(check(value))
+
+
+def call_back(callback: Callable[[Any], object], arguments: object) -> object:
+    """Run a user callback in a sync execution and return its result (an awaitable is refused)."""
+    result = callback(arguments)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        msg = f"{getattr(callback, '__qualname__', callback)!r} returned an awaitable in a sync execution"
+        raise ValidationError(msg + ": use a plain callback, or run the pipeline with execute_async")
+    return result
+
+
+async def call_back_async(callback: Callable[[Any], object], arguments: object) -> object:
+    """Run a user callback in an async execution and return its result, awaited if awaitable."""
+    result = callback(arguments)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
+    """Sleep `seconds` on the provider's clock; return True (at once) if `signal` aborts."""
+    if signal.aborted:
+        return True
+    if seconds <= 0:
+        return False
+    if type(time_provider) is SystemTimeProvider:
+        return signal.wait(seconds)
+    if getattr(time_provider, "auto_advance", False):
+        # A clock that moves when slept on (FakeTimeProvider(auto_advance=True)): nothing else
+        # would ever move it, so sleeping is moving it.
+        time_provider.sleep(seconds)
+        return signal.aborted
+    woken = threading.Event()
+    remove = signal.add_callback(lambda _reason: woken.set())
+    timer = time_provider.call_later(seconds, woken.set)
+    try:
+        woken.wait()
+    finally:
+        timer.cancel()
+        remove()
+    return signal.aborted
+
+
+async def wait_async(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
+    """Suspend `seconds` on the provider's clock; return True (at once) if `signal` aborts."""
+    if signal.aborted:
+        return True
+    if seconds <= 0:
+        return False
+    try:
+        async with signal.cancel_scope():
+            await time_provider.sleep_async(seconds)
+    except BaseException as exc:
+        if exc is not signal.reason:
+            raise
+        return True
+    return signal.aborted

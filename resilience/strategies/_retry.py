@@ -1,0 +1,343 @@
+"""The retry strategy: options, arguments, and the sync and async shells over `RetryCore`.
+
+Each attempt runs under `context.derive(attempt=n, signal=<child signal>)`. Between attempts
+the shell sleeps on the time provider; the sleep ends at once when the caller's signal aborts,
+and then no further attempt is made (the last outcome is returned or re-raised).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from resilience._outcome import Err, Ok, Outcome
+from resilience._validation import Duration, Problems, to_seconds
+from resilience.strategies._common import (
+    Handle,
+    Handler,
+    call_back,
+    call_back_async,
+    check_handle,
+    wait,
+    wait_async,
+)
+from resilience.strategies._retry_core import Backoff, RetryCore
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._time import TimeProvider
+    from resilience.strategies._base import StrategyBuildContext
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = [
+    "ExecutionAttemptArguments",
+    "OnRetryArguments",
+    "RetryDelayArguments",
+    "RetryStrategy",
+    "RetryStrategyOptions",
+    "retry_strategy",
+]
+
+T = TypeVar("T")
+_INFO = logging.INFO
+_WARNING = logging.WARNING
+_BACKOFFS = ("constant", "linear", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionAttemptArguments:
+    """Arguments of the `ExecutionAttempt` event: 0-based `attempt`, its `duration`, `handled`."""
+
+    attempt: int
+    duration: float
+    handled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OnRetryArguments:
+    """What `on_retry` receives before the delay: the failed `attempt` (0-based) and its outcome."""
+
+    outcome: Outcome[Any]
+    context: ResilienceContext
+    attempt: int
+    delay: float
+    """The delay before the next attempt, in seconds."""
+    duration: float
+    """How long the failed attempt took, in seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDelayArguments:
+    """What `delay_generator` receives: the failed attempt and the backoff delay it would get."""
+
+    outcome: Outcome[Any]
+    context: ResilienceContext
+    attempt: int
+    backoff_delay: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryStrategyOptions:
+    """Options of the retry strategy (`retry_strategy(...)`); validated at `build()`."""
+
+    max_retries: int = 3
+    delay: Duration = 2.0
+    backoff: Backoff = "constant"
+    jitter: bool = False
+    max_delay: Duration | None = None
+    handle: Handle = None
+    handle_result: Callable[[Any], bool] | None = None
+    delay_generator: Callable[[RetryDelayArguments], float | dt.timedelta | None] | None = None
+    on_retry: Callable[[OnRetryArguments], object] | None = None
+    name: str = "Retry"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = Problems()
+        problems.integer("max_retries", self.max_retries, minimum=0)
+        problems.duration("delay", self.delay)
+        problems.duration("max_delay", self.max_delay, allow_none=True)
+        backoff: object = self.backoff
+        if not isinstance(backoff, str) or backoff not in _BACKOFFS:
+            problems.add("backoff", f"must be one of {', '.join(map(repr, _BACKOFFS))}, got {backoff!r}")
+        jitter: object = self.jitter
+        if not isinstance(jitter, bool):
+            problems.add("jitter", f"must be a bool, got {jitter!r}")
+        check_handle(problems, self.handle)
+        problems.callable("handle_result", self.handle_result)
+        problems.callable("delay_generator", self.delay_generator)
+        problems.callable("on_retry", self.on_retry)
+        problems.name("name", self.name)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> RetryStrategy:
+        """A retry strategy for one built pipeline."""
+        core = RetryCore(
+            max_retries=self.max_retries,
+            delay=to_seconds(self.delay),
+            backoff=self.backoff,
+            jitter=self.jitter,
+            max_delay=None if self.max_delay is None else to_seconds(self.max_delay),
+            handler=Handler(self.handle, self.handle_result),
+            random=context.time_provider.random(),
+        )
+        return RetryStrategy(
+            core,
+            time_provider=context.time_provider,
+            telemetry=context.telemetry,
+            delay_generator=self.delay_generator,
+            on_retry=self.on_retry,
+        )
+
+
+def retry_strategy(
+    *,
+    max_retries: int = 3,
+    delay: Duration = 2.0,
+    backoff: Backoff = "constant",
+    jitter: bool = False,
+    max_delay: Duration | None = None,
+    handle: Handle = None,
+    handle_result: Callable[[Any], bool] | None = None,
+    delay_generator: Callable[[RetryDelayArguments], float | dt.timedelta | None] | None = None,
+    on_retry: Callable[[OnRetryArguments], object] | None = None,
+    name: str = "Retry",
+) -> RetryStrategyOptions:
+    """Retry handled failures up to `max_retries` times after the first call (Polly's retry).
+
+    `handle` is an exception type, a tuple of types, or a predicate over the `Outcome` (then
+    `handle_result` is ignored); by default every `Exception` except `ValidationError`.
+    `handle_result(value)` makes results retryable too (the last one is returned when retries
+    run out). Delays: `backoff` over `delay`, `jitter`, capped by `max_delay`;
+    `delay_generator` may override each one (None keeps the backoff).
+    """
+    return RetryStrategyOptions(
+        max_retries=max_retries,
+        delay=delay,
+        backoff=backoff,
+        jitter=jitter,
+        max_delay=max_delay,
+        handle=handle,
+        handle_result=handle_result,
+        delay_generator=delay_generator,
+        on_retry=on_retry,
+        name=name,
+    )
+
+
+class RetryStrategy:
+    """The built retry strategy: performs `RetryCore`'s decisions, sync or async."""
+
+    __slots__ = ("_core", "_delay_generator", "_heard", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
+
+    def __init__(
+        self,
+        core: RetryCore,
+        *,
+        time_provider: TimeProvider,
+        telemetry: TelemetrySource,
+        delay_generator: Callable[[RetryDelayArguments], object] | None,
+        on_retry: Callable[[OnRetryArguments], object] | None,
+    ) -> None:
+        self._core = core
+        self._time = time_provider
+        self._telemetry = telemetry
+        self._delay_generator = delay_generator
+        self._on_retry = on_retry
+        options = telemetry.options
+        # Attempt durations are measured only when someone may read them.
+        self._measured = bool(options.listeners or options.severity_provider or on_retry)
+        self._heard = bool(options.listeners or options.severity_provider)
+        self._traced = options.trace_executions
+
+    def _attempted(
+        self, context: ResilienceContext, outcome: Outcome[Any], attempt: int, duration: float, *, handled: bool
+    ) -> bool:
+        """Report the attempt; return whether to retry it."""
+        retry = self._core.should_retry(handled=handled, attempt=attempt, aborted=context.signal.aborted)
+        severity = Severity.WARNING if retry else Severity.ERROR if handled else Severity.INFORMATION
+        self._telemetry.emit(
+            "ExecutionAttempt",
+            severity,
+            operation_key=context.operation_key,
+            outcome=outcome,
+            arguments=ExecutionAttemptArguments(attempt, duration, handled),
+        )
+        return retry
+
+    def _retrying(
+        self, inner: ResilienceContext, outcome: Outcome[Any], delay: float, duration: float
+    ) -> OnRetryArguments:
+        arguments = OnRetryArguments(outcome, inner, inner.attempt, delay, duration)
+        self._telemetry.emit(
+            "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
+        )
+        return arguments
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Call `callback` until it succeeds, is not handled, or retries run out (sync)."""
+        call = functools.partial(_in_span, self._telemetry, callback) if self._traced else callback
+        core = self._core
+        handler = core.handler
+        clock = self._time
+        parent = context.signal
+        parent.raise_if_aborted()  # never start the callable under an aborted signal
+        # Durations are read only when an attempt's event or on_retry can see them.
+        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
+        attempt = 0
+        state = 0.0
+        while True:
+            signal = parent.child()
+            inner = context.derive(signal=signal, attempt=attempt)
+            started = clock.monotonic() if measured else 0.0
+            failure: Err | None = None
+            result: Any = None
+            try:
+                result = call(inner)
+            except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
+                failure = Err(exc)
+            finally:
+                signal.detach()
+            if failure is None:
+                if not handler.checks_results:
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
+                        self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
+                    return result  # type: ignore[no-any-return]
+                outcome: Outcome[Any] = Ok(result)
+                handled = handler.result(result, outcome)
+            else:
+                outcome = failure
+                handled = handler.error(failure.error, failure)
+            duration = clock.monotonic() - started if measured else 0.0
+            if not self._attempted(context, outcome, attempt, duration, handled=handled):
+                return outcome.unwrap()  # type: ignore[no-any-return]
+            delay, state = core.backoff_delay(attempt, state)
+            if self._delay_generator is not None:
+                generated = call_back(self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay))
+                delay = core.generated_delay(generated, delay)
+            arguments = self._retrying(inner, outcome, delay, duration)
+            if self._on_retry is not None:
+                call_back(self._on_retry, arguments)
+            if wait(clock, delay, parent):
+                return outcome.unwrap()  # type: ignore[no-any-return]
+            attempt += 1
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Await `callback` until it succeeds, is not handled, or retries run out (async)."""
+        call = functools.partial(_in_span_async, self._telemetry, callback) if self._traced else callback
+        core = self._core
+        handler = core.handler
+        clock = self._time
+        parent = context.signal
+        parent.raise_if_aborted()  # never start the callable under an aborted signal
+        # Durations are read only when an attempt's event or on_retry can see them.
+        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
+        attempt = 0
+        state = 0.0
+        while True:
+            signal = parent.child()
+            inner = context.derive(signal=signal, attempt=attempt)
+            started = clock.monotonic() if measured else 0.0
+            failure: Err | None = None
+            result: Any = None
+            try:
+                result = await call(inner)
+            except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
+                failure = Err(exc)
+            finally:
+                signal.detach()
+            if failure is None:
+                if not handler.checks_results:
+                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
+                        self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
+                    return result  # type: ignore[no-any-return]
+                outcome: Outcome[Any] = Ok(result)
+                handled = handler.result(result, outcome)
+            else:
+                outcome = failure
+                handled = handler.error(failure.error, failure)
+            duration = clock.monotonic() - started if measured else 0.0
+            if not self._attempted(context, outcome, attempt, duration, handled=handled):
+                return outcome.unwrap()  # type: ignore[no-any-return]
+            delay, state = core.backoff_delay(attempt, state)
+            if self._delay_generator is not None:
+                arguments = RetryDelayArguments(outcome, inner, attempt, delay)
+                generated = await call_back_async(self._delay_generator, arguments)
+                delay = core.generated_delay(generated, delay)
+            on_retry = self._retrying(inner, outcome, delay, duration)
+            if self._on_retry is not None:
+                await call_back_async(self._on_retry, on_retry)
+            if await wait_async(clock, delay, parent):
+                return outcome.unwrap()  # type: ignore[no-any-return]
+            attempt += 1
+
+    def __repr__(self) -> str:
+        return f"<RetryStrategy max_retries={self._core.max_retries}>"
+
+
+def _in_span(telemetry: TelemetrySource, callback: Callable[[ResilienceContext], T], inner: ResilienceContext) -> T:
+    """Run one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
+    span = telemetry.span("resilience.attempt", inner.attempt)
+    if span is None:
+        return callback(inner)
+    with span:
+        return callback(inner)
+
+
+async def _in_span_async(
+    telemetry: TelemetrySource, callback: Callable[[ResilienceContext], Awaitable[T]], inner: ResilienceContext
+) -> T:
+    """Await one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
+    span = telemetry.span("resilience.attempt", inner.attempt)
+    if span is None:
+        return await callback(inner)
+    with span:
+        return await callback(inner)

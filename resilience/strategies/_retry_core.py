@@ -1,0 +1,121 @@
+"""The retry strategy's decisions, as pure code: no clock, no sleep, no I/O.
+
+`RetryCore.next_delay(outcome handled?, attempt, aborted?)` says whether to retry and the
+backoff before it; the sync and async shells in `_retry.py` only call, sleep and report.
+Delays follow Polly v8 (`RetryHelper`): constant `delay`, linear `delay * (attempt + 1)`,
+exponential `delay * 2**attempt`; jitter is ±25% for constant and linear, and Polly's
+decorrelated jitter (`DecorrelatedJitterBackoffV2`) for exponential.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from resilience.exceptions import ValidationError
+
+if TYPE_CHECKING:
+    import random
+
+    from resilience.strategies._common import Handler
+
+__all__ = ["Backoff", "RetryCore", "decorrelated_jitter"]
+
+Backoff: TypeAlias = Literal["constant", "linear", "exponential"]
+
+_JITTER_FACTOR = 0.5  # Polly: the jittered delay lies in [delay * 0.75, delay * 1.25)
+_P_FACTOR = 4.0  # Polly's DecorrelatedJitterBackoffV2 coefficients
+_RP_SCALING_FACTOR = 1 / 1.4
+_MAX_SECONDS = 10_675_199 * 86_400.0  # about TimeSpan.MaxValue: "forever" without overflowing
+
+
+def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: float) -> tuple[float, float]:
+    """Polly's `DecorrelatedJitterBackoffV2`: (delay, state for the next call).
+
+    `uniform` is a draw from [0, 1); `previous` starts at 0.0. Each delay is the difference of a
+    smooth curve sampled at a jittered point, so the median stays near `base * 2**attempt`.
+    """
+    t = attempt + uniform
+    try:
+        following = math.pow(2, t) * math.tanh(math.sqrt(_P_FACTOR * t))
+    except OverflowError:
+        return _MAX_SECONDS, math.inf
+    if math.isinf(previous):
+        return _MAX_SECONDS, previous
+    delay = (following - previous) * _RP_SCALING_FACTOR * base
+    return min(max(delay, 0.0), _MAX_SECONDS), following
+
+
+class RetryCore:
+    """Pure retry decisions for one set of options (shared by every execution)."""
+
+    __slots__ = ("_backoff", "_delay", "_jitter", "_max_delay", "_random", "handler", "max_retries")
+
+    def __init__(
+        self,
+        *,
+        max_retries: int,
+        delay: float,
+        backoff: Backoff,
+        jitter: bool,
+        max_delay: float | None,
+        handler: Handler,
+        random: random.Random,
+    ) -> None:
+        self.max_retries = max_retries
+        self._delay = delay
+        self._backoff = backoff
+        self._jitter = jitter
+        self._max_delay = max_delay
+        self.handler = handler
+        self._random = random
+
+    def should_retry(self, *, handled: bool, attempt: int, aborted: bool) -> bool:
+        """Retry after attempt `attempt` (0-based) ended this way?"""
+        return handled and attempt < self.max_retries and not aborted
+
+    def backoff_delay(self, attempt: int, state: float = 0.0) -> tuple[float, float]:
+        """The backoff delay after attempt `attempt`, capped by `max_delay`, and the jitter state.
+
+        `state` carries the decorrelated jitter's memory from one retry to the next (start
+        with 0.0, pass back what the previous call returned).
+        """
+        base = self._delay
+        kind = self._backoff
+        if kind == "exponential":
+            if self._jitter:
+                delay, state = decorrelated_jitter(attempt, base, state, self._random.random())
+            else:
+                try:
+                    delay = base * math.pow(2, attempt)
+                except OverflowError:
+                    delay = _MAX_SECONDS
+        else:
+            delay = base * (attempt + 1) if kind == "linear" else base
+            if self._jitter:
+                delay += delay * _JITTER_FACTOR * self._random.random() - delay * _JITTER_FACTOR / 2
+        return self.cap(delay), state
+
+    def cap(self, delay: float) -> float:
+        """`delay` within [0, max_delay]."""
+        limit = self._max_delay
+        if limit is not None and delay > limit:
+            return limit
+        return min(max(delay, 0.0), _MAX_SECONDS)
+
+    def generated_delay(self, generated: object, backoff: float) -> float:
+        """The delay to use when `delay_generator` returned `generated` (None: the backoff)."""
+        if generated is None:
+            return backoff
+        if isinstance(generated, dt.timedelta):
+            seconds = generated.total_seconds()
+        elif isinstance(generated, int | float) and not isinstance(generated, bool):
+            seconds = float(generated)
+        else:
+            msg = f"delay_generator returned {generated!r}: return seconds (float), a timedelta, or None"
+            raise ValidationError(msg)
+        if math.isnan(seconds):
+            msg = "delay_generator returned NaN: return seconds (float), a timedelta, or None"
+            raise ValidationError(msg)
+        return self.cap(seconds)

@@ -1,0 +1,189 @@
+import asyncio
+import threading
+import time
+
+import freezegun
+import pytest
+
+from resilience import SystemTimeProvider, TimeProvider
+from resilience._time import SYSTEM_TIME
+from resilience._timers import TimerThread
+from resilience.testing import FakeTimeProvider
+
+
+def test_both_providers_implement_the_protocol() -> None:
+    """SystemTimeProvider and FakeTimeProvider are TimeProviders."""
+    assert isinstance(SystemTimeProvider(), TimeProvider)
+    assert isinstance(FakeTimeProvider(), TimeProvider)
+
+
+def test_fake_clock_moves_only_when_advanced(clock: FakeTimeProvider) -> None:
+    """monotonic() and time() stay put until advance()."""
+    assert clock.monotonic() == 0.0
+    clock.advance(1.5)
+    assert clock.monotonic() == 1.5
+    assert clock.time() == 1.5
+    assert FakeTimeProvider(start=100).monotonic() == 100.0
+
+
+def test_fake_clock_refuses_to_go_back(clock: FakeTimeProvider) -> None:
+    """A negative advance raises ValueError."""
+    with pytest.raises(ValueError, match="cannot go back"):
+        clock.advance(-1)
+
+
+def test_call_later_fires_in_deadline_order_at_its_time(clock: FakeTimeProvider) -> None:
+    """advance() runs due callbacks in order, with the clock set to each deadline."""
+    fired: list[tuple[str, float]] = []
+    clock.call_later(2, lambda: fired.append(("b", clock.monotonic())))
+    clock.call_later(1, lambda: fired.append(("a", clock.monotonic())))
+    cancelled = clock.call_later(1.5, lambda: fired.append(("x", clock.monotonic())))
+    cancelled.cancel()
+    clock.call_later(5, lambda: fired.append(("late", clock.monotonic())))
+    assert clock.pending_timers == 3
+    clock.advance(3)
+    assert fired == [("a", 1.0), ("b", 2.0)]
+    assert clock.monotonic() == 3.0
+    assert clock.pending_timers == 1
+
+
+def test_a_callback_may_schedule_another(clock: FakeTimeProvider) -> None:
+    """Timers scheduled by a firing callback fire in the same advance when due."""
+    fired: list[float] = []
+
+    def first() -> None:
+        fired.append(clock.monotonic())
+        clock.call_later(1, lambda: fired.append(clock.monotonic()))
+
+    clock.call_later(1, first)
+    clock.advance(5)
+    assert fired == [1.0, 2.0]
+
+
+def test_a_failing_callback_is_logged(clock: FakeTimeProvider, caplog: pytest.LogCaptureFixture) -> None:
+    """A callback that raises is logged; later callbacks still run."""
+    fired: list[int] = []
+    clock.call_later(1, lambda: 1 / 0)
+    clock.call_later(2, lambda: fired.append(1))
+    clock.advance(2)
+    assert fired == [1]
+    assert "a timer callback raised" in caplog.text
+
+
+def test_auto_advance_makes_long_sleeps_instant() -> None:
+    """With auto_advance a ten-minute sleep returns at once and moves the clock."""
+    clock = FakeTimeProvider(auto_advance=True)
+    started = time.monotonic()
+    clock.sleep(600)
+    clock.sleep(-1)
+    assert clock.monotonic() == 600
+    assert time.monotonic() - started < 1
+
+
+async def test_auto_advance_in_asyncio() -> None:
+    """With auto_advance an async ten-minute sleep returns at once."""
+    clock = FakeTimeProvider(auto_advance=True)
+    started = time.monotonic()
+    await clock.sleep_async(600)
+    assert clock.monotonic() == 600
+    assert time.monotonic() - started < 1
+
+
+def test_a_sleeping_thread_wakes_when_another_advances(clock: FakeTimeProvider) -> None:
+    """sleep() blocks until the clock passes its deadline."""
+    woke = threading.Event()
+
+    def sleeper() -> None:
+        clock.sleep(10)
+        woke.set()
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    while clock.pending_timers == 0:
+        time.sleep(0.001)
+    clock.advance(9)
+    assert not woke.wait(0.02)
+    clock.advance(1)
+    assert woke.wait(5)
+    thread.join()
+
+
+async def test_a_sleeping_task_wakes_when_the_test_advances(clock: FakeTimeProvider) -> None:
+    """sleep_async() suspends until the clock passes its deadline."""
+    task = asyncio.create_task(clock.sleep_async(10))
+    await asyncio.sleep(0)
+    clock.advance(5)
+    await asyncio.sleep(0)
+    assert not task.done()
+    clock.advance(5)
+    await asyncio.wait_for(task, 5)
+    assert clock.pending_timers == 0
+
+
+async def test_a_cancelled_async_sleep_leaves_no_timer(clock: FakeTimeProvider) -> None:
+    """Cancelling a fake sleep cancels its timer."""
+    task = asyncio.create_task(clock.sleep_async(10))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert clock.pending_timers == 0
+
+
+def test_seeded_randomness_is_deterministic() -> None:
+    """The same seed gives the same jitter."""
+    assert FakeTimeProvider(seed=7).random().random() == FakeTimeProvider(seed=7).random().random()
+
+
+def test_system_time_reads_the_clock_at_call_time() -> None:
+    """freezegun moves SystemTimeProvider because it looks the clock up at each call."""
+    provider = SystemTimeProvider()
+    with freezegun.freeze_time("2030-01-01") as frozen:
+        before_wall, before_mono = provider.time(), provider.monotonic()
+        frozen.tick(60)
+        assert provider.time() - before_wall == pytest.approx(60)
+        assert provider.monotonic() - before_mono == pytest.approx(60)
+    assert repr(provider) == "SystemTimeProvider()"
+    assert provider.random() is provider.random()
+
+
+def test_system_call_later_uses_the_shared_timer_thread() -> None:
+    """Outside a loop, callbacks run on one shared 'resilience-timer' thread."""
+    names: list[str] = []
+    done = threading.Event()
+    SYSTEM_TIME.call_later(0.01, lambda: (names.append(threading.current_thread().name), done.set()))
+    skipped = SYSTEM_TIME.call_later(0.005, lambda: names.append("cancelled"))
+    skipped.cancel()
+    assert done.wait(5)
+    assert names == ["resilience-timer"]
+
+
+async def test_system_call_later_uses_the_running_loop() -> None:
+    """Inside a loop, call_later is the loop's own timer."""
+    fired = asyncio.Event()
+    handle = SYSTEM_TIME.call_later(0.001, fired.set)
+    assert isinstance(handle, asyncio.TimerHandle)
+    await asyncio.wait_for(fired.wait(), 5)
+    SYSTEM_TIME.sleep(0)
+    await SYSTEM_TIME.sleep_async(0)
+
+
+def test_timer_thread_compacts_cancelled_entries_and_survives_fork_reset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelled long timers do not pile up; a failing callback is logged; fork resets state."""
+    timers = TimerThread()
+    handles = [timers.call_later(3600, lambda: None) for _ in range(3000)]
+    for handle in handles:
+        handle.cancel()
+        handle.cancel()
+    assert handles[0].cancelled
+    done = threading.Event()
+    timers.call_later(0, lambda: 1 / 0)
+    timers.call_later(0.001, done.set)
+    assert done.wait(5)
+    assert len(timers._heap) < 3000
+    assert "a timer callback raised" in caplog.text
+    timers._after_fork_in_child()
+    assert timers._heap == []
+    assert timers._thread is None
