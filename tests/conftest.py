@@ -17,3 +17,9 @@ def clock() -> FakeTimeProvider:
 def auto_clock() -> FakeTimeProvider:
     """A fake clock that moves by whatever is slept on it."""
     return FakeTimeProvider(auto_advance=True, seed=1234)
+
+
+# Redis: throwaway redis-server processes started by the tests (tests/redis_support.py).
+from tests.redis_support import fresh_redis_server, redis_cluster, redis_server  # noqa: E402
+
+__all__ = ["auto_clock", "clock", "fresh_redis_server", "redis_cluster", "redis_server"]

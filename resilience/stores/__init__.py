@@ -11,6 +11,7 @@ from resilience.stores._protocols import (
     SupportsLeaseInfo,
     SupportsReleaseNotification,
 )
+from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 
 __all__ = [
     "AsyncLockStore",
@@ -20,6 +21,8 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
+    "RedisLockStore",
+    "RedisSemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
     "SupportsReleaseNotification",

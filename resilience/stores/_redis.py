@@ -1,0 +1,545 @@
+"""Lock and semaphore stores over Redis (standalone or Cluster), sync and asyncio.
+
+Everything a lease needs is one script call: the stores use nothing but `EVALSHA` (and `EVAL`
+once per script and server, when the server answers NOSCRIPT), so any client that offers those
+works. Release notification additionally uses the client's `pubsub()` when it has one.
+
+redis-py is an optional dependency: this module never imports it. Clients are told apart by
+their class (an `.asyncio` module, a `RedisCluster` in the class hierarchy), which also covers
+valkey-py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Final, Self, cast
+
+from resilience.exceptions import ValidationError
+from resilience.stores import _redis_scripts as scripts
+from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["RedisLockStore", "RedisSemaphoreStore"]
+
+_SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
+_ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
+
+
+def _is_client(value: object) -> bool:
+    """A client instance (a class such as `redis.Redis` itself is a factory, not a client)."""
+    return not isinstance(value, type) and callable(getattr(value, "evalsha", None))
+
+
+def _class_names(value: object) -> list[tuple[str, str]]:
+    return [(cls.__module__, cls.__name__) for cls in type(value).__mro__]
+
+
+def _is_asyncio_client(value: object) -> bool:
+    return any(".asyncio" in module for module, _ in _class_names(value))
+
+
+def _is_cluster(value: object) -> bool:
+    return any(name == "RedisCluster" for _, name in _class_names(value))
+
+
+def _is_noscript(exc: Exception) -> bool:
+    return type(exc).__name__ == "NoScriptError" or str(exc).startswith("NOSCRIPT")
+
+
+def _is_unknown_command(exc: Exception) -> bool:
+    return "unknown command" in str(exc).lower() or "unknown redis command" in str(exc).lower()
+
+
+def _ttl_ms(ttl: object) -> int:
+    """A ttl in whole milliseconds, rounded up (1 ms at least)."""
+    # `type() is` keeps bool out and costs less than isinstance on this hot path; the
+    # comparison chain is False for NaN and infinity.
+    if (type(ttl) is float or type(ttl) is int) and 0 < ttl < math.inf:
+        # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
+        return max(1, math.ceil(ttl * 1000 - 1e-9))
+    msg = f"ttl: must be a positive, finite number of seconds, got {ttl!r}"
+    raise ValidationError(msg)
+
+
+def _check_str(option: str, value: object) -> str:
+    if type(value) is not str and not isinstance(value, str):
+        msg = f"{option}: must be a str, got {type(value).__name__}"
+        raise ValidationError(msg)
+    return value
+
+
+def _answer(reply: Any) -> tuple[int | None, float | None]:
+    """An acquire script's reply: a token (> 0), -remaining ms (< 0) or 0 (held, time unknown)."""
+    value = int(reply)
+    if value > 0:
+        return value, None
+    return None, (-value / 1000 if value < 0 else None)
+
+
+class _SyncClient:
+    """The sync client, from a client or a zero-argument factory (called once, on first use)."""
+
+    def __init__(self, source: Any, owner: str) -> None:
+        if _is_asyncio_client(source):
+            msg = f"{owner}: client= takes a sync client; pass this asyncio client as async_client="
+            raise ValidationError(msg)
+        if not _is_client(source) and not callable(source):
+            msg = f"{owner}: client= must be a redis client or a zero-argument factory of one, got {source!r}"
+            raise ValidationError(msg)
+        self._source = source
+        self._owner = owner
+        self._client: Any = source if _is_client(source) else None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    client = self._source()
+                    if not _is_client(client) or _is_asyncio_client(client):
+                        msg = f"{self._owner}: the client= factory must return a sync redis client, got {client!r}"
+                        raise ValidationError(msg)
+                    self._client = client
+        return self._client
+
+    def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
+        client = self._client if self._client is not None else self.get()
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+        # EVAL caches the script on the very node that serves the key: one round trip, no ACL
+        # for SCRIPT LOAD, and the next EVALSHA finds it.
+        return client.eval(script.source, len(keys), *keys, *args)
+
+
+class _AsyncClient:
+    """The asyncio client, from a client, an awaitable of one, or a (sync or async) factory."""
+
+    def __init__(self, source: Any, owner: str) -> None:
+        self._owner = owner
+        self._client: Any = None
+        self._pending: Any = None
+        self._factory: Any = None
+        self._resolving: asyncio.Future[Any] | None = None
+        if _is_client(source):
+            if not _is_asyncio_client(source) and type(source).__module__.startswith(("redis.", "valkey.")):
+                msg = f"{owner}: async_client= takes an asyncio client; pass this sync client as client="
+                raise ValidationError(msg)
+            self._client = source
+        elif inspect.isawaitable(source):
+            self._pending = source
+        elif callable(source):
+            self._factory = source
+        else:
+            msg = f"{owner}: async_client= must be an asyncio redis client, an awaitable or a factory, got {source!r}"
+            raise ValidationError(msg)
+
+    async def get(self) -> Any:
+        if self._client is not None:
+            return self._client
+        if self._resolving is None or (self._resolving.done() and self._factory is not None):
+            self._resolving = asyncio.ensure_future(self._resolve())
+        return await asyncio.shield(self._resolving)
+
+    async def _resolve(self) -> Any:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            client = await pending
+        else:
+            client = self._factory()
+            if inspect.isawaitable(client):
+                client = await client
+        if not _is_client(client):
+            msg = f"{self._owner}: async_client= must produce an asyncio redis client, got {client!r}"
+            raise ValidationError(msg)
+        self._client = client
+        return client
+
+    def discard_pending(self) -> None:
+        """Close an awaitable that was never awaited (no 'never awaited' warning)."""
+        pending, self._pending = self._pending, None
+        close = getattr(pending, "close", None)
+        if callable(close):
+            close()
+
+    async def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
+        client = self._client if self._client is not None else await self.get()
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+        return await client.eval(script.source, len(keys), *keys, *args)
+
+
+_VARIANTS: dict[tuple[type, bool, bool], type] = {}
+
+
+class _RedisStore:
+    """What both stores share: clients, notification, closing."""
+
+    _kind: str = "RedisStore"
+    _sync_methods: tuple[str, ...] = ()
+    _async_methods: tuple[str, ...] = ()
+
+    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "") -> Self:  # noqa: ARG004
+        """An instance of `cls`, or of a variant of it without the flavour that has no client.
+
+        A flavour without a client is absent, as `__hash__ = None` makes a class unhashable: its
+        methods are None on the (cached) variant class, so `isinstance(store, AsyncLockStore)`,
+        which the lease engine and the conformance suite ask, tells the truth. The variant has
+        the same name, and `isinstance(store, RedisLockStore)` holds.
+        """
+        missing = (() if client is not None else cls._sync_methods) + (
+            () if async_client is not None else cls._async_methods
+        )
+        if not missing:
+            return super().__new__(cls)
+        key = (cls, client is not None, async_client is not None)
+        variant = _VARIANTS.get(key)
+        if variant is None:
+            namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            namespace.update(dict.fromkeys(missing))
+            variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
+        return cast("Self", super().__new__(variant))
+
+    def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
+        if client is None and async_client is None:
+            msg = f"{self._kind}: pass a sync client ({_SYNC_HINT}) and/or an asyncio client ({_ASYNC_HINT})"
+            raise ValidationError(msg)
+        given: object = prefix  # checked at run time: callers need not be typed
+        if not isinstance(given, str) or not given:
+            msg = f"{self._kind}: prefix must be a non-empty str, got {prefix!r}"
+            raise ValidationError(msg)
+        self._prefix = prefix
+        self._sync = None if client is None else _SyncClient(client, self._kind)
+        self._async = None if async_client is None else _AsyncClient(async_client, self._kind)
+
+        self._publish: dict[bool, str] = {}
+        self._listener: SyncReleaseListener | None = None
+        self._listener_lock = threading.Lock()
+        self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: keys are `<prefix>:<key>`."""
+        return self._prefix
+
+    @property
+    def has_sync_client(self) -> bool:
+        """Whether the sync methods work (a `client=` was given)."""
+        return self._sync is not None
+
+    @property
+    def has_async_client(self) -> bool:
+        """Whether the `_async` methods work (an `async_client=` was given)."""
+        return self._async is not None
+
+    def _sync_client(self, method: str) -> _SyncClient:
+        if self._sync is None:
+            msg = f"{self._kind}.{method} needs a sync client: pass {_SYNC_HINT}"
+            raise ValidationError(msg)
+        return self._sync
+
+    def _async_client(self, method: str) -> _AsyncClient:
+        if self._async is None:
+            msg = f"{self._kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
+            raise ValidationError(msg)
+        return self._async
+
+    def _publish_command(self, client: Any) -> str:
+        return "SPUBLISH" if _is_cluster(client) else "PUBLISH"
+
+    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
+        runner = self._sync_client("release")
+        command = self._publish.get(False)
+        if command is None:
+            command = self._publish[False] = self._publish_command(runner.get())
+        try:
+            return bool(runner.run(script, keys, [*args, command]))
+        except Exception as exc:
+            # SPUBLISH needs Redis 7: on an older server, release without notifying. The script
+            # publishes before it writes, so the failed run changed nothing.
+            if command == "" or not _is_unknown_command(exc):
+                raise
+            self._publish[False] = ""
+            return bool(runner.run(script, keys, [*args, ""]))
+
+    async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
+        runner = self._async_client("release_async")
+        command = self._publish.get(True)
+        if command is None:
+            command = self._publish[True] = self._publish_command(await runner.get())
+        try:
+            return bool(await runner.run(script, keys, [*args, command]))
+        except Exception as exc:
+            if command == "" or not _is_unknown_command(exc):
+                raise
+            self._publish[True] = ""
+            return bool(await runner.run(script, keys, [*args, ""]))
+
+    def _wait_sync(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
+        runner = self._sync_client("wait_released")
+        client = runner.get()
+
+        def is_free() -> bool:
+            return not runner.run(held, [channel], [])
+
+        with self._listener_lock:
+            listener = self._listener
+            if listener is None and callable(getattr(client, "pubsub", None)):
+                listener = self._listener = SyncReleaseListener(
+                    client.pubsub, sharded=_is_cluster(client), name=f"resilience-redis-{self._prefix}"
+                )
+        if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
+            if is_free():
+                return True
+            threading.Event().wait(max(0.0, timeout))
+            return False
+        return listener.wait(channel, timeout, is_free)
+
+    async def _wait_async(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
+        runner = self._async_client("wait_released_async")
+        client = await runner.get()
+
+        async def is_free() -> bool:
+            return not await runner.run(held, [channel], [])
+
+        loop = asyncio.get_running_loop()
+        listener = self._async_listeners.get(loop)
+        if listener is None and callable(getattr(client, "pubsub", None)):
+            sharded = _is_cluster(client)
+            if sharded and callable(getattr(client, "initialize", None)):
+                await client.initialize()  # the asyncio Cluster client learns its slots lazily
+            listener = self._async_listeners.get(loop)  # another waiter may have made it meanwhile
+            if listener is None:
+                listener = self._async_listeners[loop] = AsyncReleaseListener(client.pubsub, sharded=sharded)
+        if listener is None:
+            if await is_free():
+                return True
+            await asyncio.sleep(max(0.0, timeout))
+            return False
+        return await listener.wait(channel, timeout, is_free)
+
+    def close(self) -> None:
+        """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        if self._async is not None:
+            self._async.discard_pending()
+
+    async def aclose(self) -> None:
+        """Stop this event loop's release listener (and the sync one); clients stay open."""
+        with contextlib.suppress(RuntimeError):
+            listener = self._async_listeners.pop(asyncio.get_running_loop(), None)
+            if listener is not None:
+                await listener.aclose()
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        flavours = [name for name, side in (("sync", self._sync), ("async", self._async)) if side is not None]
+        return f"{type(self).__name__}(prefix={self._prefix!r}, flavours={'+'.join(flavours)})"
+
+
+class RedisLockStore(_RedisStore):
+    """A lock store over Redis: one hash key `<prefix>:<key>` per lock, one script per call.
+
+    Args:
+        client: a sync client (`redis.Redis`, `redis.cluster.RedisCluster`, valkey alike) or a
+            zero-argument factory of one; enables `acquire`, `renew`, `release`,
+            `acquire_or_ttl` and `wait_released`.
+        async_client: an asyncio client (`redis.asyncio.Redis`, `redis.asyncio.RedisCluster`),
+            an awaitable of one, or a sync or async zero-argument factory of one; enables the
+            `_async` methods.
+        prefix: the key namespace: keys are `<prefix>:<key>`.
+
+    Tokens are the server's time in microseconds, or one more than the key's previous token:
+    they only increase per key, across release, expiry, FLUSHALL and a restart without
+    persistence, as long as the server's clock does not step back by more than the outage
+    (docs/redis.md). The store closes only what it opened itself (release-notification
+    connections); the clients stay yours.
+    """
+
+    _kind = "RedisLockStore"
+    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
+    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+
+    def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
+        super().__init__(client, async_client, prefix)
+
+    def key(self, key: str) -> str:
+        """The Redis key of lock `key`."""
+        return f"{self._prefix}:{_check_str('key', key)}"
+
+    def _acquire_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
+        return [self.key(key)], [_check_str("owner", owner), _ttl_ms(ttl)]
+
+    def acquire(self, key: str, owner: str, ttl: float) -> int | None:
+        """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        return token if token > 0 else None
+
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`(token, None)` when acquired; `(None, remaining seconds)` when held by another."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        return bool(self._sync_client("renew").run(scripts.LOCK_RENEW, keys, args))
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free the lock if `owner` holds it (True), and wake the waiters on it."""
+        keys = [self.key(key)]
+        return self._run_release_sync(keys, scripts.LOCK_RELEASE, [_check_str("owner", owner), scripts.TOMBSTONE_MS])
+
+    def wait_released(self, key: str, timeout: float) -> bool:
+        """Block until `key` is released (True) or `timeout` seconds pass (False).
+
+        True at once when the key is free. True is a hint to try again now; without pub/sub on
+        the client a held key is simply waited out for `timeout` (a plain poll interval).
+        """
+        return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD)
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `acquire`."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        return token if token > 0 else None
+
+    async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `acquire_or_ttl`."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        keys, args = self._acquire_args(key, owner, ttl)
+        return bool(await self._async_client("renew_async").run(scripts.LOCK_RENEW, keys, args))
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        keys = [self.key(key)]
+        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
+
+    async def wait_released_async(self, key: str, timeout: float) -> bool:
+        """See `wait_released`."""
+        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD)
+
+
+class RedisSemaphoreStore(_RedisStore):
+    """A semaphore store over Redis: up to `limit` holders per key, each with its own token.
+
+    Keys `{<prefix>:<key>}` (the holders, a sorted set scored by server-time expiry, pruned by
+    every script) and `{<prefix>:<key>}:tokens` (a hash of the holders' tokens and the last
+    token issued); the braces keep both in one Cluster hash slot. Same client forms as
+    `RedisLockStore`.
+    """
+
+    _kind = "RedisSemaphoreStore"
+    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
+    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+    _lease_info_takes_limit = True
+    """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
+
+    def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
+        super().__init__(client, async_client, prefix)
+
+    def keys(self, key: str) -> tuple[str, str]:
+        """The Redis keys of semaphore `key`: the holders' sorted set and the token hash."""
+        holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
+        return holders, f"{holders}:tokens"
+
+    @staticmethod
+    def _limit(limit: object) -> int:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            msg = f"limit: must be an int >= 1, got {limit!r}"
+            raise ValidationError(msg)
+        return limit
+
+    def _acquire_args(self, key: str, owner: str, ttl: float, limit: int) -> tuple[list[str], list[object]]:
+        args: list[object] = [_check_str("owner", owner), _ttl_ms(ttl), self._limit(limit), scripts.TOMBSTONE_MS]
+        return list(self.keys(key)), args
+
+    def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
+        return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
+
+    def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+        """Take a slot for `owner` if fewer than `limit` are held: its token, or None."""
+        keys, args = self._acquire_args(key, owner, ttl, limit)
+        reply = int(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        return reply if reply > 0 else None
+
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
+        """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full."""
+        keys, args = self._acquire_args(key, owner, ttl, limit)
+        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Push `owner`'s slot out to now + `ttl`; False if it is not held any more."""
+        keys, args = self._renew_args(key, owner, ttl)
+        return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`."""
+        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        return self._run_release_sync(list(self.keys(key)), scripts.SEMAPHORE_RELEASE, args)
+
+    def wait_released(self, key: str, timeout: float) -> bool:
+        """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder."""
+        return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+        """See `acquire`."""
+        keys, args = self._acquire_args(key, owner, ttl, limit)
+        reply = int(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        return reply if reply > 0 else None
+
+    async def acquire_or_ttl_async(
+        self, key: str, owner: str, ttl: float, limit: int
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_ttl`."""
+        keys, args = self._acquire_args(key, owner, ttl, limit)
+        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        keys, args = self._renew_args(key, owner, ttl)
+        return bool(await self._async_client("renew_async").run(scripts.SEMAPHORE_RENEW, keys, args))
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        return await self._run_release_async(list(self.keys(key)), scripts.SEMAPHORE_RELEASE, args)
+
+    async def wait_released_async(self, key: str, timeout: float) -> bool:
+        """See `wait_released`."""
+        return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)

@@ -1,0 +1,376 @@
+"""Release notifications for the Redis stores: one shared subscription per store.
+
+A release script publishes on a channel named like the released key (`PUBLISH`, or
+`SPUBLISH` on Cluster, where a channel named like the key lives in the key's hash slot, so the
+script may publish there). A waiter registers for the channel and sleeps on an event; one
+listener per store (a daemon thread for sync waiters, a task per event loop for async ones)
+reads the subscription connection and sets the events of the channel that was released.
+
+A wait subscribes first, waits for the server's confirmation, and only then asks whether the
+key is free (`is_free`, one read-only script call): a key that is free answers True at once,
+and a release after the check is published to a subscription that already exists, so none
+slips through between the two. A notification is still only a hint: a waiter that misses one
+(the connection dropped, the subscription failed, the client has no pub/sub) sleeps out its
+timeout and the caller polls again. A channel stays subscribed for `linger` seconds after its last waiter leaves, so
+a caller that polls in a loop keeps one subscription instead of re-subscribing each round.
+The listener stops, and closes its connection, once nothing is subscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["AsyncReleaseListener", "SyncReleaseListener"]
+
+_log = logging.getLogger("resilience")
+
+_POLL = 0.05
+"""How long one read of the subscription blocks: bounds how late the listener sees a close."""
+_LINGER = 2.0
+
+
+_RELEASED = frozenset({"message", "smessage"})
+_SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
+
+
+def _parse(message: Any) -> tuple[str, str] | None:
+    """`(kind, channel)` of a pub/sub message: kind "released" or "subscribed"; else None."""
+    if not isinstance(message, dict):
+        return None
+    kind, channel = message.get("type"), message.get("channel")
+    if isinstance(kind, bytes):
+        kind = kind.decode()
+    if isinstance(channel, bytes):
+        channel = channel.decode("utf-8", "surrogateescape")
+    if not isinstance(channel, str):
+        return None
+    if kind in _RELEASED:
+        return "released", channel
+    if kind in _SUBSCRIBED:
+        return "subscribed", channel
+    return None
+
+
+async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
+    try:
+        return await check()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+def _is_free(check: Callable[[], bool]) -> bool:
+    try:
+        return check()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+_LISTENERS: weakref.WeakSet[SyncReleaseListener] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child the listener thread is gone and the connection is the parent's."""
+    for listener in list(_LISTENERS):
+        listener._forget()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class SyncReleaseListener:
+    """Wakes sync waiters on release: one pub/sub connection and at most one thread."""
+
+    def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool, name: str) -> None:
+        self._open = open_pubsub
+        self._sharded = sharded
+        self._name = name
+        _LISTENERS.add(self)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms
+        self._idle: dict[str, float] = {}
+        self._pubsub: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def wait(self, channel: str, timeout: float, is_free: Callable[[], bool]) -> bool:
+        """Block until `channel` is released (True) or `timeout` passes (False); True at once if free."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        event = threading.Event()
+        with self._lock:
+            confirmed = self._subscribe(channel)
+            self._waiters.setdefault(channel, set()).add(event)
+            self._idle.pop(channel, None)
+            if confirmed is not None:
+                self._ensure_thread()
+        try:
+            if confirmed is not None:
+                confirmed.wait(max(0.0, deadline - time.monotonic()))
+            if _is_free(is_free):
+                return True
+            return event.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(channel)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[channel]
+                        self._idle[channel] = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the listener thread and close the subscription connection."""
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5 * _POLL + 1.0)
+        with self._lock:
+            for confirmed in self._subscribed.values():
+                confirmed.set()
+            self._close_pubsub()
+            for waiters in self._waiters.values():
+                for event in waiters:
+                    event.set()
+            self._waiters.clear()
+            self._stop = threading.Event()
+
+    # -- under self._lock ---------------------------------------------------------------------
+
+    def _subscribe(self, channel: str) -> threading.Event | None:
+        """The channel's confirmation event (subscribing if needed), or None if that failed."""
+        confirmed = self._subscribed.get(channel)
+        if confirmed is not None:
+            return confirmed
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._open()
+            if self._sharded:
+                self._pubsub.ssubscribe(channel)
+            else:
+                self._pubsub.subscribe(channel)
+        except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
+            _log.debug("release notification unavailable for %r", channel, exc_info=True)
+            return None
+        confirmed = self._subscribed[channel] = threading.Event()
+        return confirmed
+
+    def _unsubscribe_idle(self, now: float) -> None:
+        for channel, since in list(self._idle.items()):
+            if now - since < _LINGER:
+                continue
+            del self._idle[channel]
+            if self._subscribed.pop(channel, None) is None:
+                continue
+            try:
+                if self._sharded:
+                    self._pubsub.sunsubscribe(channel)
+                else:
+                    self._pubsub.unsubscribe(channel)
+            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
+                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            thread = threading.Thread(target=self._run, args=(self._stop,), name=self._name, daemon=True)
+            self._thread = thread
+            thread.start()
+
+    def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        self._subscribed.clear()
+        self._idle.clear()
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
+    # -- the listener thread -------------------------------------------------------------------
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self._lock:
+                if stop.is_set():
+                    return
+                self._unsubscribe_idle(time.monotonic())
+                if not self._subscribed:
+                    self._close_pubsub()
+                    self._thread = None
+                    return
+                pubsub = self._pubsub
+            try:
+                if self._sharded:
+                    message = pubsub.get_sharded_message(timeout=_POLL)
+                else:
+                    message = pubsub.get_message(timeout=_POLL)
+            except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
+                _log.debug("release listener read failed", exc_info=True)
+                stop.wait(_POLL)
+                continue
+            parsed = _parse(message)
+            if parsed is not None:
+                with self._lock:
+                    self._dispatch(*parsed)
+
+    def _dispatch(self, kind: str, channel: str) -> None:
+        if kind == "subscribed":
+            confirmed = self._subscribed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+            return
+        for event in self._waiters.get(channel, ()):
+            event.set()
+
+
+class AsyncReleaseListener:
+    """Wakes the async waiters of one event loop: one pub/sub connection and one task."""
+
+    def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
+        self._open = open_pubsub
+        self._sharded = sharded
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
+        self._idle: dict[str, float] = {}
+        self._pubsub: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def wait(self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
+        """Wait until `channel` is released (True) or `timeout` passes (False); True at once if free."""
+        event = asyncio.Event()
+        # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
+        self._waiters.setdefault(channel, set()).add(event)
+        self._idle.pop(channel, None)
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                confirmed = await self._subscribe(channel)
+                if confirmed is not None:
+                    self._ensure_task()
+                    await confirmed.wait()
+                if await _is_free_async(is_free):
+                    return True
+                await event.wait()
+        except TimeoutError:
+            return False
+        else:
+            return True
+        finally:
+            waiters = self._waiters.get(channel)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[channel]
+                    self._idle[channel] = time.monotonic()
+
+    async def aclose(self) -> None:
+        """Stop the listener task and close the subscription connection."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for confirmed in self._subscribed.values():
+            confirmed.set()
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+        self._waiters.clear()
+        await self._close_pubsub()
+
+    async def _subscribe(self, channel: str) -> asyncio.Event | None:
+        """The channel's confirmation event (subscribing if needed), or None if that failed."""
+        if self._closed:
+            return None
+        confirmed = self._subscribed.get(channel)
+        if confirmed is not None:
+            return confirmed
+        # Recorded before the await: a concurrent waiter must not subscribe twice.
+        confirmed = self._subscribed[channel] = asyncio.Event()
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._open()
+            if self._sharded:
+                await self._pubsub.ssubscribe(channel)
+            else:
+                await self._pubsub.subscribe(channel)
+        except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
+            _log.debug("release notification unavailable for %r", channel, exc_info=True)
+            if self._subscribed.get(channel) is confirmed:
+                del self._subscribed[channel]
+            confirmed.set()  # concurrent waiters on this attempt go on to their check
+            return None
+        return confirmed
+
+    def _ensure_task(self) -> None:
+        if not self._closed and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="resilience-redis-release")
+
+    async def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        self._subscribed.clear()
+        self._idle.clear()
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                closer = getattr(pubsub, "aclose", None) or pubsub.reset
+                await closer()
+
+    async def _unsubscribe_idle(self, now: float) -> None:
+        for channel, since in list(self._idle.items()):
+            if now - since < _LINGER:
+                continue
+            del self._idle[channel]
+            if self._subscribed.pop(channel, None) is None:
+                continue
+            try:
+                if self._sharded:
+                    await self._pubsub.sunsubscribe(channel)
+                else:
+                    await self._pubsub.unsubscribe(channel)
+            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
+                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._unsubscribe_idle(time.monotonic())
+            if not self._subscribed:
+                self._task = None
+                await self._close_pubsub()
+                return
+            pubsub = self._pubsub
+            try:
+                if self._sharded:
+                    message = await pubsub.get_sharded_message(timeout=_POLL)
+                else:
+                    message = await pubsub.get_message(timeout=_POLL)
+            except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
+                _log.debug("release listener read failed", exc_info=True)
+                await asyncio.sleep(_POLL)
+                continue
+            parsed = _parse(message)
+            if parsed is None:
+                continue
+            kind, channel = parsed
+            if kind == "subscribed":
+                confirmed = self._subscribed.get(channel)
+                if confirmed is not None:
+                    confirmed.set()
+                continue
+            for event in self._waiters.get(channel, ()):
+                event.set()
