@@ -29,7 +29,7 @@ def run(name: str, *args: str, timeout: float = 60) -> str:
 
 def test_every_example_is_covered_here() -> None:
     """A new example must get a test in this module."""
-    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py"}
+    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py", "http_client.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
@@ -92,3 +92,12 @@ def test_prometheus_example_exports_every_metric_the_dashboard_queries() -> None
     assert not missing, f"the dashboard queries metrics the example does not export: {missing}"
     for event in ("OnRetry", "OnCircuitOpened", "OnTimeout", "OnLockRejected", "OnLockAcquired", "OnLockReleased"):
         assert f'event_name="{event}"' in exported
+
+
+def test_http_client_honours_retry_after_and_opens_the_circuit() -> None:
+    """Retry-After sets the delays; a dead server opens the circuit and callers fail fast."""
+    out = run("http_client.py")
+    assert out.count("got 503; retrying in 0.05s") == 2
+    assert "-> 200 price: 42.00" in out
+    assert out.count("ServerError: 500") == 2
+    assert "rejected without a request: the circuit is open" in out
