@@ -1,14 +1,30 @@
 """resilience: Polly-style resilience pipelines for Python, sync and asyncio.
 
-Build a pipeline of strategies (first added = outermost) and run callables through it:
+Compose strategies with a builder (the first added is the outermost), then run callables
+through the pipeline, from sync code or asyncio:
 
-    from resilience import ResiliencePipelineBuilder
+    from resilience import ResiliencePipelineBuilder, get_lock_token
 
-    pipeline = ResiliencePipelineBuilder(name="orders").build()
-    pipeline.execute(charge, order_id)
+    pipeline = (
+        ResiliencePipelineBuilder(name="orders")
+        .add_lock(lambda ctx: f"order:{ctx.operation_key}", ttl=30)  # a lease, renewed in the background
+        .add_retry(max_retries=3, delay=0.2, backoff="exponential", handle=ConnectionError)
+        .add_circuit_breaker(failure_ratio=0.5, minimum_throughput=10)
+        .add_timeout(10)
+        .build()
+    )
+    receipt = pipeline.execute(charge, order_id)          # or settle(...) -> Ok | Err
+    receipt = await pipeline.execute_async(acharge, order_id)
 
-Public modules: `resilience.strategies`, `resilience.telemetry`, `resilience.exceptions`,
-`resilience.testing`.
+Inside a lock, `get_lock_token()` is the lease's fencing token. Options are validated at
+`build()` (one `ValidationError` listing every problem).
+
+Public modules:
+    resilience.strategies  the strategies' factories, options and callback arguments
+    resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
+    resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
+    resilience.exceptions  the error tree (all re-exported here)
+    resilience.testing     FakeTimeProvider, capture_events
 """
 
 from resilience._builder import PipelineBuilder, ResiliencePipelineBuilder
