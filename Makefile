@@ -36,6 +36,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/classic.py
+	$(BIN)/python benchmarks/telemetry.py
+	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 
 clean:

@@ -108,24 +108,28 @@ INSTRUMENTS = _InstrumentCache()
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     if options.meter_provider is not None:
         return options.meter_provider
-    metrics = sys.modules.get("opentelemetry.metrics")
-    if metrics is None:
-        return None  # nobody imported the metrics API, so no SDK is installed
-    provider: MeterProvider = metrics.get_meter_provider()
+    internal = sys.modules.get("opentelemetry.metrics._internal")
+    if internal is None or getattr(internal, "_METER_PROVIDER", True) is None:
+        # Nobody imported the metrics API, or nobody installed a global provider (the API sets
+        # it at most once): no SDK, and no function call on the hot path to find that out.
+        return None
+    provider: MeterProvider = sys.modules["opentelemetry.metrics"].get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
 
 
-def _recording_span() -> Any:
+def _recording_span(options: TelemetryOptions) -> Any:
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return None
+    if options.tracer_provider is None and getattr(trace, "_TRACER_PROVIDER", True) is None:
+        return None  # no global tracer provider installed and none given: no recording span
     span = trace.get_current_span()
     return span if span.is_recording() else None
 
 
 def is_active(options: TelemetryOptions) -> bool:
     """Whether an event could reach a meter or a span right now."""
-    return _meter_provider(options) is not None or _recording_span() is not None
+    return _meter_provider(options) is not None or _recording_span(options) is not None
 
 
 def tracer(options: TelemetryOptions) -> Tracer | None:
@@ -168,7 +172,7 @@ def tags(event: TelemetryEvent, options: TelemetryOptions) -> dict[str, Any]:
 def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
     """Record the event's metrics and add it to the current span, where either is active."""
     provider = _meter_provider(options)
-    span = _recording_span()
+    span = _recording_span(options)
     if provider is None and span is None:
         return
     attributes = tags(event, options)

@@ -216,7 +216,7 @@ def test_span_events_on_the_current_span(reader: InMemoryMetricReader) -> None:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    pipeline = build(reader)
+    pipeline = build(reader, tracer_provider=tracer_provider)
     with tracer_provider.get_tracer("test").start_as_current_span("request"), use_context(operation_key="op-9"):
         pipeline.execute(lambda: None)
     (span,) = exporter.get_finished_spans()
@@ -263,24 +263,35 @@ def test_no_sdk_means_no_export_work() -> None:
 
 
 def test_the_global_sdk_provider_is_used_when_installed() -> None:
-    """With a global SDK meter provider (set once, in a fresh interpreter) events are recorded."""
+    """With global SDK providers (set once, in a fresh interpreter) events reach metrics and the current span."""
     code = textwrap.dedent(
         """
         from opentelemetry import metrics
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
         reader = InMemoryMetricReader()
         metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(tracer_provider)
         from resilience import PipelineBuilder
         pipeline = PipelineBuilder(name="global").build()
-        pipeline.execute(lambda: None)
+        with trace.get_tracer("app").start_as_current_span("request"):
+            pipeline.execute(lambda: None)
         data = reader.get_metrics_data()
         names = [m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics]
         print(names)
+        print([e.name for e in exporter.get_finished_spans()[0].events])
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert "resilience.pipeline.duration" in out.stdout
+    assert "['PipelineExecuting', 'PipelineExecuted']" in out.stdout
 
 
 def test_capture_events_records_from_every_pipeline() -> None:
