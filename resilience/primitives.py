@@ -185,12 +185,13 @@ class LockHandle:
     `release_async` / `extend_async`.
     """
 
-    __slots__ = ("_events", "_lease", "_released")
+    __slots__ = ("_events", "_lease", "_released", "_ttl")
 
     def __init__(self, lease: LeaseBase, events: LockEvents) -> None:
         self._lease = lease
         self._events = events
         self._released = False
+        self._ttl = lease.ttl  # what extend() restores, even after an extend(ttl) with another
 
     @property
     def key(self) -> str:
@@ -250,24 +251,23 @@ class LockHandle:
 
     def extend(self, ttl: Duration | None = None) -> bool:
         """Set the expiry to now + `ttl` (default: the lock's ttl); False, and the signal aborts, if gone."""
-        return self._sync("extend").extend(_extend_ttl(ttl))
+        return self._sync("extend").extend(self._extend_ttl(ttl))
 
     async def extend_async(self, ttl: Duration | None = None) -> bool:
         """See `extend`."""
-        return await self._async("extend").extend_async(_extend_ttl(ttl))
+        return await self._async("extend").extend_async(self._extend_ttl(ttl))
+
+    def _extend_ttl(self, ttl: Duration | None) -> float:
+        if ttl is None:
+            return self._ttl
+        problems = Problems()
+        seconds = problems.duration("ttl", ttl, minimum=0.001)
+        if seconds is None:
+            raise ValidationError(problems.items)
+        return seconds
 
     def __repr__(self) -> str:
         return f"<LockHandle key={self.key!r} token={self.token} lost={self.lost}>"
-
-
-def _extend_ttl(ttl: Duration | None) -> float | None:
-    if ttl is None:
-        return None
-    problems = Problems()
-    seconds = problems.duration("ttl", ttl, minimum=0.001)
-    if problems:
-        raise ValidationError(problems.items)
-    return seconds
 
 
 # -- run / hold -------------------------------------------------------------------------------
