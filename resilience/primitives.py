@@ -346,6 +346,7 @@ class LockHold:
             raise error from exc
 
     def __enter__(self) -> LockHandle:
+        self._primitive._need("hold", is_async=False)
         started, parent = self._begin()
         lease, held_for = self._primitive._acquire_sync(self._key, self._options, parent=parent, run=True)
         return self._enter(lease, held_for, started)
@@ -359,6 +360,7 @@ class LockHold:
         self._outcome(handle, lease.finish(), exc)
 
     async def __aenter__(self) -> LockHandle:
+        self._primitive._need("hold", is_async=True)
         started, parent = self._begin()
         lease, held_for = await self._primitive._acquire_async(self._key, self._options, parent=parent, run=True)
         return self._enter(lease, held_for, started)
@@ -469,8 +471,8 @@ class Locks:
                 hint = f"{self._kind}(redis.asyncio.Redis(...)) (an asyncio client, an awaitable or an async factory)"
             else:
                 hint = f"a store with the _async methods (e.g. RedisLockStore(async_client=...)) to {self._kind}()"
-            sync = method.removesuffix("_async")
-            msg = f"{self._kind}(...).{method}: this {self._kind} has no asyncio client: pass {hint}, or call {sync}()"
+            sync = "`with hold()`" if method == "hold" else f"{method.removesuffix('_async')}()"
+            msg = f"{self._kind}(...).{method}: this {self._kind} has no asyncio client: pass {hint}, or call {sync}"
             raise ValidationError(msg)
         if not is_async and not ops.has_sync:
             if self._owns_store:
@@ -479,7 +481,7 @@ class Locks:
                 hint = f"a store with the sync methods (e.g. RedisLockStore(redis.Redis(...))) to {self._kind}()"
             msg = (
                 f"{self._kind}(...).{method}: this {self._kind} has no sync client: pass {hint}, "
-                f"or call {method}_async()"
+                f"or call {'`async with hold()`' if method == 'hold' else method + '_async()'}"
             )
             raise ValidationError(msg)
 
