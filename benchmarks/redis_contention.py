@@ -47,6 +47,8 @@ import redis.connection
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "tests"))
+import itertools
+
 from redis_support import RedisServer
 
 from resilience import LockLostError, ResiliencePipelineBuilder
@@ -143,7 +145,7 @@ class Result:
 
 def summarize(name: str, record: Record, seconds: float, sent: int, server: int) -> Result:
     sections = sorted(record.sections)
-    handoffs = [b[0] - a[1] for a, b in zip(sections, sections[1:], strict=False) if b[0] >= a[1]]
+    handoffs = [b[0] - a[1] for a, b in itertools.pairwise(sections) if b[0] >= a[1]]
     counts = [sum(1 for s in sections if s[2] == w) for w in range(WORKERS)]
     waits = sorted(record.waits)
     n = max(1, len(sections))
@@ -357,12 +359,40 @@ def _server_renewals(server: RedisServer) -> int:
 # -- report ---------------------------------------------------------------------------------------
 
 
+def targets(threads: list[Result], tasks: list[Result], many: ManyLeases) -> list[str]:
+    """The issue's targets for the primitive (threads), each marked met or not met."""
+    ours = threads[0]
+    peer = next((r for r in threads if r.name == "python-redis-lock"), None)
+    checks = [
+        (
+            "sections/s >= python-redis-lock's",
+            f"{ours.per_second:,.0f} vs {peer.per_second:,.0f}" if peer else "python-redis-lock not installed",
+            peer is not None and ours.per_second >= peer.per_second,
+        ),
+        ("median hand-off <= 0.5 ms", f"{ours.handoff_ms:.2f} ms", ours.handoff_ms <= 0.5),
+        ("longest wait <= 50 ms", f"{ours.longest_wait_ms:.1f} ms", ours.longest_wait_ms <= 50),
+        ("<= 6 commands per section (round trips)", f"{ours.sent_per_section:.1f}", ours.sent_per_section <= 6),
+        ("per-worker spread <= 1.2", f"{ours.spread:.2f}", ours.spread <= 1.2),
+        ("0 leases lost of 1,000", f"{many.lost}", many.lost == 0),
+    ]
+    lines = [
+        "Targets of the issue, for `lock().run(retries=...)` with threads (this run):",
+        "",
+        "| target | measured | |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {what} | {value} | {'met' if ok else '**not met**'} |" for what, value, ok in checks]
+    return lines
+
+
 def results_table(title: str, results: list[Result]) -> list[str]:
     lines = [
         f"**{title}** ({WORKERS} workers, hold {HOLD * 1000:g} ms, think {THINK * 1000:g} ms, one key)",
         "",
-        "| contender | sections/s | median hand-off | p99 wait | longest wait | spread | round trips/section |"
-        " server commands/section |",
+        (
+            "| contender | sections/s | median hand-off | p99 wait | longest wait | spread | round trips/section |"
+            " server commands/section |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
@@ -408,19 +438,24 @@ def main() -> None:
     lines = [
         SECTION,
         "",
-        f"`python benchmarks/redis_contention.py` — Python {platform.python_version()}, redis-py "
-        f"{redis.__version__}, Redis {version} on localhost, {platform.machine()}.",
+        (
+            f"`python benchmarks/redis_contention.py` — Python {platform.python_version()}, redis-py "
+            f"{redis.__version__}, Redis {version} on localhost, {platform.machine()}."
+        ),
         "",
         *results_table("Threads", threads),
         "",
         *results_table("asyncio tasks", tasks),
         "",
-        f"**Many leases**: {many.leases} leases held at once by one process (`hold`, ttl {many.ttl:g} s, "
-        f"heartbeat ttl/4) for {many.held_seconds:g} s: **{many.lost} lost**; "
-        f"{many.renewals} server commands while held and released; taking them all took "
-        f"{many.acquire_seconds:.2f} s; CPU {many.cpu_us_per_lease_second:.0f} µs per lease per second held; "
-        f"memory {many.memory_bytes_per_lease:,.0f} B per held lease (tracemalloc).",
+        (
+            f"**Many leases**: {many.leases} leases held at once by one process (`hold`, ttl {many.ttl:g} s, "
+            f"heartbeat ttl/4) for {many.held_seconds:g} s: **{many.lost} lost**; "
+            f"{many.renewals} server commands while held and released; taking them all took "
+            f"{many.acquire_seconds:.2f} s; CPU {many.cpu_us_per_lease_second:.0f} µs per lease per second held; "
+            f"memory {many.memory_bytes_per_lease:,.0f} B per held lease (tracemalloc)."
+        ),
     ]
+    lines += ["", *targets(threads, tasks, many)]
     text = "\n".join(lines) + "\n"
     print(text)
     if options.write:
