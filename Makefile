@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/redis_lock.py
+	$(BIN)/python benchmarks/redis_contention.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist

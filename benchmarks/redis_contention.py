@@ -382,7 +382,31 @@ def targets(threads: list[Result], tasks: list[Result], many: ManyLeases) -> lis
         "|---|---:|---|",
     ]
     lines += [f"| {what} | {value} | {'met' if ok else '**not met**'} |" for what, value, ok in checks]
-    return lines
+    return [*lines, "", *ANALYSIS]
+
+
+ANALYSIS = [
+    "Where the round trips go. The primitive and the strategy share the engine and the store, so",
+    "they behave alike. Each section costs one successful acquire and one release; the rest is the",
+    "herd: a release is published once, and *every* waiter of the key is woken, re-checks the key",
+    "(`wait_released` starts with a one-script `is_free` check) and tries to acquire, and all but",
+    "one fail and wait again; a sync waiter also re-checks every 50 ms while it waits (the engine's",
+    "wait slice). With 7 waiters that is ~10 extra round trips per section, and the extra load on",
+    "the one server is what costs throughput and hand-off against python-redis-lock, whose release",
+    "pushes one token onto a list that exactly one `BLPOP` waiter receives. The wake-up itself works",
+    "(the hand-off is ~1 ms, not redis-py's 100 ms polling step). Server commands/section also",
+    "counts the commands that run inside scripts (each of our scripts runs 2-4), so the round-trip",
+    "column is the one to compare with the target.",
+    "",
+    "What would meet the targets (a store/engine change, not done here): wake one waiter per",
+    "release, in arrival order, instead of all of them, and drop the `is_free` pre-check when the",
+    "waiter has just been refused. A quick experiment that woke one arbitrary waiter per release",
+    "gave ~575 sections/s, a 0.55 ms median hand-off and 4.3 round trips per section, but without",
+    "arrival order the longest wait grew to ~0.5 s and the spread to 1.6: the wake-up must be FIFO",
+    "(per process, with the timed re-check as the safety net for a waiter that gives up).",
+    "The asyncio numbers vary most from run to run on a shared machine (one loop runs the 8",
+    "workers, the release listener and every renewal).",
+]
 
 
 def results_table(title: str, results: list[Result]) -> list[str]:
