@@ -528,3 +528,33 @@ class TestAsync:
         await astep(clock, 0.5)
         with pytest.raises(LockNotAcquiredError):
             await refused
+
+
+class TestStoreShapes:
+    def test_a_store_with_a_blocking_notification_only(self) -> None:
+        """A store offering plain acquire and wait_released (no lease info): the prefix still applies."""
+        from tests.unit.lockkit import NotifyingStore
+
+        inner = MemoryLockStore()
+        locks = lock(NotifyingStore(inner), prefix="p")
+        holder = locks.acquire("k")
+        assert holder is not None
+        assert inner.acquire("p:k", "other", 1) is None
+        assert locks.acquire("k", retries=1, retry_delay=0.01) is None
+        assert holder.release()
+        assert "p:*" in repr(locks._ops.store)
+
+    async def test_a_plain_async_store(self, clock: FakeTimeProvider) -> None:
+        """An async store without lease info or notification: acquire_async through the prefix."""
+        locks = lock(AsyncOnlyStore(MemoryLockStore(clock)))
+        assert await locks.run_async("k", _async_body) == 1
+
+    async def test_an_outer_abort_ends_the_wait(self, clock: FakeTimeProvider) -> None:
+        """run inside use_context(signal=...): the lease's signal is a child of the ambient one."""
+        from resilience import Signal, use_context
+
+        locks = lock(MemoryLockStore(clock))
+        outer = Signal()
+        with use_context(signal=outer), locks.hold("k") as handle:
+            outer.abort(KeyError("stop"))
+            assert isinstance(handle.signal.reason, KeyError)
