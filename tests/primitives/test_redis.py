@@ -315,5 +315,28 @@ class TestClients:
         assert locks.run(key, lambda h: True)
 
 
+def test_exclusion_on_a_cluster(redis_cluster: Any) -> None:
+    """On Redis Cluster too, the strategy and the primitive exclude each other on the same key."""
+    import redis.cluster
+
+    key = f"order:{uuid.uuid4().hex[:6]}"
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=redis_cluster.port)
+    try:
+        store = RedisLockStore(client, prefix="lock")
+        pipeline = ResiliencePipelineBuilder().add_lock(key, store=store).build()
+        locks = lock(client)
+
+        def inside_pipeline() -> None:
+            with pytest.raises(LockNotAcquiredError):
+                locks.run(key, lambda h: None)
+
+        pipeline.execute(inside_pipeline)
+        assert locks.run(key, lambda h: h.token > 0)
+        store.close()
+        locks.close()
+    finally:
+        client.close()
+
+
 async def _token(handle: LockHandle) -> int:
     return handle.token
