@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
+import os
 import platform
 import statistics
 import sys
@@ -475,7 +476,8 @@ def main() -> None:
         "",
         (
             f"`python benchmarks/redis_contention.py` — Python {platform.python_version()}, redis-py "
-            f"{redis.__version__}, Redis {version} on localhost, {platform.machine()}."
+            f"{redis.__version__}, Redis {version} on localhost, {platform.machine()}, "
+            f"load average {os.getloadavg()[0]:.1f} when it started (numbers move with it: compare rows of one run)."
         ),
         "",
         *results_table("Threads", threads),
