@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
@@ -155,3 +156,23 @@ class TestSemaphore:
             return handle.token
 
         assert await sems.run_async("pool", body) == 1
+
+
+class TestClientForms:
+    async def test_classes_and_partials_are_factories_told_apart_by_class(self) -> None:
+        """redis.Redis (or a partial of it) is a sync factory; redis.asyncio.Redis an async one; none is called yet."""
+        import functools
+
+        import redis
+        import redis.asyncio
+
+        sync = lock(functools.partial(redis.Redis, port=1))
+        with pytest.raises(ValidationError, match=r"redis\.asyncio\.Redis"):
+            await sync.acquire_async("k")
+        asynchronous = lock(functools.partial(redis.asyncio.Redis, port=1))
+        with pytest.raises(ValidationError, match=r"redis\.Redis"):
+            asynchronous.acquire("k")
+        with pytest.raises(ValidationError, match=r"redis\.asyncio\.Redis"):
+            await lock(redis.Redis).run_async("k", lambda h: asyncio.sleep(0))
+        await asynchronous.aclose()
+        sync.close()
