@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/telemetry.py
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
+	$(BIN)/python benchmarks/redis_contention.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist

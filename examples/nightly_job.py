@@ -9,19 +9,25 @@ Only the worker holding the lease on "nightly-report" runs it; the others are re
 lease's fencing token and refuses a stale one, which is what keeps a paused ex-holder from
 overwriting a newer report.
 
-By default the workers are threads on the in-memory store (one process). Set REDIS_URL to run
-them as processes on Redis (see `make_store`).
+By default the workers are threads on the in-memory store (one process). Set REDIS_URL (for
+example `REDIS_URL=redis://localhost:6379/0 make demo`) to run them as separate processes on
+`RedisLockStore`: each prints its process id and, if it ran, its fencing token.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from resilience import LockNotAcquiredError, ResiliencePipelineBuilder, get_lock_token
 from resilience.stores import AsyncLockStore, LockStore, MemoryLockStore
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
+
+if TYPE_CHECKING:
+    from resilience import ResiliencePipeline
 
 WORKERS = 4
 KEY = "nightly-report"
@@ -45,15 +51,77 @@ class ReportTable:
 
 
 def make_store() -> LockStore | AsyncLockStore:
-    """The lock store every worker shares.
+    """The lock store every worker shares: Redis when REDIS_URL is set, else in memory."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        import redis
 
-    Hook for Redis (a later issue): when REDIS_URL is set, return
-    `RedisLockStore(redis.Redis.from_url(os.environ["REDIS_URL"]))` and start the workers as
-    processes (`multiprocessing`) instead of threads; everything else stays the same.
-    """
-    if os.environ.get("REDIS_URL"):
-        print("REDIS_URL is set, but the Redis store is not in this build yet: using the memory store")
+        from resilience.stores import RedisLockStore
+
+        client = redis.Redis.from_url(url)
+        _CLIENTS.append(client)
+        return RedisLockStore(client)
     return MemoryLockStore()
+
+
+_CLIENTS: list[Any] = []
+"""The Redis clients `make_store` opened (closed by `close_store`)."""
+
+
+def close_store(store: object) -> None:
+    """Close a Redis store and the clients opened for it (the memory store needs nothing)."""
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+def build_pipeline(store: LockStore | AsyncLockStore) -> ResiliencePipeline:
+    """lock (outermost) -> retry -> timeout, printing the lock events."""
+    return (
+        ResiliencePipelineBuilder(name="nightly", telemetry=TelemetryOptions(listeners=[print_event]))
+        .add_lock(KEY, ttl=2.0, store=store)
+        # Inside the lock: a flaky report backend is retried, and each attempt bounded, while
+        # the lease is held (a lost lease aborts the signal, and retry then stops at once).
+        .add_retry(max_retries=2, delay=0.05, handle=ConnectionError)
+        .add_timeout(5)
+        .build()
+    )
+
+
+def process_worker(start: Any, results: Any) -> None:
+    """One worker process (REDIS_URL): its own client and pipeline, the lock in Redis."""
+    store = make_store()
+    name = f"process-{os.getpid()}"
+    try:
+        pipeline = build_pipeline(store)
+
+        def job() -> str:
+            time.sleep(0.3)  # the work; long enough that every other process finds the lock held
+            return f"{name} ran the job with fencing token {get_lock_token()}"
+
+        start.wait()  # midnight: every process wakes up at once
+        try:
+            results.put(pipeline.execute(job))
+        except LockNotAcquiredError as exc:
+            results.put(f"{name} rejected: {exc}")
+    finally:
+        close_store(store)
+
+
+def run_processes() -> list[str]:
+    """Round 1 with REDIS_URL: WORKERS processes race for the lock in Redis."""
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(WORKERS)
+    results = context.Queue()
+    processes = [context.Process(target=process_worker, args=(start, results)) for _ in range(WORKERS)]
+    for process in processes:
+        process.start()
+    lines = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    return sorted(lines, key=lambda line: "rejected" in line)
 
 
 def print_event(event: TelemetryEvent) -> None:
@@ -71,16 +139,15 @@ def print_event(event: TelemetryEvent) -> None:
 
 def main() -> None:
     store = make_store()
+    try:
+        run_nights(store)
+    finally:
+        close_store(store)
+
+
+def run_nights(store: LockStore | AsyncLockStore) -> None:
     table = ReportTable()
-    pipeline = (
-        ResiliencePipelineBuilder(name="nightly", telemetry=TelemetryOptions(listeners=[print_event]))
-        .add_lock(KEY, ttl=2.0, store=store)
-        # Inside the lock: a flaky report backend is retried, and each attempt bounded, while
-        # the lease is held (a lost lease aborts the signal, and retry then stops at once).
-        .add_retry(max_retries=2, delay=0.05, handle=ConnectionError)
-        .add_timeout(5)
-        .build()
-    )
+    pipeline = build_pipeline(store)
 
     def nightly_job(worker: str) -> str:
         token = get_lock_token()
@@ -102,14 +169,15 @@ def main() -> None:
             after = "" if exc.retry_after is None else f" (retry after {exc.retry_after:.2f}s)"
             rejected.append(f"{name} rejected: {exc}{after}")
 
-    print(f"Round 1: {WORKERS} workers, fail fast")
-    threads = [threading.Thread(target=worker, name=f"worker-{n}") for n in range(WORKERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for line in ran + rejected:
-        print(f"  {line}")
+    if os.environ.get("REDIS_URL"):
+        print(f"Round 1: {WORKERS} worker processes on Redis, fail fast")
+        for line in run_processes():
+            print(f"  {line}")
+    else:
+        print(f"Round 1: {WORKERS} workers, fail fast")
+        run_threads(worker)
+        for line in ran + rejected:
+            print(f"  {line}")
 
     print("Round 2: the next night, one worker")
     print(f"  {pipeline.execute(nightly_job, 'worker-0')}")
@@ -120,6 +188,15 @@ def main() -> None:
     except PermissionError as exc:
         print(f"  refused: {exc}")
     print(f"Reports written: {table.rows}")
+
+
+def run_threads(worker: Any) -> None:
+    """Round 1 without REDIS_URL: WORKERS threads race for the in-memory lock."""
+    threads = [threading.Thread(target=worker, name=f"worker-{n}") for n in range(WORKERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 if __name__ == "__main__":

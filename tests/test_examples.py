@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.redis_support import RedisServer
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def run(name: str, *args: str, timeout: float = 60) -> str:
+def run(name: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> str:
     completed = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
     assert completed.returncode == 0, completed.stderr
     return completed.stdout
@@ -53,6 +59,18 @@ def test_nightly_job_runs_once_per_night_with_increasing_tokens() -> None:
     assert "refused: stale fencing token 1" in out
     assert "OnLockAcquired" in out
     assert "OnLockReleased" in out
+
+
+@pytest.mark.redis
+def test_nightly_job_on_redis_runs_in_one_process_of_four(redis_server: RedisServer) -> None:
+    """With REDIS_URL the workers are processes on RedisLockStore: one runs, three are rejected."""
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    out = run("nightly_job.py", env=env)
+    assert "4 worker processes on Redis" in out
+    assert len(re.findall(r"process-\d+ ran the job with fencing token \d+", out)) == 1
+    assert len(re.findall(r"process-\d+ rejected: lock 'nightly-report' is held", out)) == 3
+    assert out.count("ran the job with fencing token") == 2  # and the next night, once more
+    assert "refused: stale fencing token 1" in out
 
 
 def _free_port() -> int:

@@ -1,0 +1,832 @@
+"""The lock and the semaphore for code that holds a Redis client but no pipeline (DESIGN §2.9).
+
+    from resilience.primitives import lock
+
+    locks = lock(redis.Redis(), ttl=30)
+    receipt = locks.run("order:42", lambda handle: charge(handle.token))
+
+`lock(client)` and `semaphore(client, limit=N)` drive the same lease engine as the pipeline's
+lock strategy (`resilience._lease`), with the primitives' parameter set:
+
+- acquisition is a bounded spin: `retries` more attempts, `retry_delay` apart, each wait cut
+  short when the store announces a release (`SupportsReleaseNotification`); `retries=0`
+  fails fast;
+- `run` / `hold` renew every `heartbeat` (default ttl/4, or never with `heartbeat=False`),
+  watch the local deadline, and raise the loss error when the lease was lost, even when the
+  body returned;
+- a bare `acquire` handle is never renewed nor watched: only its own `extend()` answered False
+  aborts its signal.
+
+Both emit the five lock events (`OnLockAcquired`, ...) with no pipeline name, and `run` /
+`hold` set the ambient lock token (`get_lock_token()`). The strategy and the primitives use the
+same scripts and keys, so they exclude each other on the same key.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar
+
+from resilience._context import _CURRENT, LOCK_TOKEN, current_context, new_context
+from resilience._lease import (
+    AsyncLease,
+    Lease,
+    LeaseParams,
+    LockOps,
+    SemaphoreOps,
+    SpinSchedule,
+    acquire_lease,
+    acquire_lease_async,
+)
+from resilience._time import SYSTEM_TIME
+from resilience._validation import Problems
+from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
+from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, _MemoryStore
+from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
+from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
+from resilience.strategies._lock import LockEvents
+from resilience.telemetry._source import TelemetrySource
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from contextvars import Token
+    from types import TracebackType
+
+    from resilience._context import ResilienceContext
+    from resilience._lease import LeaseBase, StoreOps
+    from resilience._signal import Signal
+    from resilience._time import TimeProvider
+    from resilience._validation import Duration
+
+__all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
+
+T = TypeVar("T")
+
+_METHODS: Final = (
+    "acquire",
+    "acquire_or_ttl",
+    "renew",
+    "release",
+    "wait_released",
+    "acquire_async",
+    "acquire_or_ttl_async",
+    "renew_async",
+    "release_async",
+    "wait_released_async",
+)
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+
+class _PrefixedStore:
+    """A caller's store seen through the primitive's prefix: every key becomes `<prefix>:<key>`.
+
+    It offers exactly the methods (and so the protocols) of the store it wraps: a method the
+    wrapped store lacks is None on the variant class, as `RedisLockStore` does for a flavour
+    without a client. The engine thus works on the caller's keys, and errors carry them.
+    """
+
+    def __init__(self, inner: Any, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix + ":"
+        self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
+
+    def acquire(self, key: str, *args: Any) -> Any:
+        return self.inner.acquire(self.prefix + key, *args)
+
+    def acquire_or_ttl(self, key: str, *args: Any) -> Any:
+        return self.inner.acquire_or_ttl(self.prefix + key, *args)
+
+    def renew(self, key: str, *args: Any) -> Any:
+        return self.inner.renew(self.prefix + key, *args)
+
+    def release(self, key: str, *args: Any) -> Any:
+        return self.inner.release(self.prefix + key, *args)
+
+    def wait_released(self, key: str, *args: Any) -> Any:
+        return self.inner.wait_released(self.prefix + key, *args)
+
+    async def acquire_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.acquire_async(self.prefix + key, *args)
+
+    async def acquire_or_ttl_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.acquire_or_ttl_async(self.prefix + key, *args)
+
+    async def renew_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.renew_async(self.prefix + key, *args)
+
+    async def release_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.release_async(self.prefix + key, *args)
+
+    async def wait_released_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.wait_released_async(self.prefix + key, *args)
+
+    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner._add_release_listener
+        return listen(self.prefix + key, callback)
+
+    def __repr__(self) -> str:
+        return f"<{self.prefix}* of {self.inner!r}>"
+
+
+@functools.cache
+def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
+    return type("_PrefixedStore", (_PrefixedStore,), dict.fromkeys(missing))
+
+
+def _prefixed(store: object, prefix: str) -> _PrefixedStore:
+    names = (*_METHODS, "_add_release_listener")
+    missing = tuple(name for name in names if not callable(getattr(store, name, None)))
+    return _prefixed_variant(missing)(store, prefix)
+
+
+def _is_async_source(client: object) -> bool:
+    """Whether a non-client `client` argument yields an asyncio client (told apart by class)."""
+    if inspect.isawaitable(client):
+        return True
+    target = client
+    while isinstance(target, functools.partial):
+        target = target.func
+    if isinstance(target, type):
+        return _is_asyncio_client_class(target)
+    return inspect.iscoroutinefunction(target)
+
+
+def _is_asyncio_client_class(cls: type) -> bool:
+    return any(".asyncio" in klass.__module__ for klass in cls.__mro__)
+
+
+def _is_store(client: object, *, semaphore: bool) -> bool:
+    if _is_client(client) or isinstance(client, type):
+        return False
+    if semaphore:
+        return isinstance(client, SemaphoreStore | AsyncSemaphoreStore)
+    return isinstance(client, LockStore | AsyncLockStore)
+
+
+# -- handles ----------------------------------------------------------------------------------
+
+
+class LockHandle:
+    """A held lock (or semaphore slot): what `acquire` returns and `run` / `hold` hand the body.
+
+    - `key`: the key as you gave it (without the prefix).
+    - `token`: the fencing token (an int that only increases per key).
+    - `signal`: aborts with the `LockLeaseLostError` (`SemaphoreLeaseLostError`) the moment the
+      lease is known lost; pass it on to work that can stop.
+    - `expires_in()`: seconds until the local deadline.
+    - `release()` / `extend(ttl=None)` and their `_async` twins: True only while this holder
+      still owns the key; `extend` answered False also aborts the signal.
+
+    A handle is sync or async, as the call that made it: a handle from `acquire` / `run` / `with
+    hold` has `release` / `extend`; from `acquire_async` / `run_async` / `async with hold`,
+    `release_async` / `extend_async`.
+    """
+
+    __slots__ = ("_events", "_lease", "_released", "_ttl")
+
+    def __init__(self, lease: LeaseBase, events: LockEvents) -> None:
+        self._lease = lease
+        self._events = events
+        self._released = False
+        self._ttl = lease.ttl  # what extend() restores, even after an extend(ttl) with another
+
+    @property
+    def key(self) -> str:
+        """The key, as given to the primitive (without its prefix)."""
+        return self._lease.key
+
+    @property
+    def token(self) -> int:
+        """The fencing token of this lease."""
+        return self._lease.token
+
+    @property
+    def signal(self) -> Signal:
+        """Aborts with the lease-lost error as soon as the loss is known."""
+        return self._lease.signal
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease is known lost."""
+        return self._lease.lost
+
+    def expires_in(self) -> float:
+        """Seconds left until the local deadline (0 when passed)."""
+        return self._lease.expires_in()
+
+    def _sync(self, method: str) -> Lease:
+        lease = self._lease
+        if not isinstance(lease, Lease):
+            msg = f"this handle was acquired asynchronously: await handle.{method}_async() instead of {method}()"
+            raise ValidationError(msg)
+        return lease
+
+    def _async(self, method: str) -> AsyncLease:
+        lease = self._lease
+        if not isinstance(lease, AsyncLease):
+            msg = f"this handle was acquired synchronously: call handle.{method}() instead of {method}_async()"
+            raise ValidationError(msg)
+        return lease
+
+    def _did_release(self, released: bool) -> bool:
+        if released:
+            self._released = True
+            self._events.released(None, self._lease.key, self._lease)
+        return released
+
+    def release(self) -> bool:
+        """Free the key if this holder still owns it (True only then); renewal stops.
+
+        Inside `run` / `hold`, the final release is then skipped (not reported as a loss).
+        Store errors propagate.
+        """
+        return self._did_release(self._sync("release").release())
+
+    async def release_async(self) -> bool:
+        """See `release`."""
+        return self._did_release(await self._async("release").release_async())
+
+    def extend(self, ttl: Duration | None = None) -> bool:
+        """Set the expiry to now + `ttl` (default: the lock's ttl); False, and the signal aborts, if gone."""
+        return self._sync("extend").extend(self._extend_ttl(ttl))
+
+    async def extend_async(self, ttl: Duration | None = None) -> bool:
+        """See `extend`."""
+        return await self._async("extend").extend_async(self._extend_ttl(ttl))
+
+    def _extend_ttl(self, ttl: Duration | None) -> float:
+        if ttl is None:
+            return self._ttl
+        problems = Problems()
+        seconds = problems.duration("ttl", ttl, minimum=0.001)
+        if seconds is None:
+            raise ValidationError(problems.items)
+        return seconds
+
+    def __repr__(self) -> str:
+        return f"<LockHandle key={self.key!r} token={self.token} lost={self.lost}>"
+
+
+# -- run / hold -------------------------------------------------------------------------------
+
+
+class _Options:
+    """One call's validated options."""
+
+    __slots__ = ("heartbeat", "on_renew_error", "retries", "retry_delay", "ttl")
+
+    def __init__(
+        self, ttl: float, retries: int, retry_delay: float, heartbeat: float | None, on_renew_error: Any
+    ) -> None:
+        self.ttl = ttl
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.heartbeat = heartbeat
+        self.on_renew_error = on_renew_error
+
+
+class LockHold:
+    """`hold(key, ...)`: `run` as a context manager, for `with` and `async with`.
+
+    Entering acquires (or raises `LockNotAcquiredError`), sets the ambient lock token and yields
+    the `LockHandle`; leaving releases, and raises the lease-lost error when the lease was lost
+    while the block ran, even when the block completed. One `LockHold` holds at most once at a
+    time.
+    """
+
+    __slots__ = ("_context_token", "_handle", "_key", "_options", "_primitive", "_started")
+
+    def __init__(self, primitive: Locks, key: str, options: _Options) -> None:
+        self._primitive = primitive
+        self._key = key
+        self._options = options
+        self._handle: LockHandle | None = None
+        self._context_token: Token[ResilienceContext | None] | None = None
+        self._started = 0.0
+
+    def _begin(self) -> tuple[float, Signal | None]:
+        if self._handle is not None:
+            msg = f"hold({self._key!r}) is already held: a LockHold cannot be entered twice at once"
+            raise ValidationError(msg)
+        outer = current_context()
+        return self._primitive._tp.monotonic(), (None if outer is None else outer.signal)
+
+    def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
+        primitive = self._primitive
+        if lease is None:
+            raise primitive._reject(self._key, started, held_for)
+        primitive._events.acquired(None, lease.key, lease.token, started)
+        handle = self._handle = LockHandle(lease, primitive._events)
+        inner = (current_context() or new_context()).derive(signal=lease.signal)
+        inner.properties.set(LOCK_TOKEN, lease.token)
+        self._context_token = _CURRENT.set(inner)
+        return handle
+
+    def _leave(self) -> LockHandle:
+        handle = self._handle
+        assert handle is not None
+        self._handle = None
+        token, self._context_token = self._context_token, None
+        if token is not None:
+            _CURRENT.reset(token)
+        return handle
+
+    def _outcome(self, handle: LockHandle, error: LockLostError | None, exc: BaseException | None) -> None:
+        """Report the end; raise the loss error when the lease was lost (DESIGN §2.9)."""
+        if error is None:
+            if not handle._released:
+                self._primitive._events.released(None, handle.key, handle._lease)
+            return
+        if exc is None:
+            raise error
+        if isinstance(exc, Exception) and exc is not error and exc is not handle.signal.reason:
+            raise error from exc
+
+    def __enter__(self) -> LockHandle:
+        self._primitive._need("hold", is_async=False)
+        started, parent = self._begin()
+        lease, held_for = self._primitive._acquire_sync(self._key, self._options, parent=parent, run=True)
+        return self._enter(lease, held_for, started)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        handle = self._leave()
+        lease = handle._lease
+        assert isinstance(lease, Lease)
+        self._outcome(handle, lease.finish(), exc)
+
+    async def __aenter__(self) -> LockHandle:
+        self._primitive._need("hold", is_async=True)
+        started, parent = self._begin()
+        lease, held_for = await self._primitive._acquire_async(self._key, self._options, parent=parent, run=True)
+        return self._enter(lease, held_for, started)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        handle = self._leave()
+        lease = handle._lease
+        assert isinstance(lease, AsyncLease)
+        self._outcome(handle, await lease.finish_async(), exc)
+
+    def __repr__(self) -> str:
+        return f"<LockHold key={self._key!r} held={self._handle is not None}>"
+
+
+# -- the primitives ---------------------------------------------------------------------------
+
+
+class Locks:
+    """Locks on keys, over one store: what `lock(client)` returns.
+
+    See `lock` for the arguments, and the module docstring for the lease policy. Every method
+    validates its options (raising `ValidationError` naming the option) before any lock is taken.
+    """
+
+    _kind: str = "lock"
+    _strategy_name: str = "Lock"
+    _error_type: type[LockLostError] = LockLostError
+
+    __slots__ = ("_events", "_ops", "_owns_store", "_tp", "store", "ttl")
+
+    def __init__(self, client: object, *, prefix: str, ttl: Duration, time_provider: TimeProvider | None) -> None:
+        problems = Problems()
+        prefix_value: object = prefix
+        if not isinstance(prefix_value, str) or not prefix_value:
+            problems.add("prefix", f"must be a non-empty str, got {prefix!r}")
+        seconds = problems.duration("ttl", ttl, minimum=0.001)
+        if time_provider is not None and not callable(getattr(time_provider, "monotonic", None)):
+            problems.add("time_provider", f"must be a TimeProvider, got {time_provider!r}")
+        self._extra_checks(problems)
+        if problems:
+            raise ValidationError(problems.items)
+        assert seconds is not None
+        self.ttl: float = seconds
+        """The default lease length (seconds)."""
+        semaphore = self._error_type is SemaphoreLeaseLostError
+        store: object
+        if _is_store(client, semaphore=semaphore):
+            self._check_store_kind(client)
+            store = _prefixed(client, prefix)
+            self.store: object = client
+            """The store the leases live in (made from the client, or the one passed)."""
+            self._owns_store = False
+        else:
+            made = self._store_from_client(client, prefix)
+            store = self.store = made
+            self._owns_store = True
+        if time_provider is None:
+            time_provider = client.time_provider if isinstance(client, _MemoryStore) else SYSTEM_TIME
+        elif isinstance(client, _MemoryStore) and client.time_provider is not time_provider:
+            msg = (
+                "time_provider: a memory store must use the primitive's time provider (leases expire on its "
+                "clock): create it with MemoryLockStore(time_provider) or leave time_provider=None"
+            )
+            raise ValidationError(msg)
+        self._tp: TimeProvider = time_provider
+        self._ops: StoreOps = self._make_ops(store)
+        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), time_provider)
+
+    # -- construction hooks (the semaphore overrides them) ----------------------------------
+
+    def _extra_checks(self, problems: Problems) -> None:
+        """More option checks (the semaphore's `limit`)."""
+
+    def _check_store_kind(self, store: object) -> None:
+        if isinstance(store, MemorySemaphoreStore | RedisSemaphoreStore):
+            msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
+            raise ValidationError(msg)
+
+    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
+        return RedisLockStore(client, async_client=async_client, prefix=prefix)
+
+    def _make_ops(self, store: object) -> StoreOps:
+        return LockOps(store)
+
+    def _store_from_client(self, client: object, prefix: str) -> object:
+        if _is_client(client):
+            is_async = _is_asyncio_client(client)
+        elif callable(client) or inspect.isawaitable(client):
+            is_async = _is_async_source(client)
+        else:
+            msg = (
+                f"client: must be a redis client (sync or asyncio), an awaitable or zero-argument factory of "
+                f"one, or a {self._kind} store, got {client!r}"
+            )
+            raise ValidationError(msg)
+        if is_async:
+            return self._redis_store(None, client, prefix)
+        return self._redis_store(client, None, prefix)
+
+    # -- flavour checks ---------------------------------------------------------------------
+
+    def _need(self, method: str, *, is_async: bool) -> None:
+        ops = self._ops
+        if is_async and not ops.has_async:
+            if self._owns_store:
+                hint = f"{self._kind}(redis.asyncio.Redis(...)) (an asyncio client, an awaitable or an async factory)"
+            else:
+                hint = f"a store with the _async methods (e.g. RedisLockStore(async_client=...)) to {self._kind}()"
+            sync = "`with hold()`" if method == "hold" else f"{method.removesuffix('_async')}()"
+            msg = f"{self._kind}(...).{method}: this {self._kind} has no asyncio client: pass {hint}, or call {sync}"
+            raise ValidationError(msg)
+        if not is_async and not ops.has_sync:
+            if self._owns_store:
+                hint = f"{self._kind}(redis.Redis(...)) (a sync client or a zero-argument factory of one)"
+            else:
+                hint = f"a store with the sync methods (e.g. RedisLockStore(redis.Redis(...))) to {self._kind}()"
+            msg = (
+                f"{self._kind}(...).{method}: this {self._kind} has no sync client: pass {hint}, "
+                f"or call {'`async with hold()`' if method == 'hold' else method + '_async()'}"
+            )
+            raise ValidationError(msg)
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _options(
+        self,
+        key: object,
+        *,
+        ttl: Duration | None,
+        retries: object,
+        retry_delay: object,
+        heartbeat: object = None,
+        on_renew_error: object = None,
+        run: bool,
+    ) -> _Options:
+        problems = Problems()
+        if not isinstance(key, str) or not key:
+            problems.add("key", f"must be a non-empty str, got {key!r}")
+        seconds = self.ttl if ttl is None else problems.duration("ttl", ttl, minimum=0.001)
+        count = problems.integer("retries", retries, minimum=0)
+        delay = problems.duration("retry_delay", retry_delay)
+        interval: float | None = None
+        if run:
+            if heartbeat is None:
+                interval = None if seconds is None else max(0.001, seconds / 4)
+            elif heartbeat is False:
+                interval = None
+            elif heartbeat is True:
+                problems.add("heartbeat", "must be None (ttl/4), False (no renewal) or a positive duration, got True")
+            else:
+                interval = problems.duration("heartbeat", heartbeat, positive=True)
+                if interval is not None and seconds is not None and interval > seconds / 2:
+                    problems.add(
+                        "heartbeat",
+                        f"must be at most half of ttl ({seconds / 2:g}s), got {interval:g}s: the lease "
+                        "could lapse before the first renewal",
+                    )
+            problems.callable("on_renew_error", on_renew_error)
+        if problems:
+            raise ValidationError(problems.items)
+        assert seconds is not None
+        assert count is not None
+        assert delay is not None
+        return _Options(seconds, count, delay, interval, on_renew_error)
+
+    # -- engine -----------------------------------------------------------------------------
+
+    def _params(self, options: _Options, *, run: bool) -> LeaseParams:
+        if not run:
+            return LeaseParams(
+                ttl=options.ttl,
+                renew_interval=None,
+                watch_deadline=False,
+                error_type=self._error_type,
+                on_lost=self._lost,
+            )
+        on_renew_error = options.on_renew_error
+        events = self._events
+
+        def renew_failed(lease: LeaseBase, error: Exception) -> object:
+            events.renewal_failed(None, lease.key, lease.token, error)
+            return None if on_renew_error is None else on_renew_error(error)
+
+        return LeaseParams(
+            ttl=options.ttl,
+            renew_interval=options.heartbeat,
+            error_type=self._error_type,
+            on_lost=self._lost,
+            on_renew_error=renew_failed,
+        )
+
+    def _lost(self, lease: LeaseBase) -> None:
+        self._events.lost(None, lease.key, lease)
+
+    def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
+        self._events.rejected(None, key, started, held_for)
+        return LockNotAcquiredError(key, held_for)
+
+    def _acquire_sync(
+        self, key: str, options: _Options, *, parent: Signal | None, run: bool
+    ) -> tuple[Lease | None, float | None]:
+        schedule = SpinSchedule(options.retries, options.retry_delay) if options.retries else None
+        return acquire_lease(
+            self._ops,
+            key,
+            params=self._params(options, run=run),
+            schedule=schedule,
+            time_provider=self._tp,
+            signal=parent,
+        )
+
+    async def _acquire_async(
+        self, key: str, options: _Options, *, parent: Signal | None, run: bool
+    ) -> tuple[AsyncLease | None, float | None]:
+        schedule = SpinSchedule(options.retries, options.retry_delay) if options.retries else None
+        return await acquire_lease_async(
+            self._ops,
+            key,
+            params=self._params(options, run=run),
+            schedule=schedule,
+            time_provider=self._tp,
+            signal=parent,
+        )
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def hold(
+        self,
+        key: str,
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        heartbeat: Duration | Literal[False] | None = None,
+        on_renew_error: Callable[[Exception], object] | None = None,
+    ) -> LockHold:
+        """`run` as a context manager: `with locks.hold(key) as handle:` (or `async with`).
+
+        Same options and semantics as `run`; the block is the body.
+        """
+        options = self._options(
+            key,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            heartbeat=heartbeat,
+            on_renew_error=on_renew_error,
+            run=True,
+        )
+        return LockHold(self, key, options)
+
+    def run(
+        self,
+        key: str,
+        fn: Callable[[LockHandle], T],
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        heartbeat: Duration | Literal[False] | None = None,
+        on_renew_error: Callable[[Exception], object] | None = None,
+    ) -> T:
+        """Run `fn(handle)` while holding `key`; renew in the background; release at the end.
+
+        Args:
+            key: what to lock (without the prefix).
+            fn: the body; it gets the `LockHandle` (token, signal, ...).
+            ttl: lease length (default: the primitive's ttl), >= 1 ms.
+            retries: more attempts when the key is held (0: fail fast), `retry_delay` apart; a
+                wait ends early when the store announces a release.
+            retry_delay: the wait between attempts.
+            heartbeat: renewal period: None for max(1 ms, ttl/4), False for no renewal (the
+                local deadline still applies), or a duration of at most ttl/2.
+            on_renew_error: told `exc` when a renewal round trip failed (not a loss: the next
+                tick retries); its exceptions are logged.
+
+        Raises:
+            LockNotAcquiredError: the key stayed held (`.key`); `fn` never ran.
+            LockLeaseLostError: the lease was lost while `fn` ran, even if `fn` returned
+                (`SemaphoreLeaseLostError` for a semaphore). If `fn` raised the abort reason
+                itself, that propagates unchanged; another exception is chained as the cause.
+            ValidationError: a bad option, or a sync call on an asyncio-only client.
+        """
+        self._need("run", is_async=False)
+        with self.hold(
+            key,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            heartbeat=heartbeat,
+            on_renew_error=on_renew_error,
+        ) as handle:
+            return fn(handle)
+
+    async def run_async(
+        self,
+        key: str,
+        fn: Callable[[LockHandle], Awaitable[T]],
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        heartbeat: Duration | Literal[False] | None = None,
+        on_renew_error: Callable[[Exception], object] | None = None,
+    ) -> T:
+        """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
+        self._need("run_async", is_async=True)
+        async with self.hold(
+            key,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            heartbeat=heartbeat,
+            on_renew_error=on_renew_error,
+        ) as handle:
+            return await fn(handle)
+
+    def acquire(
+        self, key: str, /, *, ttl: Duration | None = None, retries: int = 0, retry_delay: Duration = 0.1
+    ) -> LockHandle | None:
+        """Take `key` and return its handle, or None when it stays held.
+
+        The handle is never renewed or watched in the background: call `extend()` yourself if
+        the work can outlive the ttl (only `extend()` answered False aborts its signal), and
+        `release()` when done.
+        """
+        self._need("acquire", is_async=False)
+        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
+        started = self._tp.monotonic()
+        lease, held_for = self._acquire_sync(key, options, parent=None, run=False)
+        return self._handle(key, lease, held_for, started)
+
+    async def acquire_async(
+        self, key: str, /, *, ttl: Duration | None = None, retries: int = 0, retry_delay: Duration = 0.1
+    ) -> LockHandle | None:
+        """The asyncio twin of `acquire`."""
+        self._need("acquire_async", is_async=True)
+        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
+        started = self._tp.monotonic()
+        lease, held_for = await self._acquire_async(key, options, parent=None, run=False)
+        return self._handle(key, lease, held_for, started)
+
+    def _handle(self, key: str, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle | None:
+        if lease is None:
+            self._events.rejected(None, key, started, held_for)
+            return None
+        self._events.acquired(None, key, lease.token, started)
+        return LockHandle(lease, self._events)
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close what the primitive opened (a store made from a client: its release listener).
+
+        Clients stay open (they are yours), and so does a store you passed.
+        """
+        store = self.store
+        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
+            store.close()
+
+    async def aclose(self) -> None:
+        """The asyncio twin of `close` (also stops this loop's release listener)."""
+        store = self.store
+        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
+            await store.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} store={self.store!r} ttl={self.ttl:g}>"
+
+
+class Semaphores(Locks):
+    """Semaphores on keys, over one store: what `semaphore(client, limit=N)` returns.
+
+    The same API and lease policy as `Locks`, with up to `limit` holders per key, each with its
+    own token; a lost slot raises `SemaphoreLeaseLostError`.
+    """
+
+    _kind = "semaphore"
+    _strategy_name = "Semaphore"
+    _error_type = SemaphoreLeaseLostError
+
+    __slots__ = ("limit",)
+
+    def __init__(
+        self, client: object, *, limit: int, prefix: str, ttl: Duration, time_provider: TimeProvider | None
+    ) -> None:
+        self.limit = limit
+        """How many holders a key admits at once."""
+        super().__init__(client, prefix=prefix, ttl=ttl, time_provider=time_provider)
+
+    def _extra_checks(self, problems: Problems) -> None:
+        problems.integer("limit", self.limit, minimum=1)
+
+    def _check_store_kind(self, store: object) -> None:
+        if isinstance(store, MemoryLockStore | RedisLockStore):
+            msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
+            raise ValidationError(msg)
+
+    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
+        return RedisSemaphoreStore(client, async_client=async_client, prefix=prefix)
+
+    def _make_ops(self, store: object) -> StoreOps:
+        return SemaphoreOps(store, self.limit)
+
+    def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
+        self._events.rejected(None, key, started, held_for)
+        return LockNotAcquiredError(key, held_for, message=f"semaphore {key!r} has no free slot (limit {self.limit})")
+
+
+def lock(
+    client: object,
+    /,
+    *,
+    prefix: str = "lock",
+    ttl: Duration = 30.0,
+    time_provider: TimeProvider | None = None,
+) -> Locks:
+    """Locks on keys: one holder per key, across processes when the store is Redis.
+
+    Args:
+        client: a sync redis-py/valkey client (`Redis`, `RedisCluster`) or a zero-argument
+            factory of one (enables `run`, `acquire`, `with hold`); an asyncio client (told
+            apart by its class), an awaitable or an async factory of one (enables `run_async`,
+            `acquire_async`, `async with hold`); or any lock store (`MemoryLockStore`,
+            `RedisLockStore`, your own). Calling a flavour the client cannot serve raises
+            `ValidationError` naming the client to pass.
+        prefix: with a client, the Redis key prefix (`order:42` is the key `lock:order:42`, as
+            for `RedisLockStore(client, prefix=...)`, so the pipeline's lock strategy on that
+            store excludes these locks); with a store, prepended to each key once
+            (`<prefix>:<key>`).
+        ttl: the default lease length (>= 1 ms); `run`, `hold` and `acquire` can override it.
+        time_provider: the clock (default: the system clock, or a memory store's own clock).
+    """
+    return Locks(client, prefix=prefix, ttl=ttl, time_provider=time_provider)
+
+
+def semaphore(
+    client: object,
+    /,
+    *,
+    limit: int,
+    prefix: str = "semaphore",
+    ttl: Duration = 30.0,
+    time_provider: TimeProvider | None = None,
+) -> Semaphores:
+    """Semaphores on keys: up to `limit` holders per key at once, each with its own token.
+
+    The same arguments as `lock` (a client, or any semaphore store: `MemorySemaphoreStore`,
+    `RedisSemaphoreStore`), plus `limit` (an int >= 1). A lost slot raises
+    `SemaphoreLeaseLostError`.
+    """
+    return Semaphores(client, limit=limit, prefix=prefix, ttl=ttl, time_provider=time_provider)
