@@ -35,7 +35,7 @@ def run(name: str, *args: str, timeout: float = 60, env: dict[str, str] | None =
 
 def test_every_example_is_covered_here() -> None:
     """A new example must get a test in this module."""
-    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py", "http_client.py"}
+    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py", "http_client.py", "worker_pool.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
@@ -119,3 +119,11 @@ def test_http_client_honours_retry_after_and_opens_the_circuit() -> None:
     assert "-> 200 price: 42.00" in out
     assert out.count("ServerError: 500") == 2
     assert "rejected without a request: the circuit is open" in out
+
+
+def test_worker_pool_never_exceeds_the_semaphore() -> None:
+    """Ten asyncio workers share a semaphore of three: every job runs, never more than three at once."""
+    out = run("worker_pool.py")
+    assert "20 jobs, at most" in out
+    peak = int(re.search(r"at most (\d+) at once", out).group(1))  # type: ignore[union-attr]
+    assert 1 <= peak <= 3
