@@ -1,7 +1,8 @@
 """The timeout strategy: a deadline on the inner part of the pipeline, sync or asyncio.
 
 Both modes run the inner part under a derived context with a child signal that a timer on the
-time provider aborts at the deadline with a fresh `TimeoutRejectedError`.
+time provider aborts at the deadline with a fresh `TimeoutRejectedError` (in a sync execution
+the child is made only when the callable reads it or the deadline fires: `derive_linked`).
 
 - **Async**: the callable runs in the caller's task under `child_signal.cancel_scope()`, so the
   deadline cancels it; only this strategy's own deadline becomes `TimeoutRejectedError`, while
@@ -20,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from resilience._signal import Signal
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import TimeoutRejectedError, ValidationError
 from resilience.strategies._common import call_back, call_back_async
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._signal import Signal
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
@@ -110,14 +111,24 @@ def timeout_strategy(
 
 
 class _Deadline:
-    """The timer's target: aborts the child signal with a fresh `TimeoutRejectedError`."""
+    """The timer's target: aborts the scope's signal with a fresh `TimeoutRejectedError`.
 
-    __slots__ = ("error", "signal", "timeout")
+    The scope is the child signal itself (async), or a context whose child signal is made on
+    first read (sync, `derive_linked`): firing then makes it.
+    """
 
-    def __init__(self, signal: Signal, timeout: float) -> None:
-        self.signal = signal
+    __slots__ = ("error", "scope", "timeout")
+
+    def __init__(self, scope: Signal | ResilienceContext, timeout: float) -> None:
+        self.scope = scope
         self.timeout = timeout
         self.error: TimeoutRejectedError | None = None
+
+    @property
+    def signal(self) -> Signal:
+        """The child signal this deadline aborts."""
+        scope = self.scope
+        return scope if isinstance(scope, Signal) else scope.signal
 
     def __call__(self) -> None:
         error = TimeoutRejectedError(timeout=self.timeout)
@@ -183,16 +194,19 @@ class TimeoutStrategy:
             timeout = _generated_timeout(generated, self.timeout)
             if timeout is None:
                 return callback(context)
-        signal = context.signal.child()
-        signal.raise_if_aborted()  # never start the callable under an aborted signal
-        deadline = _Deadline(signal, timeout)  # type: ignore[arg-type]
+        # The child signal is made only when the callable reads it or the deadline fires.
+        inner = context.derive_linked()
+        reason = inner._abort_reason()
+        if reason is not None:
+            raise reason  # never start the callable under an aborted signal
+        deadline = _Deadline(inner, timeout)  # type: ignore[arg-type]
         timer = self._time.call_later(deadline.timeout, deadline)
         try:
-            return callback(context.derive(signal=signal))
+            return callback(inner)
         except Exception as exc:
             if not deadline.fired:
                 raise
-            reason = signal.reason
+            reason = inner.signal.reason
             assert isinstance(reason, TimeoutRejectedError)
             if self._on_timeout is not None:
                 call_back(self._on_timeout, self._timed_out(context, deadline))
@@ -203,7 +217,7 @@ class TimeoutStrategy:
             raise reason from exc
         finally:
             timer.cancel()
-            signal.detach()
+            inner._end_signal_scope()
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
