@@ -241,6 +241,12 @@ class ResilienceContext:
             context = context._signal_source
         return None
 
+    def _raise_if_aborted(self) -> None:
+        """`signal.raise_if_aborted()`, without creating a linked signal not yet read."""
+        reason = self._abort_reason()
+        if reason is not None:
+            raise reason
+
     def _end_signal_scope(self) -> None:
         """The scope of a `derive_linked` context ended: its signal stops following the parent."""
         signal = self._signal

@@ -226,9 +226,7 @@ class RetryStrategy:
         core = self._core
         handler = core.handler
         clock = self._time
-        reason = context._abort_reason()
-        if reason is not None:
-            raise reason  # never start the callable under an aborted signal
+        context._raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
         measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
@@ -277,9 +275,7 @@ class RetryStrategy:
         core = self._core
         handler = core.handler
         clock = self._time
-        reason = context._abort_reason()
-        if reason is not None:
-            raise reason  # never start the callable under an aborted signal
+        context._raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
         measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0

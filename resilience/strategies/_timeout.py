@@ -196,9 +196,7 @@ class TimeoutStrategy:
                 return callback(context)
         # The child signal is made only when the callable reads it or the deadline fires.
         inner = context.derive_linked()
-        reason = inner._abort_reason()
-        if reason is not None:
-            raise reason  # never start the callable under an aborted signal
+        inner._raise_if_aborted()  # never start the callable under an aborted signal
         deadline = _Deadline(inner, timeout)  # type: ignore[arg-type]
         timer = self._time.call_later(deadline.timeout, deadline)
         try:
