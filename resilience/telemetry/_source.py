@@ -85,11 +85,13 @@ class TelemetrySource:
 
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""
+        # Called once or twice per execution by the strategies: severity._level is what the
+        # log_level property returns, read without the property call.
         return bool(
             self._listeners
             or self._severity_provider is not None
             or CAPTURES.listeners
-            or LOGGER.isEnabledFor(severity.log_level)
+            or LOGGER.isEnabledFor(severity._level)
             or _otel.is_active(self.options)
         )
 
