@@ -221,14 +221,12 @@ class ResilienceContext:
         with _LINK_LOCK:  # two threads reading it at once must get the same signal
             signal = self._signal
             if signal is None:
+                signal = self._signal = parent.child()
+                # Set before reading the flag, the reverse of `_end_signal_scope`: one of the
+                # two sees the other's write, so a child made as the scope ends is detached
+                # (what an eagerly made child would be by then).
                 if self._scope_ended:
-                    # Read after its scope ended: what an eagerly made child would be by now,
-                    # detached from its parent (aborted only if the parent already was).
-                    signal = Signal()
-                    signal._reason = parent._reason
-                else:
-                    signal = parent.child()
-                self._signal = signal
+                    signal.detach()
         return signal
 
     def _abort_reason(self) -> BaseException | None:
@@ -249,11 +247,8 @@ class ResilienceContext:
 
     def _end_signal_scope(self) -> None:
         """The scope of a `derive_linked` context ended: its signal stops following the parent."""
+        self._scope_ended = True  # no lock: see _link_signal
         signal = self._signal
-        if signal is None:
-            with _LINK_LOCK:
-                self._scope_ended = True
-                signal = self._signal
         if signal is not None:
             signal.detach()
 
