@@ -353,3 +353,37 @@ def test_retry_attempts_are_child_spans_and_measured_for_metrics(reader: InMemor
     assert [e.name for e in execution.events].count("OnRetry") == 2
     _, *points = metrics_of(reader)["resilience.strategy.attempt.duration"]
     assert sorted((p.attributes["attempt.number"], p.sum) for p in points) == [(0, 0.5), (1, 0.5), (2, 0.5)]
+
+
+def test_the_environment_is_read_once_for_a_meter_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether OTEL_PYTHON_METER_PROVIDER names a provider is read at the first check, then kept."""
+    from resilience.telemetry import _otel
+
+    monkeypatch.setattr(_otel, "_env_names_provider", None)
+    monkeypatch.setenv("OTEL_PYTHON_METER_PROVIDER", "sdk_meter_provider")
+    assert _otel._environment_names_meter_provider()
+    monkeypatch.delenv("OTEL_PYTHON_METER_PROVIDER")
+    assert _otel._environment_names_meter_provider()
+
+
+def test_a_provider_named_by_the_environment_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no global provider set in code but one named by the environment, the API is asked (here: a no-op)."""
+    from opentelemetry import metrics
+
+    from resilience.telemetry import _otel
+
+    asked: list[bool] = []
+    proxy = metrics.get_meter_provider()
+
+    def get_meter_provider() -> Any:
+        asked.append(True)
+        return proxy
+
+    monkeypatch.setattr("opentelemetry.metrics._internal._METER_PROVIDER", None)  # none set in code
+    monkeypatch.setattr(_otel, "_env_names_provider", True)
+    monkeypatch.setattr(metrics, "get_meter_provider", get_meter_provider)
+    assert _otel._meter_provider(TelemetryOptions()) is None
+    assert asked == [True]
+    monkeypatch.setattr(_otel, "_env_names_provider", False)
+    assert _otel._meter_provider(TelemetryOptions()) is None
+    assert asked == [True]
