@@ -16,8 +16,11 @@ the child is made only when the callable reads it or the deadline fires: `derive
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import math
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -142,6 +145,93 @@ class _Deadline:
         return error is not None and self.signal.reason is error
 
 
+class _AsyncDeadline(Signal):
+    """The async timeout's child signal, deadline and cancellation scope, in one object.
+
+    It does what a child signal, a `_Deadline` and `Signal.cancel_scope()` do together, without
+    the scope's two coroutines, its callback registration and removal (two more lock round
+    trips) and their closures: about 3 us of the 10 us an async timeout cost. Aborting this
+    signal, by its deadline, its parent or anyone, cancels the task while the scope is
+    active; `exit_*` mirror `CancelScope.__aexit__` (see its docstring).
+    """
+
+    __slots__ = ("_active", "_baseline", "_loop", "_requested", "_task", "_thread", "error", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        Signal.__init__(self)
+        self.timeout = timeout
+        self.error: TimeoutRejectedError | None = None
+        self._active = False
+        self._requested = False
+
+    def __call__(self) -> None:
+        """The timer's target: abort with a fresh `TimeoutRejectedError`."""
+        error = TimeoutRejectedError(timeout=self.timeout)
+        self.error = error  # before abort(): whoever sees the reason sees whose it is
+        self.abort(error)
+
+    @property
+    def fired(self) -> bool:
+        """True when the signal aborted because of this deadline (not the caller's abort)."""
+        error = self.error
+        return error is not None and self._reason is error
+
+    def abort(self, reason: BaseException | None = None) -> bool:
+        """`Signal.abort`, then cancel the task if the scope is active."""
+        if not Signal.abort(self, reason):
+            return False
+        if self._active:
+            if threading.get_ident() == self._thread:
+                self._cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to cancel
+                    self._loop.call_soon_threadsafe(self._cancel)
+        return True
+
+    def _cancel(self) -> None:
+        if self._active and not self._task.done():
+            self._requested = True
+            self._task.cancel()
+
+    def enter(self) -> None:
+        """Start cancelling the current task on abort; raise the reason if aborted already."""
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - asyncio always has a current task here
+            msg = "an async timeout must run inside an asyncio task"
+            raise RuntimeError(msg)
+        self._task = task
+        self._loop = task.get_loop()
+        self._thread = threading.get_ident()
+        self._baseline = task.cancelling()
+        self._active = True
+        reason = self._reason
+        if reason is not None:  # checked after activating: an abort in between still cancels
+            self._active = False
+            raise reason
+
+    def exit_ok(self) -> bool:
+        """The callable returned: stop cancelling; True if a cancellation must be absorbed."""
+        self._active = False
+        return self._requested
+
+    async def absorb(self) -> None:
+        """Absorb our cancellation still pending after a return (see `CancelScope`)."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        if self._task.uncancel() > self._baseline:
+            raise asyncio.CancelledError
+
+    async def exit_error(self, exc: BaseException) -> None:
+        """The callable raised `exc`: raise the reason instead if it is our cancellation."""
+        self._active = False
+        if not self._requested:
+            return
+        if self._task.uncancel() <= self._baseline and isinstance(exc, asyncio.CancelledError):
+            reason = self._reason
+            assert reason is not None
+            raise reason from None
+
+
 def _generated_timeout(value: object, default: float) -> float | None:
     """The timeout for one execution from the generator's `value` (None: no timeout)."""
     if value is None:
@@ -181,7 +271,7 @@ class TimeoutStrategy:
         self._generator = timeout_generator
         self._on_timeout = on_timeout
 
-    def _timed_out(self, context: ResilienceContext, deadline: _Deadline) -> OnTimeoutArguments:
+    def _timed_out(self, context: ResilienceContext, deadline: _Deadline | _AsyncDeadline) -> OnTimeoutArguments:
         arguments = OnTimeoutArguments(context, deadline.timeout)
         self._telemetry.emit("OnTimeout", Severity.ERROR, operation_key=context.operation_key, arguments=arguments)
         return arguments
@@ -227,27 +317,33 @@ class TimeoutStrategy:
             timeout = _generated_timeout(generated, self.timeout)
             if timeout is None:
                 return await callback(context)
-        signal = context.signal.child()
-        deadline = _Deadline(signal, timeout)  # type: ignore[arg-type]
-        timer = self._time.call_later(deadline.timeout, deadline)
+        scope = _AsyncDeadline(timeout)  # type: ignore[arg-type]
+        context.signal._adopt(scope)
+        timer = self._time.call_later(scope.timeout, scope)
         try:
-            async with signal.cancel_scope():
-                result = await callback(context.derive(signal=signal))
-        except Exception as exc:
-            if not deadline.fired:
+            scope.enter()
+            try:
+                result = await callback(context.derive(signal=scope))
+            except BaseException as exc:
+                await scope.exit_error(exc)
                 raise
-            reason = signal.reason
+            if scope.exit_ok():
+                await scope.absorb()
+        except Exception as exc:
+            if not scope.fired:
+                raise
+            reason = scope.reason
             assert isinstance(reason, TimeoutRejectedError)
             if self._on_timeout is not None:
-                await call_back_async(self._on_timeout, self._timed_out(context, deadline))
+                await call_back_async(self._on_timeout, self._timed_out(context, scope))
             else:
-                self._timed_out(context, deadline)
+                self._timed_out(context, scope)
             if exc is reason:
                 raise
             raise reason from exc
         finally:
             timer.cancel()
-            signal.detach()
+            scope.detach()
         return result
 
     def __repr__(self) -> str:
