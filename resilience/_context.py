@@ -173,7 +173,7 @@ class ResilienceContext:
     _properties: ResilienceProperties | None = None
     _signal: Signal | None = None
     _attempt: int = 0
-    # Set by `derive_linked`: the context whose signal this one's is a child of, made on the
+    # Set by `_derive_linked`: the context whose signal this one's is a child of, made on the
     # first read of `signal` (most callables never read it; a child signal costs 0.9 us).
     _signal_source: ResilienceContext | None = None
     _scope_ended: bool = False
@@ -246,7 +246,7 @@ class ResilienceContext:
             raise reason
 
     def _end_signal_scope(self) -> None:
-        """The scope of a `derive_linked` context ended: its signal stops following the parent."""
+        """The scope of a `_derive_linked` context ended: its signal stops following the parent."""
         self._scope_ended = True  # no lock: see _link_signal
         signal = self._signal
         if signal is not None:
@@ -272,7 +272,7 @@ class ResilienceContext:
         child._attempt = self._attempt if attempt is None else attempt
         return child
 
-    def derive_linked(self, *, attempt: int | None = None) -> ResilienceContext:
+    def _derive_linked(self, *, attempt: int | None = None) -> ResilienceContext:
         """Like `derive` with a child signal, but the child is made when first read.
 
         The strategy that calls this ends the scope with `_end_signal_scope()` (which detaches

@@ -1,8 +1,9 @@
 """The retry strategy: options, arguments, and the sync and async shells over `RetryCore`.
 
-Each attempt runs under `context.derive_linked(attempt=n)`: a child signal, made on first read. Between attempts
-the shell sleeps on the time provider; the sleep ends at once when the caller's signal aborts,
-and then no further attempt is made (the last outcome is returned or re-raised).
+Each attempt runs under `context._derive_linked(attempt=n)`: a derived context whose child
+signal is made on first read. Between attempts the shell sleeps on the time provider; the sleep
+ends at once when the caller's signal aborts, and then no further attempt is made (the last
+outcome is returned or re-raised).
 """
 
 from __future__ import annotations
@@ -232,8 +233,8 @@ class RetryStrategy:
         attempt = 0
         state = 0.0
         while True:
-            # The attempt's child signal is made only if something reads it (see derive_linked).
-            inner = context.derive_linked(attempt=attempt)
+            # The attempt's child signal is made only if something reads it (see _derive_linked).
+            inner = context._derive_linked(attempt=attempt)
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None
@@ -281,8 +282,8 @@ class RetryStrategy:
         attempt = 0
         state = 0.0
         while True:
-            # The attempt's child signal is made only if something reads it (see derive_linked).
-            inner = context.derive_linked(attempt=attempt)
+            # The attempt's child signal is made only if something reads it (see _derive_linked).
+            inner = context._derive_linked(attempt=attempt)
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None

@@ -2,7 +2,7 @@
 
 Both modes run the inner part under a derived context with a child signal that a timer on the
 time provider aborts at the deadline with a fresh `TimeoutRejectedError` (in a sync execution
-the child is made only when the callable reads it or the deadline fires: `derive_linked`).
+the child is made only when the callable reads it or the deadline fires: `_derive_linked`).
 
 - **Async**: the callable runs in the caller's task under `child_signal.cancel_scope()`, so the
   deadline cancels it; only this strategy's own deadline becomes `TimeoutRejectedError`, while
@@ -117,7 +117,7 @@ class _Deadline:
     """The timer's target: aborts the scope's signal with a fresh `TimeoutRejectedError`.
 
     The scope is the child signal itself (async), or a context whose child signal is made on
-    first read (sync, `derive_linked`): firing then makes it.
+    first read (sync, `_derive_linked`): firing then makes it.
     """
 
     __slots__ = ("error", "scope", "timeout")
@@ -285,7 +285,7 @@ class TimeoutStrategy:
             if timeout is None:
                 return callback(context)
         # The child signal is made only when the callable reads it or the deadline fires.
-        inner = context.derive_linked()
+        inner = context._derive_linked()
         inner._raise_if_aborted()  # never start the callable under an aborted signal
         deadline = _Deadline(inner, timeout)  # type: ignore[arg-type]
         timer = self._time.call_later(deadline.timeout, deadline)
