@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from resilience.telemetry._event import TelemetryEvent
     from resilience.telemetry._options import TelemetryOptions
 
-__all__ = ["INSTRUMENTS", "export", "is_active", "tracer"]
+__all__ = ["INSTRUMENTS", "export", "exports", "is_active", "tracer"]
 
 METER_NAME = "resilience"
 _NOOP_PROVIDERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
@@ -29,6 +29,8 @@ _NOOP_TRACER_PROVIDERS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider"}
 
 # event name -> the histogram its duration goes to, and the arguments attribute holding it.
 _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExecuted"})
+# Events that no metric records (not counted, no duration histogram): only a span sees them.
+_SPAN_ONLY = frozenset({"PipelineExecuting"})
 _LOCK_WAIT = frozenset({"OnLockAcquired", "OnLockRejected"})
 _LOCK_HOLD = frozenset({"OnLockReleased", "OnLockLost"})
 
@@ -154,6 +156,13 @@ def _recording_span() -> Any:
 def is_active(options: TelemetryOptions) -> bool:
     """Whether an event could reach a meter or a span right now."""
     return _meter_provider(options) is not None or _recording_span() is not None
+
+
+def exports(name: str, options: TelemetryOptions) -> bool:
+    """Whether `export` would do anything with an event called `name` right now."""
+    if name in _SPAN_ONLY:
+        return _recording_span() is not None  # a meter would record nothing for it
+    return is_active(options)
 
 
 def tracer(options: TelemetryOptions) -> Tracer | None:

@@ -387,3 +387,20 @@ def test_a_provider_named_by_the_environment_is_asked_for(monkeypatch: pytest.Mo
     monkeypatch.setattr(_otel, "_env_names_provider", False)
     assert _otel._meter_provider(TelemetryOptions()) is None
     assert asked == [True]
+
+
+def test_an_event_no_metric_records_is_built_only_for_a_span(reader: InMemoryMetricReader) -> None:
+    """With only a meter provider, `PipelineExecuting` (never recorded) is not built; a recording span gets it."""
+    from resilience.telemetry._source import TelemetrySource
+
+    provider = MeterProvider(metric_readers=[reader])
+    source = TelemetrySource(TelemetryOptions(meter_provider=provider))
+    assert source.emit("PipelineExecuting", Severity.DEBUG) is Severity.NONE
+    assert source.emit("PipelineExecuted", Severity.DEBUG) is Severity.DEBUG
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tracer_provider.get_tracer("test").start_as_current_span("request"):
+        assert source.emit("PipelineExecuting", Severity.DEBUG) is Severity.DEBUG
+    (span,) = exporter.get_finished_spans()
+    assert [event.name for event in span.events] == ["PipelineExecuting"]
