@@ -8,6 +8,8 @@ abort (timeout, lock) or renumber attempts (retry), derives a child with the sam
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
 
@@ -68,6 +70,18 @@ LOCK_TOKEN: Final[ResiliencePropertyKey[int]] = ResiliencePropertyKey("resilienc
 """The property under which a lock's derived context carries its fencing token."""
 
 _MISSING: Any = object()
+
+# Guards the creation of a lazily linked signal (`ResilienceContext._link_signal`): rare, so
+# one lock for the process. Replaced in a forked child, where no thread can hold it.
+_LINK_LOCK = threading.Lock()
+
+
+def _new_link_lock_after_fork() -> None:
+    global _LINK_LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
+    _LINK_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_link_lock_after_fork)
 
 
 class ResilienceProperties:
@@ -159,6 +173,10 @@ class ResilienceContext:
     _properties: ResilienceProperties | None = None
     _signal: Signal | None = None
     _attempt: int = 0
+    # Set by `_derive_linked`: the context whose signal this one's is a child of, made on the
+    # first read of `signal` (most callables never read it; a child signal costs 0.9 us).
+    _signal_source: ResilienceContext | None = None
+    _scope_ended: bool = False
 
     def __init__(
         self,
@@ -192,8 +210,47 @@ class ResilienceContext:
         """The abort signal of this scope (created on first use)."""
         signal = self._signal
         if signal is None:
-            signal = self._signal = Signal()
+            if self._signal_source is None:
+                signal = self._signal = Signal()
+            else:
+                signal = self._link_signal(self._signal_source)
         return signal
+
+    def _link_signal(self, source: ResilienceContext) -> Signal:
+        parent = source.signal
+        with _LINK_LOCK:  # two threads reading it at once must get the same signal
+            signal = self._signal
+            if signal is None:
+                signal = self._signal = parent.child()
+                # Set before reading the flag, the reverse of `_end_signal_scope`: one of the
+                # two sees the other's write, so a child made as the scope ends is detached
+                # (what an eagerly made child would be by then).
+                if self._scope_ended:
+                    signal.detach()
+        return signal
+
+    def _abort_reason(self) -> BaseException | None:
+        """The reason the signal aborted with, without creating a linked signal not yet read."""
+        context: ResilienceContext | None = self
+        while context is not None:
+            signal = context._signal
+            if signal is not None:
+                return signal._reason
+            context = context._signal_source
+        return None
+
+    def _raise_if_aborted(self) -> None:
+        """`signal.raise_if_aborted()`, without creating a linked signal not yet read."""
+        reason = self._abort_reason()
+        if reason is not None:
+            raise reason
+
+    def _end_signal_scope(self) -> None:
+        """The scope of a `_derive_linked` context ended: its signal stops following the parent."""
+        self._scope_ended = True  # no lock: see _link_signal
+        signal = self._signal
+        if signal is not None:
+            signal.detach()
 
     @property
     def attempt(self) -> int:
@@ -212,6 +269,22 @@ class ResilienceContext:
         # A parent without a signal yet gets one now, so that an abort of the parent made
         # later still reaches the child (they must share one chain).
         child._signal = self.signal if signal is None else signal
+        child._attempt = self._attempt if attempt is None else attempt
+        return child
+
+    def _derive_linked(self, *, attempt: int | None = None) -> ResilienceContext:
+        """Like `derive` with a child signal, but the child is made when first read.
+
+        The strategy that calls this ends the scope with `_end_signal_scope()` (which detaches
+        the child if one was made). The child aborts with this context's signal exactly as an
+        eagerly made one would: it is made from the parent (copying an abort that already
+        happened), and `_abort_reason()` sees the parent's abort before anyone read it.
+        """
+        child = ResilienceContext.__new__(ResilienceContext)
+        child._operation_key = self._operation_key
+        props = self._properties
+        child._properties = None if props is None else ResilienceProperties(parent=props)
+        child._signal_source = self
         child._attempt = self._attempt if attempt is None else attempt
         return child
 

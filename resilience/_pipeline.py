@@ -218,7 +218,7 @@ class ResiliencePipeline:
                 result = fn(*args, **kwargs)
             finally:
                 _CURRENT.reset(token)
-            if _is_awaitable(result):
+            if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
                 raise _refuse_awaitable(fn, result)
             return result
 

@@ -118,8 +118,11 @@ class Signal:
 
     def child(self) -> Signal:
         """A new signal that aborts, with the same reason, when this one does."""
+        return self._adopt(Signal())
+
+    def _adopt(self, child: Signal) -> Signal:
+        """Make `child` (a fresh signal, possibly of a subclass) a child of this one."""
         # On every strategy's hot path: one lock round trip, no closure, no id counter.
-        child = Signal()
         with _LOCK:
             reason = self._reason
             if reason is None:

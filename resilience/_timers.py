@@ -57,7 +57,8 @@ class TimerThread:
 
     def __init__(self, name: str = "resilience-timer") -> None:
         self._name = name
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, ThreadTimerHandle]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
@@ -66,7 +67,9 @@ class TimerThread:
     def call_later(self, delay: float, callback: Callable[[], object]) -> ThreadTimerHandle:
         """Run `callback` on the timer thread after `delay` seconds of real time."""
         handle = ThreadTimerHandle(self, time.monotonic() + max(delay, 0.0), callback)
-        with self._cond:
+        # The condition's own lock, entered directly: `with self._cond` goes through two
+        # Python-level calls (Condition.__enter__/__exit__), 0.2 us of a 1.4 us schedule+cancel.
+        with self._lock:
             if self.cancelled > _COMPACT_AT and self.cancelled * 2 > len(self._heap):
                 # Long timeouts that are almost always cancelled would otherwise pile up.
                 self._heap = [entry for entry in self._heap if not entry[2].cancelled]
@@ -98,7 +101,8 @@ class TimerThread:
 
     def _after_fork_in_child(self) -> None:
         # The thread did not survive the fork; the inherited timers belong to the parent.
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap = []
         self._thread = None
         self.cancelled = 0

@@ -1,8 +1,9 @@
 """The retry strategy: options, arguments, and the sync and async shells over `RetryCore`.
 
-Each attempt runs under `context.derive(attempt=n, signal=<child signal>)`. Between attempts
-the shell sleeps on the time provider; the sleep ends at once when the caller's signal aborts,
-and then no further attempt is made (the last outcome is returned or re-raised).
+Each attempt runs under `context._derive_linked(attempt=n)`: a derived context whose child
+signal is made on first read. Between attempts the shell sleeps on the time provider; the sleep
+ends at once when the caller's signal aborts, and then no further attempt is made (the last
+outcome is returned or re-raised).
 """
 
 from __future__ import annotations
@@ -226,15 +227,14 @@ class RetryStrategy:
         core = self._core
         handler = core.handler
         clock = self._time
-        parent = context.signal
-        parent.raise_if_aborted()  # never start the callable under an aborted signal
+        context._raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
         measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
-            signal = parent.child()
-            inner = context.derive(signal=signal, attempt=attempt)
+            # The attempt's child signal is made only if something reads it (see _derive_linked).
+            inner = context._derive_linked(attempt=attempt)
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None
@@ -243,7 +243,7 @@ class RetryStrategy:
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
                 failure = Err(exc)
             finally:
-                signal.detach()
+                inner._end_signal_scope()
             if failure is None:
                 if not handler.checks_results:
                     if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
@@ -264,7 +264,7 @@ class RetryStrategy:
             arguments = self._retrying(inner, outcome, delay, duration)
             if self._on_retry is not None:
                 call_back(self._on_retry, arguments)
-            if wait(clock, delay, parent):
+            if wait(clock, delay, context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
             attempt += 1
 
@@ -276,15 +276,14 @@ class RetryStrategy:
         core = self._core
         handler = core.handler
         clock = self._time
-        parent = context.signal
-        parent.raise_if_aborted()  # never start the callable under an aborted signal
+        context._raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them.
         measured = self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
-            signal = parent.child()
-            inner = context.derive(signal=signal, attempt=attempt)
+            # The attempt's child signal is made only if something reads it (see _derive_linked).
+            inner = context._derive_linked(attempt=attempt)
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None
@@ -293,7 +292,7 @@ class RetryStrategy:
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
                 failure = Err(exc)
             finally:
-                signal.detach()
+                inner._end_signal_scope()
             if failure is None:
                 if not handler.checks_results:
                     if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
@@ -315,7 +314,7 @@ class RetryStrategy:
             on_retry = self._retrying(inner, outcome, delay, duration)
             if self._on_retry is not None:
                 await call_back_async(self._on_retry, on_retry)
-            if await wait_async(clock, delay, parent):
+            if await wait_async(clock, delay, context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
             attempt += 1
 

@@ -23,10 +23,12 @@ class Severity(enum.Enum):
     ERROR = "Error"
     CRITICAL = "Critical"
 
+    _level: int  # set below for every member: a plain attribute read on the hot path
+
     @property
     def log_level(self) -> int:
         """The stdlib logging level of this severity (`NONE` maps above every level)."""
-        return _LOG_LEVELS[self]
+        return self._level
 
 
 _LOG_LEVELS = {
@@ -37,6 +39,9 @@ _LOG_LEVELS = {
     Severity.ERROR: logging.ERROR,
     Severity.CRITICAL: logging.CRITICAL,
 }
+for _severity, _level in _LOG_LEVELS.items():
+    # A dict lookup keyed by an enum member goes through Enum.__hash__ (a Python call).
+    _severity._level = _level
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ lookup. Instruments are created once per meter provider.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from resilience.telemetry._event import TelemetryEvent
     from resilience.telemetry._options import TelemetryOptions
 
-__all__ = ["INSTRUMENTS", "export", "is_active", "tracer"]
+__all__ = ["INSTRUMENTS", "export", "exports", "is_active", "tracer"]
 
 METER_NAME = "resilience"
 _NOOP_PROVIDERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
@@ -28,6 +29,8 @@ _NOOP_TRACER_PROVIDERS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider"}
 
 # event name -> the histogram its duration goes to, and the arguments attribute holding it.
 _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExecuted"})
+# Events that no metric records (not counted, no duration histogram): only a span sees them.
+_SPAN_ONLY = frozenset({"PipelineExecuting"})
 _LOCK_WAIT = frozenset({"OnLockAcquired", "OnLockRejected"})
 _LOCK_HOLD = frozenset({"OnLockReleased", "OnLockLost"})
 
@@ -105,15 +108,40 @@ class _InstrumentCache:
 INSTRUMENTS = _InstrumentCache()
 
 
+_UNKNOWN: Any = object()
+_ENV_METER_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
+_env_names_provider: bool | None = None
+
+
+def _environment_names_meter_provider() -> bool:
+    """Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
+
+    `name in os.environ` raises and catches a `KeyError` inside when the name is absent
+    (1.7 us on the CI machine), which was the biggest single cost of an execution's success
+    path once anything had imported the OpenTelemetry API. The API itself only reads the
+    variable to load a provider when none was set in code; like its auto-configuration, we
+    take it as fixed for the process.
+    """
+    global _env_names_provider  # noqa: PLW0603 - a process-wide, write-once cache
+    names = _env_names_provider
+    if names is None:
+        names = _env_names_provider = _ENV_METER_PROVIDER in os.environ
+    return names
+
+
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     if options.meter_provider is not None:
         return options.meter_provider
-    internal = sys.modules.get("opentelemetry.metrics._internal")
-    if internal is None or getattr(internal, "_METER_PROVIDER", True) is None:
-        # Nobody imported the metrics API, or nobody installed a global provider (the API sets
-        # it at most once): no SDK, and no function call on the hot path to find that out.
+    metrics = sys.modules.get("opentelemetry.metrics")
+    if metrics is None:
+        return None  # nobody imported the metrics API, so no SDK is installed
+    # `get_meter_provider()` returns the no-op proxy while no provider was set in code and
+    # the environment names none; read the API's global directly to skip its environment
+    # lookup on that (hot) path. Any other case, or an API without that global, asks the API.
+    global_provider = getattr(sys.modules.get("opentelemetry.metrics._internal"), "_METER_PROVIDER", _UNKNOWN)
+    if global_provider is None and not _environment_names_meter_provider():
         return None
-    provider: MeterProvider = sys.modules["opentelemetry.metrics"].get_meter_provider()
+    provider: MeterProvider = metrics.get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
 
 
@@ -130,6 +158,13 @@ def _recording_span(options: TelemetryOptions) -> Any:
 def is_active(options: TelemetryOptions) -> bool:
     """Whether an event could reach a meter or a span right now."""
     return _meter_provider(options) is not None or _recording_span(options) is not None
+
+
+def exports(name: str, options: TelemetryOptions) -> bool:
+    """Whether `export` would do anything with an event called `name` right now."""
+    if name in _SPAN_ONLY:
+        return _recording_span(options) is not None  # a meter would record nothing for it
+    return is_active(options)
 
 
 def tracer(options: TelemetryOptions) -> Tracer | None:

@@ -364,3 +364,54 @@ def test_retry_attempts_are_child_spans_and_measured_for_metrics(reader: InMemor
     assert [e.name for e in execution.events].count("OnRetry") == 2
     _, *points = metrics_of(reader)["resilience.strategy.attempt.duration"]
     assert sorted((p.attributes["attempt.number"], p.sum) for p in points) == [(0, 0.5), (1, 0.5), (2, 0.5)]
+
+
+def test_the_environment_is_read_once_for_a_meter_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether OTEL_PYTHON_METER_PROVIDER names a provider is read at the first check, then kept."""
+    from resilience.telemetry import _otel
+
+    monkeypatch.setattr(_otel, "_env_names_provider", None)
+    monkeypatch.setenv("OTEL_PYTHON_METER_PROVIDER", "sdk_meter_provider")
+    assert _otel._environment_names_meter_provider()
+    monkeypatch.delenv("OTEL_PYTHON_METER_PROVIDER")
+    assert _otel._environment_names_meter_provider()
+
+
+def test_a_provider_named_by_the_environment_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no global provider set in code but one named by the environment, the API is asked (here: a no-op)."""
+    from opentelemetry import metrics
+
+    from resilience.telemetry import _otel
+
+    asked: list[bool] = []
+    proxy = metrics.get_meter_provider()
+
+    def get_meter_provider() -> Any:
+        asked.append(True)
+        return proxy
+
+    monkeypatch.setattr("opentelemetry.metrics._internal._METER_PROVIDER", None)  # none set in code
+    monkeypatch.setattr(_otel, "_env_names_provider", True)
+    monkeypatch.setattr(metrics, "get_meter_provider", get_meter_provider)
+    assert _otel._meter_provider(TelemetryOptions()) is None
+    assert asked == [True]
+    monkeypatch.setattr(_otel, "_env_names_provider", False)
+    assert _otel._meter_provider(TelemetryOptions()) is None
+    assert asked == [True]
+
+
+def test_an_event_no_metric_records_is_built_only_for_a_span(reader: InMemoryMetricReader) -> None:
+    """With only a meter provider, `PipelineExecuting` (never recorded) is not built; a recording span gets it."""
+    from resilience.telemetry._source import TelemetrySource
+
+    provider = MeterProvider(metric_readers=[reader])
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    source = TelemetrySource(TelemetryOptions(meter_provider=provider, tracer_provider=tracer_provider))
+    assert source.emit("PipelineExecuting", Severity.DEBUG) is Severity.NONE
+    assert source.emit("PipelineExecuted", Severity.DEBUG) is Severity.DEBUG
+    with tracer_provider.get_tracer("test").start_as_current_span("request"):
+        assert source.emit("PipelineExecuting", Severity.DEBUG) is Severity.DEBUG
+    (span,) = exporter.get_finished_spans()
+    assert [event.name for event in span.events] == ["PipelineExecuting"]
