@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from resilience._context import _CURRENT, ResilienceContext
@@ -34,6 +35,9 @@ T = TypeVar("T")
 # and nobody else listens, neither event is produced.
 _INFO = Severity.INFORMATION.log_level
 _new_object = object.__new__
+# Until some code imports OpenTelemetry no SDK can be installed: one dictionary lookup tells.
+_MODULES = sys.modules
+_OTEL = "opentelemetry"
 
 
 class PipelineExecutedArguments:
@@ -128,7 +132,13 @@ class ResiliencePipeline:
         self.time_provider = time_provider
         self._source = telemetry
         options = telemetry.options
-        self._listened = bool(options.listeners or options.severity_provider or options.trace_executions)
+        self._listened = bool(
+            options.listeners
+            or options.severity_provider
+            or options.trace_executions
+            or options.meter_provider is not None
+            or options.tracer_provider is not None
+        )
         self._sync_problem: str | None = next(
             (p for s in self._strategies if (p := getattr(s, "sync_problem", None))), None
         )
@@ -165,7 +175,12 @@ class ResiliencePipeline:
         # The execution shares its caller's signal: nothing aborts an execution on its own,
         # and the strategies that can abort (timeout, lock) derive child signals.
         context = _new_object(ResilienceContext) if parent is None else parent.derive()
-        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
+        if (
+            self._listened
+            or LOGGER.isEnabledFor(_INFO)
+            or CAPTURES.listeners
+            or (_OTEL in _MODULES and self._otel_active())
+        ):
             return self._execute_observed(context, fn, args, kwargs)
         if self._strategies:
             return self._run(context, fn, args, kwargs)
@@ -245,7 +260,12 @@ class ResiliencePipeline:
             raise ValidationError(self._async_problem)
         parent = _CURRENT.get()
         context = _new_object(ResilienceContext) if parent is None else parent.derive()
-        if self._listened or LOGGER.isEnabledFor(_INFO) or CAPTURES.listeners or self._otel_active():
+        if (
+            self._listened
+            or LOGGER.isEnabledFor(_INFO)
+            or CAPTURES.listeners
+            or (_OTEL in _MODULES and self._otel_active())
+        ):
             return await self._execute_observed_async(context, fn, args, kwargs)
         if self._strategies:
             return await self._run_async(context, fn, args, kwargs)
