@@ -77,7 +77,7 @@ def _check_str(option: str, value: object) -> str:
 
 def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     """A key (or owner) the client cannot encode, e.g. a lone surrogate: nothing was sent."""
-    text = exc.object if isinstance(exc.object, str) else repr(exc.object)
+    text = exc.object
     msg = f"key: {text[:80]!r} cannot be sent to Redis ({exc.reason} at position {exc.start} in {exc.encoding})"
     return ValidationError(msg)
 

@@ -29,7 +29,18 @@ class Workers:
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self, mode: str, *, port: int, keys: str, log: str, **options: object) -> subprocess.Popen[bytes]:
-        args = [sys.executable, "-m", "tests.reliability.worker", mode, "--port", str(port), "--keys", keys, "--log", log]
+        args = [
+            sys.executable,
+            "-m",
+            "tests.reliability.worker",
+            mode,
+            "--port",
+            str(port),
+            "--keys",
+            keys,
+            "--log",
+            log,
+        ]
         for name, value in options.items():
             args += [f"--{name}", str(value)]
         process = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE)

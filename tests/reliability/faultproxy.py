@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Literal
+from typing import Literal, Self
 
 __all__ = ["FaultProxy"]
 
@@ -34,7 +34,7 @@ class FaultProxy:
         self._changed: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

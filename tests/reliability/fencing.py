@@ -15,14 +15,15 @@ the commands of all processes.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["FENCED_WRITE", "Checker", "Record", "fenced_write", "server_us"]
 
-# KEYS[1] = highest accepted token, KEYS[2] = accepted log, KEYS[3] = rejected log
-# ARGV[1] = token, ARGV[2] = writer
+# The keys: the highest accepted token, the accepted log, the rejected log; the arguments:
+# the token and the writer.
 FENCED_WRITE = """
 local highest = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
@@ -97,7 +98,7 @@ class Checker:
                 self.problems.append(f"{key}: {record.writer} entered with {record.gauge} holders inside")
             if not record.accepted:
                 self.problems.append(f"{key}: a live holder's write was rejected: {record}")
-        for before, after in zip(clean, clean[1:], strict=False):
+        for before, after in itertools.pairwise(clean):
             if after.start < before.end:
                 self.problems.append(f"{key}: overlap {before} / {after}")
             if after.token <= before.token:
@@ -106,7 +107,7 @@ class Checker:
     def _fencing(self, client: Any, key: str) -> None:
         _, accepted_key, rejected_key = fenced_keys(key)
         accepted = [int(line.split()[0]) for line in client.lrange(accepted_key, 0, -1)]
-        for before, after in zip(accepted, accepted[1:], strict=False):
+        for before, after in itertools.pairwise(accepted):
             if after < before:
                 self.problems.append(f"{key}: accepted token {after} after {before}")
         for line in client.lrange(rejected_key, 0, -1):

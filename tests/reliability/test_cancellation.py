@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -33,7 +33,9 @@ POINTS = [f"{method}:{phase}" for method in ("acquire", "renew", "release") for 
 
 @pytest.mark.parametrize("point", POINTS)
 @pytest.mark.timeout(60)
-async def test_cancellation_never_leaves_a_lease_past_ttl_nor_frees_another(redis_server: RedisServer, uid: str, point: str) -> None:
+async def test_cancellation_never_leaves_a_lease_past_ttl_nor_frees_another(
+    redis_server: RedisServer, uid: str, point: str
+) -> None:
     key = f"{uid}-{point}"
     async_client = redis.asyncio.Redis(port=redis_server.port)
     sync_client = redis.Redis(port=redis_server.port)

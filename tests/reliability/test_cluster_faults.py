@@ -44,13 +44,17 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 @pytest.mark.timeout(120)
 def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: RedisCluster) -> None:
-    client = redis.cluster.RedisCluster(host="127.0.0.1", port=own_cluster.port, socket_timeout=2, socket_connect_timeout=1)
+    client = redis.cluster.RedisCluster(
+        host="127.0.0.1", port=own_cluster.port, socket_timeout=2, socket_connect_timeout=1
+    )
     store = RedisLockStore(client)
     try:
         key = "cluster-job"
         port = client.get_node_from_key(store.key(key)).port
         node = next(n for n in own_cluster.nodes if n.port == port)
-        other = next(f"other-{i}" for i in range(1000) if client.get_node_from_key(store.key(f"other-{i}")).port != port)
+        other = next(
+            f"other-{i}" for i in range(1000) if client.get_node_from_key(store.key(f"other-{i}")).port != port
+        )
         before = store.acquire(key, "probe", 5)
         assert before is not None
         assert store.release(key, "probe")

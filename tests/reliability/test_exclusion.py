@@ -21,11 +21,31 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.redis
 
 
-def _run(redis_server: RedisServer, client: Any, workers: Workers, uid: str, *, processes: int, threads: int, duration: float, via: str) -> tuple[list[Record], list[str]]:
+def _run(
+    redis_server: RedisServer,
+    client: Any,
+    workers: Workers,
+    uid: str,
+    *,
+    processes: int,
+    threads: int,
+    duration: float,
+    via: str,
+) -> tuple[list[Record], list[str]]:
     keys = [f"{uid}-k{i}" for i in range(3)]
     log = f"log:{uid}"
     started = [
-        workers.start("contend", port=redis_server.port, keys=",".join(keys), log=log, threads=threads, duration=duration, ttl=2.0, wait=10.0, via=via)
+        workers.start(
+            "contend",
+            port=redis_server.port,
+            keys=",".join(keys),
+            log=log,
+            threads=threads,
+            duration=duration,
+            ttl=2.0,
+            wait=10.0,
+            via=via,
+        )
         for _ in range(processes)
     ]
     for process in started:
@@ -36,13 +56,17 @@ def _run(redis_server: RedisServer, client: Any, workers: Workers, uid: str, *, 
     accepted = sum(checker.accepted_count(client, key) for key in keys)
     rejected = sum(checker.rejected_count(client, key) for key in keys)
     refused = sum(int(n) for n in client.lrange(f"{log}:rejected", 0, -1))
-    print(f"\n{via}: {processes}x{threads} workers, {duration}s: {len(records)} critical sections, {accepted} accepted writes, {rejected} rejected, {refused} LockNotAcquired")  # noqa: T201
+    print(  # noqa: T201 -- the soak's totals
+        f"\n{via}: {processes}x{threads} workers, {duration}s: {len(records)} critical sections, {accepted} accepted writes, {rejected} rejected, {refused} LockNotAcquired"
+    )
     return records, problems
 
 
 @pytest.mark.parametrize("via", VIA_NAMES)
 @pytest.mark.timeout(180)
-def test_processes_never_overlap_and_tokens_fence(redis_server: RedisServer, client: Any, workers: Workers, uid: str, via: str) -> None:
+def test_processes_never_overlap_and_tokens_fence(
+    redis_server: RedisServer, client: Any, workers: Workers, uid: str, via: str
+) -> None:
     """4 processes x 2 threads on 3 keys for ~8 s: no overlap, tokens increase, no live write rejected."""
     records, problems = _run(redis_server, client, workers, uid, processes=4, threads=2, duration=8.0, via=via)
     assert not problems, problems[:10]
@@ -53,7 +77,9 @@ def test_processes_never_overlap_and_tokens_fence(redis_server: RedisServer, cli
 @pytest.mark.soak
 @pytest.mark.parametrize("via", VIA_NAMES)
 @pytest.mark.timeout(900)
-def test_soak_processes_never_overlap(redis_server: RedisServer, client: Any, workers: Workers, uid: str, via: str) -> None:
+def test_soak_processes_never_overlap(
+    redis_server: RedisServer, client: Any, workers: Workers, uid: str, via: str
+) -> None:
     """The long soak: 8 processes x 2 threads for SOAK_SECONDS (default 120)."""
     duration = float(os.environ.get("SOAK_SECONDS", "120"))
     records, problems = _run(redis_server, client, workers, uid, processes=8, threads=2, duration=duration, via=via)

@@ -120,7 +120,7 @@ async def test_no_growth_over_many_executions_on_redis(redis_server: RedisServer
             pipeline.execute(get_lock_token)
             await pipeline.execute_async(work)
         threads, tasks, connections = threading.active_count(), len(asyncio.all_tasks()), _clients(redis_server)
-        pools = (len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections))
+        pools = len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections)
         for i in range(count):
             pipeline = pipelines[i % len(pipelines)]
             assert pipeline.execute(get_lock_token) is not None
@@ -128,7 +128,10 @@ async def test_no_growth_over_many_executions_on_redis(redis_server: RedisServer
         assert _settle_threads(threads) <= threads
         assert len(asyncio.all_tasks()) <= tasks
         assert _clients(redis_server) <= connections
-        assert len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections) <= pools
+        assert (
+            len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections)
+            <= pools
+        )
         assert _keys_without_ttl(client, prefix) == []
         # Only tombstones are left (no owner), each expiring.
         left = list(client.scan_iter(match=f"{prefix}:*"))

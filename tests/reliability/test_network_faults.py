@@ -105,7 +105,9 @@ def test_latency_below_a_third_of_the_ttl_causes_no_false_loss(proxy: FaultProxy
 
 
 @pytest.mark.timeout(60)
-def test_latency_above_the_ttl_declares_the_loss_by_the_deadline(proxy: FaultProxy, uid: str, events: list[Any]) -> None:
+def test_latency_above_the_ttl_declares_the_loss_by_the_deadline(
+    proxy: FaultProxy, uid: str, events: list[Any]
+) -> None:
     """Latency 2 s > ttl 1.5 s after the acquire: the signal aborts with LockLostError within ttl of the last renewal."""
     holder = Holder(proxy.port, uid, ttl=1.5, hold=10).start()
     slowed = time.monotonic()
@@ -124,7 +126,9 @@ def test_latency_above_the_ttl_declares_the_loss_by_the_deadline(proxy: FaultPro
 
 
 @pytest.mark.timeout(60)
-def test_dropped_connections_report_renewal_failures_and_keep_a_valid_lease(proxy: FaultProxy, uid: str, events: list[Any]) -> None:
+def test_dropped_connections_report_renewal_failures_and_keep_a_valid_lease(
+    proxy: FaultProxy, uid: str, events: list[Any]
+) -> None:
     """Connections dropped for 0.9 s of a 3 s ttl: OnLockRenewalFailed is emitted, the lease is kept."""
     holder = Holder(proxy.port, uid, ttl=3.0, hold=4.0).start()
     proxy.mode = "drop"  # the first renewal is due at 1 s and fails until the network is back

@@ -35,7 +35,9 @@ def _acquired(client: Any, log: str) -> int:
 
 
 @pytest.mark.timeout(60)
-def test_a_holder_stopped_past_its_ttl_loses_the_lease_and_is_fenced(redis_server: RedisServer, client: Any, workers: Workers, uid: str) -> None:
+def test_a_holder_stopped_past_its_ttl_loses_the_lease_and_is_fenced(
+    redis_server: RedisServer, client: Any, workers: Workers, uid: str
+) -> None:
     """SIGSTOP past the ttl, SIGCONT: the lease is gone, its writes are rejected, it sees LockLostError and an aborted signal."""
     key, log = f"{uid}-stop", f"log:{uid}"
     holder = workers.start("hold", port=redis_server.port, keys=key, log=log, ttl=TTL, duration=30)
@@ -61,7 +63,9 @@ def test_a_holder_stopped_past_its_ttl_loses_the_lease_and_is_fenced(redis_serve
 
 
 @pytest.mark.timeout(60)
-def test_a_killed_holder_frees_the_key_within_ttl_and_the_next_token_is_higher(redis_server: RedisServer, client: Any, workers: Workers, uid: str) -> None:
+def test_a_killed_holder_frees_the_key_within_ttl_and_the_next_token_is_higher(
+    redis_server: RedisServer, client: Any, workers: Workers, uid: str
+) -> None:
     """SIGKILL: the key frees within ttl (+ slack) of the kill and the next token is higher."""
     key, log = f"{uid}-kill", f"log:{uid}"
     holder = workers.start("hold", port=redis_server.port, keys=key, log=log, ttl=TTL, duration=30)

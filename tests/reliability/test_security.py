@@ -53,7 +53,16 @@ async def test_only_the_owner_can_renew_or_release(redis_server: RedisServer, ui
         async def body() -> None:
             owner = gated.calls[-1][2]
             token = get_lock_token()
-            guesses = ["", "owner", uid, str(token), owner[:-1], owner[:-1] + ("0" if owner[-1] != "0" else "1"), owner.upper(), owner + " "]
+            guesses = [
+                "",
+                "owner",
+                uid,
+                str(token),
+                owner[:-1],
+                owner[:-1] + ("0" if owner[-1] != "0" else "1"),
+                owner.upper(),
+                owner + " ",
+            ]
             for guess in guesses:
                 assert not await asyncio.to_thread(intruder.renew, uid, guess, 60)
                 assert not await asyncio.to_thread(intruder.release, uid, guess)
@@ -146,7 +155,9 @@ def acl_users(redis_server: RedisServer) -> Iterator[tuple[str, str, str]]:
         admin.close()
 
 
-async def test_the_stores_work_under_the_documented_acl_user(redis_server: RedisServer, acl_users: tuple[str, str, str], uid: str) -> None:
+async def test_the_stores_work_under_the_documented_acl_user(
+    redis_server: RedisServer, acl_users: tuple[str, str, str], uid: str
+) -> None:
     """The minimal ACL of docs/redis.md: locks, semaphores, release notifications, sync and async."""
     user, _, password = acl_users
     client = redis.Redis(port=redis_server.port, username=user, password=password)
@@ -187,7 +198,9 @@ async def test_the_stores_work_under_the_documented_acl_user(redis_server: Redis
         client.close()
 
 
-def test_a_user_without_those_rights_gets_the_servers_noperm_error_unchanged(redis_server: RedisServer, acl_users: tuple[str, str, str], uid: str) -> None:
+def test_a_user_without_those_rights_gets_the_servers_noperm_error_unchanged(
+    redis_server: RedisServer, acl_users: tuple[str, str, str], uid: str
+) -> None:
     _, user, password = acl_users
     client = redis.Redis(port=redis_server.port, username=user, password=password)
     store = RedisLockStore(client)
