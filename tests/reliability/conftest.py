@@ -42,7 +42,7 @@ class Workers:
             log,
         ]
         for name, value in options.items():
-            args += [f"--{name}", str(value)]
+            args += [f"--{name.replace('_', '-')}", str(value)]
         process = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE)
         self.processes.append(process)
         return process

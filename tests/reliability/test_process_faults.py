@@ -17,7 +17,7 @@ import redis
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context, get_lock_token
 from resilience.stores import RedisLockStore
 from tests.reliability.conftest import read_log, wait_for
-from tests.reliability.fencing import fenced_keys, fenced_write
+from tests.reliability.fencing import Checker, Record, fenced_keys, fenced_write, server_us
 
 if TYPE_CHECKING:
     from tests.redis_support import RedisServer
@@ -124,3 +124,44 @@ def test_a_restart_without_persistence_loses_leases_and_work_resumes(fresh_redis
     finally:
         store.close()
         connection.close()
+
+
+@pytest.mark.timeout(120)
+def test_processes_contending_through_a_restart_keep_fencing_and_resume(
+    redis_server: RedisServer, fresh_redis_server: RedisServer, client: Any, workers: Workers, uid: str
+) -> None:
+    """Locks on a server that restarts mid-run (logs and the fenced resource on another): tokens after
+    the restart exceed every token before it, fencing holds throughout, and the workers resume unaided."""
+    keys = [f"{uid}-r{i}" for i in range(2)]
+    log = f"log:{uid}"
+    started = [
+        workers.start(
+            "contend",
+            port=redis_server.port,
+            lock_port=fresh_redis_server.port,
+            keys=",".join(keys),
+            log=log,
+            threads=2,
+            duration=7,
+            ttl=TTL,
+            wait=5,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(2.5)
+    before_restart = server_us(client)
+    fresh_redis_server.restart()
+    after_restart = server_us(client)
+    for process in started:
+        assert process.wait(timeout=60) == 0, process.stderr.read().decode() if process.stderr else ""
+    records = [Record.loads(line) for line in client.lrange(log, 0, -1)]
+    checker = Checker(records)
+    for key in keys:
+        checker._fencing(client, key)
+    assert not checker.problems, checker.problems[:10]
+    for key in keys:
+        before = [r.token for r in records if r.key == key and r.start < before_restart]
+        after = [r.token for r in records if r.key == key and r.start > after_restart]
+        assert before, key
+        assert after, f"{key}: no work after the restart"
+        assert min(after) > max(before)

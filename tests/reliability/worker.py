@@ -64,10 +64,11 @@ def contend(args: argparse.Namespace) -> None:
 
     def thread_main(index: int) -> None:
         client = redis.Redis(port=args.port, decode_responses=True)
-        store = RedisLockStore(client)
+        lock_client = client if args.lock_port is None else redis.Redis(port=args.lock_port, socket_timeout=2)
+        store = RedisLockStore(lock_client)
         rng = random.Random(f"{me}-{index}")
         writer = f"{me}.{index}"
-        rejected = 0
+        rejected = errors = 0
         try:
             while time.monotonic() < deadline:
                 key = rng.choice(keys)
@@ -86,9 +87,14 @@ def contend(args: argparse.Namespace) -> None:
                     via(store, key, args.ttl, args.wait, body)
                 except LockNotAcquiredError:
                     rejected += 1
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    errors += 1  # the lock server is restarting: retry outside the lock
+                    time.sleep(0.05)
             client.rpush(f"{args.log}:rejected", rejected)
+            client.rpush(f"{args.log}:errors", errors)
         finally:
             store.close()
+            lock_client.close()
             client.close()
 
     threads = [threading.Thread(target=thread_main, args=(i,)) for i in range(args.threads)]
@@ -137,6 +143,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--keys", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--lock-port", type=int, default=None, help="the locks' server (default: --port)")
     parser.add_argument("--via", default="pipeline", choices=VIA_NAMES)
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--wait", type=float, default=5.0)
