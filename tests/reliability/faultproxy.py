@@ -109,12 +109,15 @@ class FaultProxy:
         async def stop() -> None:
             if self._server is not None:
                 self._server.close()
-            for writer in list(self._writers):
-                writer.transport.abort()
+            # Abort every connection and let the handlers end on their own (a cancelled handler
+            # task makes asyncio's stream callback log an error).
+            await self._set_mode("drop")
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=2)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
