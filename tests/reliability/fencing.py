@@ -25,18 +25,20 @@ __all__ = ["FENCED_WRITE", "Checker", "Record", "fenced_write", "server_us"]
 # The keys: the highest accepted token, the accepted log, the rejected log; the arguments:
 # the token and the writer.
 FENCED_WRITE = """
-local highest = tonumber(redis.call('GET', KEYS[1]) or '0')
+local raw = redis.call('GET', KEYS[1]) or '0'
+local highest = tonumber(raw)
 local token = tonumber(ARGV[1])
 if token >= highest then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
   return 1
 end
-redis.call('RPUSH', KEYS[3], ARGV[1] .. ' ' .. tostring(highest) .. ' ' .. ARGV[2])
+redis.call('RPUSH', KEYS[3], ARGV[1] .. ' ' .. raw .. ' ' .. ARGV[2])
 return 0
 """
-# Tokens are below 2^53 and are passed as strings; `tonumber` keeps integers below 2^53 exact
-# and `ARGV[1]` (not a formatted number) is what is stored, so no digit is lost.
+# Tokens are below 2^53 and travel as strings; `tonumber` keeps them exact for the comparison,
+# and only the original strings are stored or logged (`tostring` of a Lua number keeps 14
+# significant digits: 1796010226892244 would print as 1.796010226892e+15).
 
 
 def fenced_keys(key: str) -> list[str]:

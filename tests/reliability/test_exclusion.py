@@ -7,6 +7,9 @@ in-server gauge; fenced writes for the tokens).
 from __future__ import annotations
 
 import os
+import random
+import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -85,3 +88,52 @@ def test_soak_processes_never_overlap(
     records, problems = _run(redis_server, client, workers, uid, processes=8, threads=2, duration=duration, via=via)
     assert not problems, problems[:10]
     assert len(records) > 100
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+def test_soak_fencing_holds_while_workers_are_paused_at_random(
+    redis_server: RedisServer, client: Any, workers: Workers, uid: str
+) -> None:
+    """8 processes, one SIGSTOPped past the ttl every few seconds: paused holders may overlap the next
+    holder in time (no lock can prevent that), but the resource accepts tokens only in increasing order
+    and rejects only stale writes."""
+    duration = float(os.environ.get("SOAK_SECONDS", "120"))
+    keys = [f"{uid}-k{i}" for i in range(3)]
+    log = f"log:{uid}"
+    ttl = 1.0
+    started = [
+        workers.start(
+            "contend",
+            port=redis_server.port,
+            keys=",".join(keys),
+            log=log,
+            threads=2,
+            duration=duration,
+            ttl=ttl,
+            wait=10.0,
+            hold=0.05,
+        )
+        for _ in range(8)
+    ]
+    rng = random.Random(uid)
+    end = time.monotonic() + duration - 2 * ttl
+    pauses = 0
+    while time.monotonic() < end:
+        holder = client.get(f"holder:{rng.choice(keys)}")  # most likely inside its critical section
+        victim = next((p for p in started if str(p.pid) == holder), rng.choice(started))
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(ttl + rng.uniform(0.2, 1.0))
+        os.kill(victim.pid, signal.SIGCONT)
+        pauses += 1
+        time.sleep(rng.uniform(0.2, 1.0))
+    for process in started:
+        assert process.wait(timeout=duration + 60) == 0, process.stderr.read().decode() if process.stderr else ""
+    checker = Checker([Record.loads(line) for line in client.lrange(log, 0, -1)])
+    for key in keys:
+        checker._fencing(client, key)
+    accepted = sum(checker.accepted_count(client, key) for key in keys)
+    rejected = sum(checker.rejected_count(client, key) for key in keys)
+    totals = f"chaos: {pauses} pauses, {len(checker.records)} critical sections, {accepted} accepted writes, {rejected} stale writes rejected"
+    print("\n" + totals)  # noqa: T201 -- the soak's totals
+    assert not checker.problems, checker.problems[:10]

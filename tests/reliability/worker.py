@@ -76,8 +76,10 @@ def contend(args: argparse.Namespace) -> None:
                 def body(token: int, signal: Signal, key: str = key) -> None:
                     start = server_us(client)
                     gauge = int(client.incr(f"gauge:{key}"))
+                    client.set(f"holder:{key}", me)  # lets the chaos test pause a holder
+                    time.sleep(rng.uniform(0, args.hold / 2))  # a pause here makes a stale write
                     accepted = fenced_write(client, key, token, writer)
-                    time.sleep(rng.uniform(0, args.hold))
+                    time.sleep(rng.uniform(0, args.hold / 2))
                     client.decr(f"gauge:{key}")
                     end = server_us(client)
                     record = Record(key, token, start, end, gauge, accepted, writer, lost=signal.aborted)
