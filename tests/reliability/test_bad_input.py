@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resilience import ResiliencePipelineBuilder, ValidationError
-from resilience.stores import MemoryLockStore, RedisLockStore
+from resilience.stores import MemoryLockStore, RedisLockStore, RedisSemaphoreStore
 
 NAN, INF = math.nan, math.inf
 HUGE = [10**30, 1e308]
@@ -222,6 +222,8 @@ async def test_a_key_redis_cannot_encode_is_a_validation_error_sync_and_async(re
         pipeline = ResiliencePipelineBuilder().add_lock("x\udfff", ttl=5, store=store).build()
         with pytest.raises(ValidationError):
             await pipeline.execute_async(_noop)
+        with pytest.raises(ValidationError, match="cannot be sent to Redis"):
+            RedisSemaphoreStore(client).acquire("bad\ud800key", "owner", 5, 2)
         assert store.acquire("fine", "owner", 5) is not None  # the connection is still usable
         assert store.release("fine", "owner")
     finally:
