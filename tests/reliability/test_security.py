@@ -198,6 +198,11 @@ async def test_the_stores_work_under_the_documented_acl_user(
         client.close()
 
 
+def test_the_documented_acl_line_is_the_tested_one() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "redis.md").read_text()
+    assert ACL_LINE.format(user="locks", password="PASSWORD") in text
+
+
 def test_a_user_without_those_rights_gets_the_servers_noperm_error_unchanged(
     redis_server: RedisServer, acl_users: tuple[str, str, str], uid: str
 ) -> None:
