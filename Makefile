@@ -42,5 +42,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
 
+# The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.
+soak: $(STAMP)
+	$(BIN)/pytest tests/reliability -m soak -q -s -p no:cacheprovider
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist

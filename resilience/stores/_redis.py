@@ -75,6 +75,13 @@ def _check_str(option: str, value: object) -> str:
     return value
 
 
+def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
+    """A key (or owner) the client cannot encode, e.g. a lone surrogate: nothing was sent."""
+    text = exc.object
+    msg = f"key: {text[:80]!r} cannot be sent to Redis ({exc.reason} at position {exc.start} in {exc.encoding})"
+    return ValidationError(msg)
+
+
 def _answer(reply: Any) -> tuple[int | None, float | None]:
     """An acquire script's reply: a token (> 0), -remaining ms (< 0) or 0 (held, time unknown)."""
     value = int(reply)
@@ -113,6 +120,8 @@ class _SyncClient:
         client = self._client if self._client is not None else self.get()
         try:
             return client.evalsha(script.sha, len(keys), *keys, *args)
+        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+            raise _unencodable(exc) from exc
         except Exception as exc:
             if not _is_noscript(exc):
                 raise
@@ -175,6 +184,8 @@ class _AsyncClient:
         client = self._client if self._client is not None else await self.get()
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+            raise _unencodable(exc) from exc
         except Exception as exc:
             if not _is_noscript(exc):
                 raise

@@ -1,0 +1,150 @@
+"""No growth in threads, tasks, connections or Redis keys over many lock + retry + timeout executions.
+
+`LEAK_EXECUTIONS` (default 100,000 on the memory store, a fiftieth of it on Redis) scales the
+runs; `make soak` runs the marked soak variant with ten times as many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from resilience import ResiliencePipelineBuilder, get_lock_token
+from resilience.stores import MemoryLockStore, RedisLockStore
+
+if TYPE_CHECKING:
+    from tests.redis_support import RedisServer
+
+COUNT = int(os.environ.get("LEAK_EXECUTIONS", "100000"))
+
+
+def _pipeline(store: Any, key: str = "leak") -> Any:
+    return (
+        ResiliencePipelineBuilder()
+        .add_retry(max_retries=2, delay=0)
+        .add_timeout(10)
+        .add_lock(key, ttl=10, wait=1, store=store)
+        .build()
+    )
+
+
+def _settle_threads(baseline: int) -> int:
+    for _ in range(100):
+        if threading.active_count() <= baseline:
+            break
+        threading.Event().wait(0.05)
+    return threading.active_count()
+
+
+def _memory_sync(count: int) -> None:
+    store = MemoryLockStore()
+    pipeline = _pipeline(store)
+    flaky = iter(range(count * 2))
+
+    def work() -> int | None:
+        if next(flaky) % 1000 == 0:  # a retried failure now and then
+            raise RuntimeError("transient")
+        return get_lock_token()
+
+    pipeline.execute(work)  # warm up whatever is created once
+    gc.collect()
+    threads = threading.active_count()
+    for _ in range(count):
+        assert pipeline.execute(work) is not None
+    gc.collect()
+    assert _settle_threads(threads) <= threads
+    assert len(store) == 0
+
+
+async def _memory_async(count: int) -> None:
+    store = MemoryLockStore()
+    pipeline = _pipeline(store)
+
+    async def work() -> int | None:
+        return get_lock_token()
+
+    await pipeline.execute_async(work)
+    gc.collect()
+    threads, tasks = threading.active_count(), len(asyncio.all_tasks())
+    for _ in range(count):
+        assert await pipeline.execute_async(work) is not None
+    await asyncio.sleep(0)
+    gc.collect()
+    assert _settle_threads(threads) <= threads
+    assert len(asyncio.all_tasks()) <= tasks
+    assert len(store) == 0
+
+
+@pytest.mark.timeout(180)
+def test_no_growth_over_many_sync_executions_in_memory() -> None:
+    _memory_sync(COUNT)
+
+
+@pytest.mark.timeout(180)
+async def test_no_growth_over_many_async_executions_in_memory() -> None:
+    await _memory_async(COUNT)
+
+
+def _clients(server: RedisServer) -> int:
+    return sum(1 for line in server.command("CLIENT", "LIST").splitlines() if "addr=" in line)
+
+
+def _keys_without_ttl(client: Any, prefix: str) -> list[bytes]:
+    return [key for key in client.scan_iter(match=f"{prefix}:*", count=1000) if client.pttl(key) < 0]
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(180)
+async def test_no_growth_over_many_executions_on_redis(redis_server: RedisServer) -> None:
+    count = max(200, COUNT // 50)
+    prefix = f"leak-{uuid.uuid4().hex}"
+    client = redis.Redis(port=redis_server.port)
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    store = RedisLockStore(client, async_client=async_client, prefix=prefix)
+    try:
+        keys = [f"k{i}" for i in range(4)]
+        pipelines = [_pipeline(store, key) for key in keys]
+
+        async def work() -> int | None:
+            return get_lock_token()
+
+        for pipeline in pipelines:  # warm up: connections, scripts
+            pipeline.execute(get_lock_token)
+            await pipeline.execute_async(work)
+        threads, tasks, connections = threading.active_count(), len(asyncio.all_tasks()), _clients(redis_server)
+        pools = len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections)
+        for i in range(count):
+            pipeline = pipelines[i % len(pipelines)]
+            assert pipeline.execute(get_lock_token) is not None
+            assert await pipeline.execute_async(work) is not None
+        assert _settle_threads(threads) <= threads
+        assert len(asyncio.all_tasks()) <= tasks
+        assert _clients(redis_server) <= connections
+        assert (
+            len(client.connection_pool._available_connections) + len(client.connection_pool._in_use_connections)
+            <= pools
+        )
+        assert _keys_without_ttl(client, prefix) == []
+        # Only tombstones are left (no owner), each expiring.
+        left = list(client.scan_iter(match=f"{prefix}:*"))
+        assert len(left) <= len(keys)
+        assert not any(client.hexists(key, "owner") for key in left)
+    finally:
+        await store.aclose()
+        await async_client.aclose()
+        client.close()
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1800)
+async def test_soak_no_growth_over_a_million_executions() -> None:
+    _memory_sync(COUNT * 10)
+    await _memory_async(COUNT * 10)
