@@ -4,22 +4,16 @@ It contends for locks on the test server and logs what it saw to Redis lists (th
 them; see `fencing.py` for the method). Each lock API it can go through is one entry of `VIA`:
 a function that runs `body(token, signal)` under a lock on `key` and returns its result.
 
-HOOK (primitives, DESIGN §2.9): when `resilience.primitives` lands, add
-
-    def _via_primitive(store, key, ttl, wait, body):
-        from resilience.primitives import lock
-        with lock(key, ttl=ttl, wait=wait, store=store).hold() as held:   # adapt to the final API
-            return body(held.token, held.signal)
-
-    VIA["primitive"] = _via_primitive
-
-and the tests parametrized over `VIA_NAMES` run through it too (`--via primitive`).
+`pipeline` goes through the lock strategy; `mixed` picks, per critical section, either the
+strategy or the primitive (`resilience.primitives.lock(client).hold(...)`) on the same keys,
+so the checker also proves that the two exclude each other.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import random
 import threading
@@ -29,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from resilience import LockNotAcquiredError, ResiliencePipelineBuilder, get_context, get_lock_token
+from resilience.primitives import lock
 from resilience.stores import RedisLockStore
 from tests.reliability.fencing import Record, fenced_write, server_us
 
@@ -51,7 +46,25 @@ def _via_pipeline(store: RedisLockStore, key: str, ttl: float, wait: float, body
     return pipeline.execute(run)
 
 
-VIA: dict[str, Callable[..., Any]] = {"pipeline": _via_pipeline}
+_LOCAL = threading.local()  # the thread's lock client and primitive (set by `contend`)
+
+
+def _via_primitive(store: RedisLockStore, key: str, ttl: float, wait: float, body: Callable[[int, Signal], Any]) -> Any:
+    locks = getattr(_LOCAL, "locks", None)
+    if locks is None:
+        locks = _LOCAL.locks = lock(_LOCAL.client, ttl=ttl)  # same prefix and scripts as `store`
+    retry_delay = 0.01
+    with locks.hold(key, ttl=ttl, retries=math.ceil(wait / retry_delay), retry_delay=retry_delay) as handle:
+        assert get_lock_token() == handle.token
+        return body(handle.token, handle.signal)
+
+
+def _via_mixed(store: RedisLockStore, key: str, ttl: float, wait: float, body: Callable[[int, Signal], Any]) -> Any:
+    via = _via_primitive if _LOCAL.rng.random() < 0.5 else _via_pipeline
+    return via(store, key, ttl, wait, body)
+
+
+VIA: dict[str, Callable[..., Any]] = {"pipeline": _via_pipeline, "mixed": _via_mixed}
 VIA_NAMES = list(VIA)
 
 
@@ -67,6 +80,8 @@ def contend(args: argparse.Namespace) -> None:
         lock_client = client if args.lock_port is None else redis.Redis(port=args.lock_port, socket_timeout=2)
         store = RedisLockStore(lock_client)
         rng = random.Random(f"{me}-{index}")
+        _LOCAL.client = lock_client
+        _LOCAL.rng = random.Random(f"via-{me}-{index}")
         writer = f"{me}.{index}"
         rejected = errors = 0
         try:
