@@ -185,6 +185,8 @@ class ResiliencePipeline:
         if self._strategies:
             return self._run(context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
+        if parent is not None:
+            parent._raise_if_aborted()
         token = _CURRENT.set(context)
         try:
             result = fn(*args, **kwargs)
@@ -228,6 +230,7 @@ class ResiliencePipeline:
 
     def _run(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         def call(inner: ResilienceContext) -> T:
+            inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
             token = _CURRENT.set(inner)
             try:
                 result = fn(*args, **kwargs)
@@ -269,6 +272,8 @@ class ResiliencePipeline:
             return await self._execute_observed_async(context, fn, args, kwargs)
         if self._strategies:
             return await self._run_async(context, fn, args, kwargs)
+        if parent is not None:
+            parent._raise_if_aborted()
         token = _CURRENT.set(context)
         try:
             awaitable = fn(*args, **kwargs)
@@ -300,6 +305,7 @@ class ResiliencePipeline:
         self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
     ) -> Awaitable[T]:
         async def call(inner: ResilienceContext) -> T:
+            inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
             token = _CURRENT.set(inner)
             try:
                 awaitable = fn(*args, **kwargs)

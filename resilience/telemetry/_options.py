@@ -38,3 +38,7 @@ class TelemetryOptions:
     trace_executions: bool = False
     meter_provider: MeterProvider | None = None
     tracer_provider: TracerProvider | None = None
+
+    def __post_init__(self) -> None:
+        # A frozen options object must not share a list the caller may still change.
+        object.__setattr__(self, "listeners", tuple(self.listeners))

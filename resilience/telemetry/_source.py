@@ -16,7 +16,7 @@ from resilience.telemetry._options import TelemetryOptions
 
 if TYPE_CHECKING:
     from resilience._outcome import Outcome
-    from resilience.telemetry._options import Listener
+    from resilience.telemetry._options import Listener, SeverityProvider
 
 __all__ = ["CAPTURES", "LOGGER", "TelemetrySource"]
 
@@ -128,11 +128,7 @@ class TelemetrySource:
             arguments=arguments,
         )
         if provider is not None:
-            try:
-                chosen = provider(event)
-            except Exception:
-                LOGGER.exception("the severity provider raised; keeping the default severity of %s", name)
-                chosen = severity
+            chosen = _ask(provider, event)
             if chosen is Severity.NONE:
                 return Severity.NONE
             if chosen is not severity:
@@ -148,6 +144,19 @@ class TelemetrySource:
         except Exception:
             LOGGER.exception("exporting %s to OpenTelemetry failed", name)
         return event.severity
+
+
+def _ask(provider: SeverityProvider, event: TelemetryEvent) -> Severity:
+    """The provider's severity for `event`; its default when the provider fails or answers nonsense."""
+    try:
+        chosen: object = provider(event)
+    except Exception:
+        LOGGER.exception("the severity provider raised; keeping the default severity of %s", event.name)
+        return event.severity
+    if isinstance(chosen, Severity):
+        return chosen
+    LOGGER.error("the severity provider returned %r, not a Severity, for %s", chosen, event.name)
+    return event.severity
 
 
 def _log(event: TelemetryEvent) -> None:

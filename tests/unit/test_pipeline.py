@@ -215,3 +215,30 @@ def test_results_of_unusual_types_are_not_mistaken_for_awaitables(pipeline: Resi
 
     for _ in range(3):
         assert isinstance(pipeline.execute(Plain), Plain)
+
+
+def test_no_callable_starts_under_an_aborted_signal() -> None:
+    """An execution whose caller's signal already aborted never starts the callable (any pipeline)."""
+    from resilience import Signal, use_context
+
+    signal = Signal()
+    signal.abort(KeyError("caller gave up"))
+    calls: list[int] = []
+    pipelines = [
+        ResiliencePipelineBuilder().build(),
+        ResiliencePipelineBuilder().add_circuit_breaker().build(),
+    ]
+    for pipeline in pipelines:
+        with use_context(signal=signal):
+            with pytest.raises(KeyError):
+                pipeline.execute(calls.append, 1)
+
+            async def run(p: ResiliencePipeline = pipeline) -> None:
+                async def body() -> None:
+                    calls.append(2)
+
+                await p.execute_async(body)
+
+            with pytest.raises(KeyError):
+                asyncio.run(run())
+    assert calls == []

@@ -144,3 +144,17 @@ def test_severity_maps_to_logging_levels() -> None:
     assert Severity.CRITICAL.log_level == logging.CRITICAL
     assert Severity.NONE.log_level > logging.CRITICAL
     assert logging.getLogger("resilience").handlers
+
+
+def test_a_provider_returning_a_non_severity_keeps_the_default(caplog: pytest.LogCaptureFixture) -> None:
+    """A severity provider that returns something else is logged; the event keeps its default severity."""
+    events: list[TelemetryEvent] = []
+    listeners = [events.append]
+    options = TelemetryOptions(listeners=listeners, severity_provider=lambda e: "Warning")  # type: ignore[arg-type,return-value]
+    listeners.append(lambda e: None)  # the options took a copy
+    pipeline = PipelineBuilder(telemetry=options).build()
+    assert pipeline.execute(lambda: 5) == 5
+    assert [e.severity for e in events] == [Severity.DEBUG, Severity.INFORMATION]
+    assert "not a Severity" in caplog.text
+    assert isinstance(options.listeners, tuple)
+    assert len(options.listeners) == 1
