@@ -169,6 +169,20 @@ def _is_store(client: object, *, semaphore: bool) -> bool:
 # -- handles ----------------------------------------------------------------------------------
 
 
+def _waiting_signal() -> Signal | None:
+    """A child of the caller's signal, for `acquire`'s wait only.
+
+    DESIGN §2.3: no lock is taken, and no wait goes on, under an aborted signal. It is detached
+    once `acquire` returns, so the handle's own signal then aborts only when its `extend()`
+    answers False.
+    """
+    ambient = current_context()
+    if ambient is None:
+        return None
+    ambient._raise_if_aborted()
+    return ambient.signal.child()
+
+
 class LockHandle:
     """A held lock (or semaphore slot): what `acquire` returns and `run` / `hold` hand the body.
 
@@ -695,7 +709,12 @@ class Locks:
         self._need("acquire", is_async=False)
         options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
         started = self._tp.monotonic()
-        lease, held_for = self._acquire_sync(key, options, parent=None, run=False)
+        waiting = _waiting_signal()
+        try:
+            lease, held_for = self._acquire_sync(key, options, parent=waiting, run=False)
+        finally:
+            if waiting is not None:
+                waiting.detach()
         return self._handle(key, lease, held_for, started)
 
     async def acquire_async(
@@ -705,7 +724,12 @@ class Locks:
         self._need("acquire_async", is_async=True)
         options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
         started = self._tp.monotonic()
-        lease, held_for = await self._acquire_async(key, options, parent=None, run=False)
+        waiting = _waiting_signal()
+        try:
+            lease, held_for = await self._acquire_async(key, options, parent=waiting, run=False)
+        finally:
+            if waiting is not None:
+                waiting.detach()
         return self._handle(key, lease, held_for, started)
 
     def _handle(self, key: str, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle | None:

@@ -244,10 +244,19 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
 async def _wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal) -> None:
     """Wait up to `seconds`, woken early by a release; the signal aborting raises its reason."""
     async with signal.cancel_scope():
-        if ops.notify_async:
-            await ops.wait_released_async(key, seconds)
-        else:
-            await time_provider.sleep_async(seconds)
+        await _pause(ops, key, seconds, time_provider)
+
+
+async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider) -> None:
+    """Wait for a release notification, or just sleep.
+
+    A fake clock that moves when slept on (`auto_advance`) is slept on: nothing else would ever
+    advance it to the timeout of a notification wait.
+    """
+    if ops.notify_async and not getattr(time_provider, "auto_advance", False):
+        await ops.wait_released_async(key, seconds)
+    else:
+        await time_provider.sleep_async(seconds)
 
 
 async def acquire_lease_async(
@@ -294,7 +303,7 @@ async def acquire_lease_async(
         if wait is None:
             return None, held_for
         if signal is None:
-            await (ops.wait_released_async(key, wait) if ops.notify_async else time_provider.sleep_async(wait))
+            await _pause(ops, key, wait, time_provider)
         else:
             await _wait(ops, key, wait, time_provider, signal)
 

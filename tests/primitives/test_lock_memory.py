@@ -558,3 +558,34 @@ class TestStoreShapes:
         with use_context(signal=outer), locks.hold("k") as handle:
             outer.abort(KeyError("stop"))
             assert isinstance(handle.signal.reason, KeyError)
+
+
+def test_acquire_honours_the_callers_signal() -> None:
+    """acquire() takes no lock under an aborted signal, stops spinning when it aborts, and the handle does not follow it."""
+    import threading as _threading
+
+    from resilience import Signal, use_context
+    from resilience.primitives import lock as _lock
+    from resilience.stores import MemoryLockStore as _Store
+
+    store = _Store()
+    locks = _lock(store, ttl=5)
+    aborted = Signal()
+    aborted.abort(KeyError("gone"))
+    with use_context(signal=aborted), pytest.raises(KeyError):
+        locks.acquire("free")
+    assert store.acquire("lock:free", "probe", 1) is not None  # nothing was taken
+
+    store.acquire("lock:held", "someone-else", 5)
+    caller = Signal()
+    _threading.Timer(0.05, caller.abort, args=(KeyError("stop"),)).start()
+    with use_context(signal=caller), pytest.raises(KeyError):
+        locks.acquire("held", retries=1000, retry_delay=0.01)  # would spin ~10 s
+
+    later = Signal()
+    with use_context(signal=later):
+        handle = locks.acquire("other")
+    assert handle is not None
+    later.abort()
+    assert not handle.signal.aborted
+    assert handle.release()

@@ -404,3 +404,23 @@ def test_the_default_store_is_shared_by_every_lock_on_the_clock(clock: FakeTimeP
     with pytest.raises(LockNotAcquiredError):
         first.execute(lambda: second.execute(lambda: None))
     idle()
+
+
+async def test_an_async_wait_moves_an_auto_advancing_fake_clock() -> None:
+    """Under FakeTimeProvider(auto_advance=True) an async lock wait sleeps on the clock instead of hanging."""
+    import asyncio as _asyncio
+
+    from resilience import ResiliencePipelineBuilder
+    from resilience.stores import MemoryLockStore
+    from resilience.testing import FakeTimeProvider
+
+    clock = FakeTimeProvider(auto_advance=True)
+    store = MemoryLockStore(clock)
+    store.acquire("k", "someone-else", 5)
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_lock("k", store=store, wait=10).build()
+
+    async def body() -> str:
+        return "ran"
+
+    assert await _asyncio.wait_for(pipeline.execute_async(body), 5) == "ran"
+    assert 5 <= clock.monotonic() < 10
