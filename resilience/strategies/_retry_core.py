@@ -31,10 +31,13 @@ _MAX_SECONDS = 10_675_199 * 86_400.0  # about TimeSpan.MaxValue: "forever" witho
 
 
 def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: float) -> tuple[float, float]:
-    """Polly's `DecorrelatedJitterBackoffV2`: (delay, state for the next call).
+    """Decorrelated jitter on Polly's `DecorrelatedJitterBackoffV2` curve: (delay, next state).
 
     `uniform` is a draw from [0, 1); `previous` starts at 0.0. Each delay is the difference of a
-    smooth curve sampled at a jittered point, so the median stays near `base * 2**attempt`.
+    smooth curve sampled at jittered points. Polly's first retry has its median near `base`, but
+    later ones near `base * 2**(attempt - 1)`, half the un-jittered value; DESIGN §2.6 asks for
+    the median near `base * 2**attempt` at every attempt, so retries after the first are scaled
+    by 2 (the shape, and so the decorrelation, is Polly's).
     """
     t = attempt + uniform
     try:
@@ -43,7 +46,7 @@ def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: flo
         return _MAX_SECONDS, math.inf
     if math.isinf(previous):
         return _MAX_SECONDS, previous
-    delay = (following - previous) * _RP_SCALING_FACTOR * base
+    delay = (following - previous) * _RP_SCALING_FACTOR * base * (2.0 if attempt > 0 else 1.0)
     return min(max(delay, 0.0), _MAX_SECONDS), following
 
 
