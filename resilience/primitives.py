@@ -45,7 +45,7 @@ from resilience.exceptions import LockLostError, LockNotAcquiredError, Semaphore
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, _MemoryStore
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
-from resilience.strategies._lock import LockEvents
+from resilience.strategies._lock import HELD_LOCKS, LockEvents
 from resilience.telemetry._source import TelemetrySource
 
 if TYPE_CHECKING:
@@ -167,6 +167,12 @@ def _is_store(client: object, *, semaphore: bool) -> bool:
 
 
 # -- handles ----------------------------------------------------------------------------------
+
+
+def _held_keys(context: ResilienceContext) -> frozenset[tuple[int, str]]:
+    props = context._properties
+    held = None if props is None else props.get(HELD_LOCKS)
+    return frozenset() if held is None else held
 
 
 def _waiting_signal() -> Signal | None:
@@ -326,7 +332,16 @@ class LockHold:
             msg = f"hold({self._key!r}) is already held: a LockHold cannot be entered twice at once"
             raise ValidationError(msg)
         outer = current_context()
-        return self._primitive._tp.monotonic(), (None if outer is None else outer.signal)
+        started = self._primitive._tp.monotonic()
+        held_id = self._primitive._held_id(self._key)
+        if outer is not None and held_id is not None and held_id in _held_keys(outer):
+            self._primitive._events.rejected(None, self._key, started, None)
+            raise LockNotAcquiredError(
+                self._key,
+                None,
+                message=f"lock {self._key!r} is already held by this execution (locks are not reentrant)",
+            )
+        return started, (None if outer is None else outer.signal)
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
         primitive = self._primitive
@@ -334,8 +349,12 @@ class LockHold:
             raise primitive._reject(self._key, started, held_for)
         primitive._events.acquired(None, lease.key, lease.token, started)
         handle = self._handle = LockHandle(lease, primitive._events)
-        inner = (current_context() or new_context()).derive(signal=lease.signal)
+        outer = current_context() or new_context()
+        inner = outer.derive(signal=lease.signal)
         inner.properties.set(LOCK_TOKEN, lease.token)
+        held_id = primitive._held_id(self._key)
+        if held_id is not None:  # the strategy and nested holds see it (DESIGN §2.7: not reentrant)
+            inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
         self._context_token = _CURRENT.set(inner)
         return handle
 
@@ -405,7 +424,7 @@ class Locks:
     _strategy_name: str = "Lock"
     _error_type: type[LockLostError] = LockLostError
 
-    __slots__ = ("_events", "_ops", "_owns_store", "_tp", "store", "ttl")
+    __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_tp", "store", "ttl")
 
     def __init__(self, client: object, *, prefix: str, ttl: Duration, time_provider: TimeProvider | None) -> None:
         problems = Problems()
@@ -429,10 +448,12 @@ class Locks:
             self.store: object = client
             """The store the leases live in (made from the client, or the one passed)."""
             self._owns_store = False
+            self._key_prefix = f"{prefix}:"
         else:
             made = self._store_from_client(client, prefix)
             store = self.store = made
             self._owns_store = True
+            self._key_prefix = ""  # the store made from the client applies the prefix itself
         if time_provider is None:
             time_provider = client.time_provider if isinstance(client, _MemoryStore) else SYSTEM_TIME
         elif isinstance(client, _MemoryStore) and client.time_provider is not time_provider:
@@ -574,6 +595,10 @@ class Locks:
     def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
         self._events.rejected(None, key, started, held_for)
         return LockNotAcquiredError(key, held_for)
+
+    def _held_id(self, key: str) -> tuple[int, str] | None:
+        """The key as the lock strategy records held keys (store, key in it); None: reentry is allowed."""
+        return (id(self.store), self._key_prefix + key)
 
     def _acquire_sync(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
@@ -809,6 +834,10 @@ class Semaphores(Locks):
     def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
         self._events.rejected(None, key, started, held_for)
         return LockNotAcquiredError(key, held_for, message=f"semaphore {key!r} has no free slot (limit {self.limit})")
+
+    def _held_id(self, key: str) -> tuple[int, str] | None:  # noqa: ARG002 - the lock's hook
+        """A chain may hold several slots of one semaphore: no reentry check."""
+        return None
 
 
 def lock(

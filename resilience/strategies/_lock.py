@@ -52,7 +52,8 @@ T = TypeVar("T")
 
 _logger = logging.getLogger("resilience")
 
-_HELD: Final[ResiliencePropertyKey[frozenset[tuple[int, str]]]] = ResiliencePropertyKey("resilience._held_locks")
+HELD_LOCKS: Final[ResiliencePropertyKey[frozenset[tuple[int, str]]]] = ResiliencePropertyKey("resilience._held_locks")
+_HELD = HELD_LOCKS  # (store id, key) of every lock the execution chain holds
 """(store id, key) of every lock the execution chain holds: locks are not reentrant."""
 
 

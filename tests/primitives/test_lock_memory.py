@@ -589,3 +589,28 @@ def test_acquire_honours_the_callers_signal() -> None:
     later.abort()
     assert not handle.signal.aborted
     assert handle.release()
+
+
+def test_locks_are_not_reentrant_across_the_primitive_and_the_strategy() -> None:
+    """A key held by the execution chain, through either API, is refused at once instead of waiting on itself."""
+    import time as _time
+
+    from resilience import LockNotAcquiredError as _NotAcquired
+    from resilience import ResiliencePipelineBuilder as _Builder
+    from resilience.primitives import lock as _lock
+    from resilience.stores import MemoryLockStore as _Store
+
+    store = _Store()
+    locks = _lock(store, ttl=5)
+    pipeline = _Builder().add_lock("lock:k", store=store, wait=5).build()
+    cases = [
+        lambda: locks.run("k", lambda _h: pipeline.execute(lambda: "inner")),
+        lambda: locks.run("k", lambda _h: locks.run("k", lambda _h2: 1, retries=500, retry_delay=0.01)),
+        lambda: pipeline.execute(lambda: locks.run("k", lambda _h: 1, retries=500, retry_delay=0.01)),
+    ]
+    for case in cases:
+        started = _time.monotonic()
+        with pytest.raises(_NotAcquired, match="not reentrant"):
+            case()
+        assert _time.monotonic() - started < 1
+    assert locks.run("other", lambda _h: locks.run("k", lambda _h2: "different keys nest")) == "different keys nest"
