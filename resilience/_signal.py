@@ -16,7 +16,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from resilience.exceptions import OperationAbortedError
+from resilience._validation import Duration, to_seconds
+from resilience.exceptions import OperationAbortedError, ValidationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,6 +72,9 @@ class Signal:
         """
         if reason is None:
             reason = OperationAbortedError()
+        elif not isinstance(reason, BaseException):  # callers that ignore the types
+            msg = f"Signal.abort(reason): the reason must be an exception (it is raised), got {reason!r}"  # type: ignore[unreachable]
+            raise ValidationError(msg)
         with _LOCK:
             if self._reason is not None:
                 return False
@@ -147,10 +151,11 @@ class Signal:
             with _LOCK:
                 self._unlink()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: Duration | None = None) -> bool:
         """Block until the signal aborts (True) or `timeout` seconds of real time pass (False)."""
         if self._reason is not None:
             return True
+        timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         event = threading.Event()
         remove = self.add_callback(lambda _reason: event.set())
         try:
@@ -158,10 +163,11 @@ class Signal:
         finally:
             remove()
 
-    async def wait_async(self, timeout: float | None = None) -> bool:
+    async def wait_async(self, timeout: Duration | None = None) -> bool:
         """Suspend until the signal aborts (True) or `timeout` seconds of real time pass (False)."""
         if self._reason is not None:
             return True
+        timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         remove = self.add_callback(lambda _reason: _resolve_threadsafe(loop, future))

@@ -189,6 +189,6 @@ def _log(event: TelemetryEvent) -> None:
             "operation_key": event.operation_key,
             "outcome": event.outcome,
             "arguments": event.arguments,
-            "lock_key": key,
+            "lock.key": key,
         },
     )

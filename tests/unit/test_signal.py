@@ -219,3 +219,22 @@ async def test_cancel_scope_without_abort_is_transparent() -> None:
     with pytest.raises(LookupError):
         async with signal.cancel_scope():
             raise LookupError
+
+
+def test_abort_refuses_a_reason_that_is_not_an_exception() -> None:
+    """abort('text') raises ValidationError and leaves the signal as it was."""
+    from resilience import ValidationError
+
+    signal = Signal()
+    with pytest.raises(ValidationError, match="must be an exception"):
+        signal.abort("gone")  # type: ignore[arg-type]
+    assert not signal.aborted
+
+
+async def test_wait_takes_any_duration() -> None:
+    """wait and wait_async take a timedelta like every other duration."""
+    import datetime as dt
+
+    signal = Signal()
+    assert signal.wait(dt.timedelta(milliseconds=5)) is False
+    assert await signal.wait_async(dt.timedelta(milliseconds=5)) is False
