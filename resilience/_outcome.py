@@ -95,6 +95,10 @@ class Ok(Outcome[T_co]):
         msg = "Ok is immutable"
         raise AttributeError(msg)
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        msg = "Ok is final: an outcome is either Ok or Err"
+        raise TypeError(msg)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Ok):
             return bool(self._value == other._value)
@@ -142,6 +146,10 @@ class Err(Outcome[Never]):
     def __setattr__(self, name: str, value: object) -> None:
         msg = "Err is immutable"
         raise AttributeError(msg)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        msg = "Err is final: an outcome is either Ok or Err"
+        raise TypeError(msg)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Err):

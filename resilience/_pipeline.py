@@ -72,6 +72,8 @@ def _refuse_awaitable(fn: object, result: object) -> ValidationError:
     close = getattr(result, "close", None)
     if callable(close):
         close()  # no "coroutine was never awaited" warning on top of our error
+    elif callable(cancel := getattr(result, "cancel", None)):
+        cancel()  # a future or task nobody will await
     return ValidationError(
         f"{_name_of(fn)} returned an awaitable in a sync execution: use execute_async/settle_async "
         "(or decorate an async function) to await it"

@@ -85,3 +85,11 @@ def test_outcomes_pickle() -> None:
     assert isinstance(restored, Err)
     assert isinstance(restored.error, ValueError)
     assert restored.error.args == ("x",)
+
+
+def test_ok_and_err_cannot_be_subclassed() -> None:
+    """Ok and Err are final at run time too."""
+    with pytest.raises(TypeError, match="final"):
+        type("MyOk", (Ok,), {})
+    with pytest.raises(TypeError, match="final"):
+        type("MyErr", (Err,), {})

@@ -242,3 +242,11 @@ def test_no_callable_starts_under_an_aborted_signal() -> None:
             with pytest.raises(KeyError):
                 asyncio.run(run())
     assert calls == []
+
+
+async def test_a_sync_execution_cancels_a_future_it_refuses(pipeline: ResiliencePipeline) -> None:
+    """A future returned to a sync execution is cancelled, not left pending."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    with pytest.raises(ValidationError):
+        pipeline.execute(lambda: future)
+    assert future.cancelled()
