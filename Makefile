@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/classic.py
+	$(BIN)/python benchmarks/plots.py
 	$(BIN)/python benchmarks/telemetry.py
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
