@@ -31,7 +31,8 @@ docs: $(STAMP)
 test: lint typecheck docs pytest
 
 demo: $(STAMP)
-	@for example in examples/*.py; do echo "== $$example"; $(BIN)/python $$example || exit 1; done
+	@for example in examples/quickstart.py $(filter-out examples/quickstart.py,$(sort $(wildcard examples/*.py))); do \
+		echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -1,9 +1,9 @@
 """Telemetry to Prometheus: a pipeline's events and timings on a /metrics endpoint.
 
-Run it, then open http://127.0.0.1:9464/metrics (or point Prometheus and the Grafana
+Run it, then open the /metrics address it prints (or point Prometheus and the Grafana
 dashboard in docs/dashboards/resilience.json at it):
 
-    .venv/bin/python examples/telemetry_prometheus.py --serve-seconds 60
+    .venv/bin/python examples/telemetry_prometheus.py --port 9464 --serve-seconds 60
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from resilience import LockNotAcquiredError, ResiliencePipelineBuilder, TimeoutR
 from resilience.stores import MemoryLockStore
 
 
-def install_prometheus(port: int) -> None:
-    """Serve /metrics and make the OpenTelemetry SDK export through it."""
-    start_http_server(port, addr="127.0.0.1")
+def install_prometheus(port: int) -> int:
+    """Serve /metrics and make the OpenTelemetry SDK export through it; return the port."""
+    server, _thread = start_http_server(port, addr="127.0.0.1")
     metrics.set_meter_provider(MeterProvider(metric_readers=[PrometheusMetricReader()]))
+    return int(server.server_port)
 
 
 def workload() -> None:
@@ -87,12 +88,12 @@ def workload() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=9464)
+    parser.add_argument("--port", type=int, default=0, help="0 (the default): any free port")
     parser.add_argument("--serve-seconds", type=float, default=0.0, help="keep serving /metrics this long")
     args = parser.parse_args()
-    install_prometheus(args.port)
+    port = install_prometheus(args.port)
     workload()
-    print(f"workload done; metrics at http://127.0.0.1:{args.port}/metrics", flush=True)
+    print(f"workload done; metrics at http://127.0.0.1:{port}/metrics", flush=True)
     time.sleep(args.serve_seconds)
 
 
