@@ -265,16 +265,21 @@ class CircuitController:
             return None
         return BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
 
+    def _not_opening(
+        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
+    ) -> tuple[object, Callable[[Any], object] | None] | None:
+        """Arguments and callback of a half-open or closed transition; None for an opening one."""
+        if transition.state is CircuitState.HALF_OPEN:
+            return self.half_opened(context), self._options.on_half_opened
+        if transition.state is CircuitState.CLOSED:
+            return self.closed(transition, context, outcome), self._options.on_closed
+        return None
+
     def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        options = self._options
-        state = transition.state
-        if state is CircuitState.HALF_OPEN:
-            arguments: object = self.half_opened(context)
-            callback: Callable[[Any], object] | None = options.on_half_opened
-        elif state is CircuitState.CLOSED:
-            arguments = self.closed(transition, context, outcome)
-            callback = options.on_closed
+        plain = self._not_opening(transition, context, outcome)
+        if plain is not None:
+            arguments, callback = plain
         else:
             seconds = math.inf if transition.is_manual else self.core.break_duration
             generating = self.breaking(transition, context)
@@ -285,7 +290,7 @@ class CircuitController:
                 finally:
                     seconds = self.set_break(transition, value)
             arguments = self.opened(transition, context, outcome, seconds)
-            callback = options.on_opened
+            callback = self._options.on_opened
         if callback is not None:
             call_back(callback, arguments)
 
@@ -293,14 +298,9 @@ class CircuitController:
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition in an async execution (awaiting async callbacks)."""
-        options = self._options
-        state = transition.state
-        if state is CircuitState.HALF_OPEN:
-            arguments: object = self.half_opened(context)
-            callback: Callable[[Any], object] | None = options.on_half_opened
-        elif state is CircuitState.CLOSED:
-            arguments = self.closed(transition, context, outcome)
-            callback = options.on_closed
+        plain = self._not_opening(transition, context, outcome)
+        if plain is not None:
+            arguments, callback = plain
         else:
             seconds = math.inf if transition.is_manual else self.core.break_duration
             generating = self.breaking(transition, context)
@@ -311,7 +311,7 @@ class CircuitController:
                 finally:
                     seconds = self.set_break(transition, value)
             arguments = self.opened(transition, context, outcome, seconds)
-            callback = options.on_opened
+            callback = self._options.on_opened
         if callback is not None:
             await call_back_async(callback, arguments)
 
