@@ -12,16 +12,31 @@ import os
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+from resilience._context import _CURRENT, ResiliencePropertyKey
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
 
     from resilience.telemetry._event import TelemetryEvent
     from resilience.telemetry._options import TelemetryOptions
 
-__all__ = ["INSTRUMENTS", "export", "exports", "is_active", "tracer"]
+__all__ = ["CONTEXT_TAGS", "INSTRUMENTS", "export", "exports", "is_active", "tracer"]
+
+CONTEXT_TAGS: Final[ResiliencePropertyKey[Callable[[TelemetryEvent], Mapping[str, Any]]]] = ResiliencePropertyKey(
+    "resilience.telemetry.context_tags"
+)
+"""A context property: a callable giving extra metric and span tags for the events emitted under it.
+
+An integration (the HTTP transport) sets it on the context it runs a pipeline under, so that
+every event of that execution carries its tags (`http.request.method`, `server.address`, ...)
+without the strategies knowing about HTTP. It runs only when an event is exported, and must
+return tags of bounded cardinality.
+"""
 
 METER_NAME = "resilience"
 _NOOP_PROVIDERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
@@ -201,6 +216,12 @@ def tags(event: TelemetryEvent, options: TelemetryOptions) -> dict[str, Any]:
         attributes["exception.type"] = exception_type(outcome.error)
     if options.tag_operation_key and event.operation_key is not None:
         attributes["operation.key"] = event.operation_key
+    context = _CURRENT.get()  # the events of an execution are emitted under its caller's context
+    properties = None if context is None else context._properties
+    if properties is not None:
+        extra = properties.get(CONTEXT_TAGS)
+        if extra is not None:
+            attributes.update(extra(event))
     return attributes
 
 

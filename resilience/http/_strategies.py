@@ -1,0 +1,380 @@
+"""HTTP flavours of retry, timeout and circuit breaker (.NET's `Http*StrategyOptions`).
+
+Each is a `StrategyOptions` that, at `build()`, configures a built-in strategy for HTTP:
+
+- `http_retry_strategy`: handles transient outcomes of idempotent requests only, waits what
+  `Retry-After` says, closes the response it gives up on before waiting;
+- `http_timeout_strategy`: a timeout that records its deadline, so the transport hands httpx
+  the time left (a blocked sync read is then cut);
+- `http_circuit_breaker_strategy`: one circuit per authority (scheme, host, port).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import httpx
+
+from resilience._validation import Duration, Problems, to_seconds
+from resilience.http._classify import (
+    HTTP_REQUEST,
+    authority,
+    current_request,
+    is_transient,
+    parse_retry_after,
+    retry_allowed,
+)
+from resilience.http._transport import DEADLINE, discard, discard_async
+from resilience.strategies._circuit_breaker import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
+from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._retry import RetryStrategyOptions
+from resilience.strategies._timeout import TimeoutStrategyOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._outcome import Outcome
+    from resilience._time import TimeProvider
+    from resilience.strategies._base import Strategy, StrategyBuildContext
+    from resilience.strategies._circuit_controller import (
+        CircuitBreakerManualControl,
+        OnCircuitClosedArguments,
+        OnCircuitHalfOpenedArguments,
+        OnCircuitOpenedArguments,
+    )
+    from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
+    from resilience.strategies._retry_core import Backoff
+    from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
+
+__all__ = [
+    "AuthorityCircuitBreaker",
+    "HttpCircuitBreakerStrategyOptions",
+    "HttpRetryStrategyOptions",
+    "HttpTimeoutStrategyOptions",
+    "http_circuit_breaker_strategy",
+    "http_retry_strategy",
+    "http_timeout_strategy",
+]
+
+T = TypeVar("T")
+
+
+def _check_bool(problems: Problems, option: str, value: object) -> None:
+    if not isinstance(value, bool):
+        problems.add(option, f"must be a bool, got {value!r}")
+
+
+# -- retry ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpRetryStrategyOptions:
+    """Options of the HTTP retry (`http_retry_strategy(...)`); validated at `build()`."""
+
+    max_retries: int = 3
+    delay: Duration = 2.0
+    backoff: Backoff = "exponential"
+    jitter: bool = True
+    max_delay: Duration | None = None
+    handle: Callable[[Outcome[Any]], bool] | None = None
+    use_retry_after: bool = True
+    retry_unsafe_methods: bool = False
+    on_retry: Callable[[OnRetryArguments], object] | None = None
+    name: str = "Retry"
+
+    def _retry(self, time_provider: TimeProvider) -> RetryStrategyOptions:
+        handle = self.handle or is_transient
+        unsafe = self.retry_unsafe_methods
+
+        def retryable(outcome: Outcome[Any]) -> bool:
+            return handle(outcome) and retry_allowed(current_request(outcome), unsafe_methods=unsafe)
+
+        def delay_generator(args: RetryDelayArguments) -> float | None:
+            value = args.outcome.value
+            return parse_retry_after(value, time_provider.time()) if isinstance(value, httpx.Response) else None
+
+        return RetryStrategyOptions(
+            max_retries=self.max_retries,
+            delay=self.delay,
+            backoff=self.backoff,
+            jitter=self.jitter,
+            max_delay=self.max_delay,
+            handle=retryable,
+            delay_generator=delay_generator if self.use_retry_after is True else None,
+            on_retry=_closing(self.on_retry),
+            name=self.name,
+        )
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = Problems()
+        problems.callable("handle", self.handle)
+        _check_bool(problems, "use_retry_after", self.use_retry_after)
+        _check_bool(problems, "retry_unsafe_methods", self.retry_unsafe_methods)
+        return [*self._retry(context.time_provider).validate(context), *problems.items]
+
+    def create(self, context: StrategyBuildContext, /) -> Strategy:
+        """A retry strategy configured for HTTP."""
+        return self._retry(context.time_provider).create(context)
+
+
+def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[[OnRetryArguments], object]:
+    """An `on_retry` that runs the user's, then discards the response given up on (before the delay)."""
+
+    def close(args: OnRetryArguments) -> object:
+        result = None if on_retry is None else on_retry(args)
+        response = args.outcome.value
+        if not isinstance(response, httpx.Response):
+            return result
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            return _close_after(result, response)  # an async execution awaits it
+        discard(response)
+        return result
+
+    return close
+
+
+async def _close_after(result: object, response: httpx.Response) -> object:
+    try:
+        if inspect.isawaitable(result):
+            result = await result
+    finally:
+        await discard_async(response)
+    return result
+
+
+def http_retry_strategy(
+    *,
+    max_retries: int = 3,
+    delay: Duration = 2.0,
+    backoff: Backoff = "exponential",
+    jitter: bool = True,
+    max_delay: Duration | None = None,
+    handle: Callable[[Outcome[Any]], bool] | None = None,
+    use_retry_after: bool = True,
+    retry_unsafe_methods: bool = False,
+    on_retry: Callable[[OnRetryArguments], object] | None = None,
+    name: str = "Retry",
+) -> HttpRetryStrategyOptions:
+    """Retry transient HTTP failures of requests that are safe to repeat (.NET's HTTP retry).
+
+    `handle(outcome)` says what is transient (default `is_transient`: transport errors, attempt
+    timeouts, 408, 429 and 5xx). Only idempotent methods are retried unless
+    `retry_unsafe_methods`, an `Idempotency-Key` header or the request's `RETRY_EXTENSION` says
+    otherwise. A `Retry-After` header (seconds or HTTP-date) replaces the backoff delay
+    (`use_retry_after`), capped by `max_delay`. The response given up on is closed before the
+    delay, after `on_retry` ran.
+    """
+    return HttpRetryStrategyOptions(
+        max_retries=max_retries,
+        delay=delay,
+        backoff=backoff,
+        jitter=jitter,
+        max_delay=max_delay,
+        handle=handle,
+        use_retry_after=use_retry_after,
+        retry_unsafe_methods=retry_unsafe_methods,
+        on_retry=on_retry,
+        name=name,
+    )
+
+
+# -- timeout ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpTimeoutStrategyOptions:
+    """Options of the HTTP timeout (`http_timeout_strategy(...)`); validated at `build()`."""
+
+    timeout: Duration = 30.0
+    on_timeout: Callable[[OnTimeoutArguments], object] | None = None
+    name: str = "Timeout"
+
+    def _timeout(self, generator: Callable[[TimeoutGeneratorArguments], None] | None) -> TimeoutStrategyOptions:
+        return TimeoutStrategyOptions(
+            timeout=self.timeout, timeout_generator=generator, on_timeout=self.on_timeout, name=self.name
+        )
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with these options, as `"<option>: <what>"`."""
+        return self._timeout(None).validate(context)
+
+    def create(self, context: StrategyBuildContext, /) -> Strategy:
+        """A timeout strategy that records its deadline for the transport."""
+        seconds = to_seconds(self.timeout)
+        clock = context.time_provider
+
+        def record_deadline(args: TimeoutGeneratorArguments) -> None:
+            # On the scope's own (derived) context: an attempt sees the nearest of its own and
+            # every enclosing HTTP timeout's deadline. None: the strategy's timeout applies.
+            deadline = clock.monotonic() + seconds
+            properties = args.context.properties
+            enclosing = properties.get(DEADLINE)
+            if enclosing is None or deadline < enclosing:
+                properties.set(DEADLINE, deadline)
+
+        return self._timeout(record_deadline).create(context)
+
+
+def http_timeout_strategy(
+    timeout: Duration = 30.0,
+    /,
+    *,
+    on_timeout: Callable[[OnTimeoutArguments], object] | None = None,
+    name: str = "Timeout",
+) -> HttpTimeoutStrategyOptions:
+    """A timeout whose deadline the resilient transport hands to httpx as the request's timeout.
+
+    Works as `timeout_strategy`; in addition, each attempt sent under it gets the time left
+    (or less, if the client's own timeout is shorter) as httpx's connect, read, write and
+    pool timeouts, so that a sync request blocked on the network is really cut.
+    """
+    return HttpTimeoutStrategyOptions(timeout=timeout, on_timeout=on_timeout, name=name)
+
+
+# -- circuit breaker --------------------------------------------------------------------------
+
+_MAX_CIRCUITS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpCircuitBreakerStrategyOptions:
+    """Options of the HTTP circuit breaker (`http_circuit_breaker_strategy(...)`)."""
+
+    failure_ratio: float = 0.1
+    minimum_throughput: int = 100
+    sampling_duration: Duration = 30.0
+    break_duration: Duration = 5.0
+    handle: Callable[[Outcome[Any]], bool] | None = None
+    per_authority: bool = True
+    manual_control: CircuitBreakerManualControl | None = None
+    on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None
+    on_closed: Callable[[OnCircuitClosedArguments], object] | None = None
+    on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None
+    name: str = "CircuitBreaker"
+
+    def _circuit(self) -> CircuitBreakerStrategyOptions:
+        return CircuitBreakerStrategyOptions(
+            failure_ratio=self.failure_ratio,
+            minimum_throughput=self.minimum_throughput,
+            sampling_duration=self.sampling_duration,
+            break_duration=self.break_duration,
+            handle=self.handle or is_transient,
+            manual_control=self.manual_control,
+            on_opened=self.on_opened,
+            on_closed=self.on_closed,
+            on_half_opened=self.on_half_opened,
+            name=self.name,
+        )
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = Problems()
+        problems.callable("handle", self.handle)
+        _check_bool(problems, "per_authority", self.per_authority)
+        return [*self._circuit().validate(context), *problems.items]
+
+    def create(self, context: StrategyBuildContext, /) -> Strategy:
+        """One circuit for every request, or a circuit per authority made on first use."""
+        if not self.per_authority:
+            return self._circuit().create(context)
+        return AuthorityCircuitBreaker(self._circuit(), context)
+
+
+class AuthorityCircuitBreaker:
+    """A circuit per authority (scheme, host, port), each made on the first request to it.
+
+    The authority comes from the request the transport put on the context (`HTTP_REQUEST`);
+    an execution without one uses a shared circuit under the key `""`. Beyond 1024 authorities
+    the oldest closed circuit is forgotten for each new one (an open circuit is never dropped).
+    """
+
+    __slots__ = ("_build", "_circuits", "_lock", "_options")
+
+    def __init__(self, options: CircuitBreakerStrategyOptions, build: StrategyBuildContext) -> None:
+        self._options = options
+        self._build = build
+        self._circuits: dict[str, CircuitBreakerStrategy] = {}
+        self._lock = threading.Lock()
+
+    def circuit(self, key: str) -> CircuitBreakerStrategy:
+        """The circuit of authority `key` (`"https://example.com:443"`), made if new."""
+        circuit = self._circuits.get(key)
+        if circuit is not None:
+            return circuit
+        with self._lock:  # two first requests to one authority must share its circuit
+            circuit = self._circuits.get(key)
+            if circuit is None:
+                if len(self._circuits) >= _MAX_CIRCUITS:
+                    self._forget_one_closed()
+                circuit = self._circuits[key] = self._options.create(self._build)
+        return circuit
+
+    def _forget_one_closed(self) -> None:
+        for key, circuit in self._circuits.items():
+            if circuit.state is CircuitState.CLOSED:
+                del self._circuits[key]
+                return
+
+    @property
+    def circuits(self) -> dict[str, CircuitState]:
+        """A snapshot: each known authority and its circuit's state."""
+        return {key: circuit.state for key, circuit in list(self._circuits.items())}
+
+    def _for(self, context: ResilienceContext) -> CircuitBreakerStrategy:
+        properties = context._properties
+        request = None if properties is None else properties.get(HTTP_REQUEST)
+        return self.circuit("" if request is None else authority(request.url))
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` through the circuit of the request's authority (sync)."""
+        return self._for(context).execute(callback, context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Await `callback` through the circuit of the request's authority (async)."""
+        return await self._for(context).execute_async(callback, context)
+
+    def __repr__(self) -> str:
+        return f"<AuthorityCircuitBreaker circuits={len(self._circuits)}>"
+
+
+def http_circuit_breaker_strategy(
+    *,
+    failure_ratio: float = 0.1,
+    minimum_throughput: int = 100,
+    sampling_duration: Duration = 30.0,
+    break_duration: Duration = 5.0,
+    handle: Callable[[Outcome[Any]], bool] | None = None,
+    per_authority: bool = True,
+    manual_control: CircuitBreakerManualControl | None = None,
+    on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None,
+    on_closed: Callable[[OnCircuitClosedArguments], object] | None = None,
+    on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None,
+    name: str = "CircuitBreaker",
+) -> HttpCircuitBreakerStrategyOptions:
+    """Polly's advanced circuit breaker over transient HTTP outcomes, one circuit per authority.
+
+    `handle(outcome)` says what counts as a failure (default `is_transient`; a POST's 503 counts
+    too: the method only matters for retrying). With `per_authority` (the default) each
+    scheme-host-port gets its own circuit, so one failing host does not cut the others off;
+    `manual_control` drives every one of them.
+    """
+    return HttpCircuitBreakerStrategyOptions(
+        failure_ratio=failure_ratio,
+        minimum_throughput=minimum_throughput,
+        sampling_duration=sampling_duration,
+        break_duration=break_duration,
+        handle=handle,
+        per_authority=per_authority,
+        manual_control=manual_control,
+        on_opened=on_opened,
+        on_closed=on_closed,
+        on_half_opened=on_half_opened,
+        name=name,
+    )

@@ -1,0 +1,278 @@
+"""`ResilientTransport` and `AsyncResilientTransport`: every httpx request through a pipeline.
+
+Per request, an `_Exchange` holds what the attempts share: the request, its original
+timeouts, and every response an attempt produced. The pipeline runs `_attempt` (sync) or
+`_attempt_async` once per attempt; each attempt
+
+1. discards (drains a small body, then closes) every response an earlier attempt produced, as
+   the pipeline moved on from it: a retry or a hedged attempt never holds two connections;
+2. hands httpx the time left before the nearest deadline recorded by an HTTP timeout strategy
+   (`http_timeout_strategy`), so that a blocked sync read is really cut at the deadline;
+3. sends the request through the wrapped transport.
+
+When the pipeline returns, every response but the returned one is discarded; when it raises,
+all of them are. The returned response's stream is untouched (never buffered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx
+
+from resilience._context import _CURRENT, ResiliencePropertyKey, new_context
+from resilience.http._classify import HTTP_REQUEST
+from resilience.telemetry._otel import CONTEXT_TAGS
+
+if TYPE_CHECKING:
+    from resilience._pipeline import ResiliencePipeline
+    from resilience._signal import Signal
+    from resilience._time import TimeProvider
+    from resilience.telemetry._event import TelemetryEvent
+
+__all__ = ["DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard", "discard_async"]
+
+_logger = logging.getLogger("resilience")
+
+DEADLINE: Final[ResiliencePropertyKey[float]] = ResiliencePropertyKey("resilience.http.deadline")
+"""The nearest deadline (time provider's `monotonic()`) recorded by the HTTP timeout strategies."""
+
+# A discarded response's body is read (so the connection can serve the next request) only when
+# it is announced this small; anything else closes the connection instead.
+_DRAIN_LIMIT: Final = 64 * 1024
+_MIN_TIMEOUT: Final = 0.001  # httpx reads 0 as "fail at once"; a deadline just passed gets this
+# OpenTelemetry's semantic conventions: known methods by name, anything else as "_OTHER" (bounded).
+_KNOWN_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+_TIMEOUT_KEYS: Final = ("connect", "read", "write", "pool")
+# How long an attempt whose deadline is due waits for the timeout strategy's timer to fire
+# (it normally does within milliseconds; the bound only keeps a stuck timer from hanging us).
+_GRACE: Final = 1.0
+
+
+def _signal() -> Signal:
+    """The signal of the attempt running (the pipeline makes its context the ambient one)."""
+    context = _CURRENT.get()
+    assert context is not None  # an attempt always runs under the pipeline's context
+    return context.signal
+
+
+def _drainable(response: httpx.Response) -> bool:
+    if response.is_stream_consumed or response.is_closed:
+        return False
+    length = response.headers.get("content-length")
+    return length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT
+
+
+def discard(response: httpx.Response) -> None:
+    """Close a response nobody will read, draining a small body first to keep its connection."""
+    try:
+        if _drainable(response):
+            for _ in response.iter_raw():
+                pass
+    except Exception:  # the response is thrown away; closing is what matters
+        _logger.debug("draining a discarded response failed", exc_info=True)
+    finally:
+        with contextlib.suppress(Exception):
+            response.close()
+
+
+async def discard_async(response: httpx.Response) -> None:
+    """`discard` for a response of an async transport."""
+    try:
+        if _drainable(response):
+            async for _ in response.aiter_raw():
+                pass
+    except Exception:  # the response is thrown away; closing is what matters
+        _logger.debug("draining a discarded response failed", exc_info=True)
+    finally:
+        with contextlib.suppress(Exception):
+            await response.aclose()
+
+
+class _Exchange:
+    """One request's state across its attempts (see the module docstring)."""
+
+    __slots__ = ("_base_tags", "clock", "extensions", "live", "request")
+
+    def __init__(self, request: httpx.Request, clock: TimeProvider) -> None:
+        self.request = request
+        self.clock = clock
+        self.live: list[httpx.Response] = []
+        self.extensions = request.extensions  # the caller's, restored when no deadline applies
+        self._base_tags: dict[str, Any] | None = None
+
+    def tags(self, event: TelemetryEvent) -> dict[str, Any]:
+        """Extra metric tags of the events of this request (bounded cardinality only)."""
+        base = self._base_tags
+        if base is None:
+            url = self.request.url
+            method = self.request.method
+            base = self._base_tags = {
+                "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+                "server.address": url.host,
+            }
+            if url.port is not None:
+                base["server.port"] = url.port
+        outcome = event.outcome
+        value = None if outcome is None else outcome.value
+        if isinstance(value, httpx.Response):
+            return {**base, "http.response.status_code": value.status_code}
+        return base
+
+    def enter(self) -> Any:
+        """Make a context carrying the request the ambient one; returns the token to reset."""
+        parent = _CURRENT.get()
+        context = new_context() if parent is None else parent.derive()
+        properties = context.properties
+        properties.set(HTTP_REQUEST, self.request)
+        properties.set(CONTEXT_TAGS, self.tags)
+        return _CURRENT.set(context)
+
+    def prepare(self) -> float | None:
+        """Give httpx the time left before the nearest recorded deadline as the request's timeouts.
+
+        Returns that time left (None: no deadline recorded).
+        """
+        context = _CURRENT.get()
+        properties = None if context is None else context._properties
+        deadline = None if properties is None else properties.get(DEADLINE)
+        if deadline is None:
+            self.request.extensions = self.extensions
+            return None
+        left = deadline - self.clock.monotonic()
+        cut = max(left, _MIN_TIMEOUT)
+        original: dict[str, float | None] = self.extensions.get("timeout") or {}
+        timeouts: dict[str, float | None] = {}
+        for key in _TIMEOUT_KEYS:
+            own = original.get(key)
+            timeouts[key] = cut if own is None else min(own, cut)
+        self.request.extensions = {**self.extensions, "timeout": timeouts}
+        return left
+
+    def deadline_passed(self) -> bool:
+        """Whether the nearest recorded deadline is due (httpx's timeout may beat our timer)."""
+        context = _CURRENT.get()
+        properties = None if context is None else context._properties
+        deadline = None if properties is None else properties.get(DEADLINE)
+        return deadline is not None and self.clock.monotonic() >= deadline
+
+    def take_discarded(self, keep: httpx.Response | None = None) -> list[httpx.Response]:
+        """Every live response but `keep`, forgotten here (the caller discards them)."""
+        live = self.live
+        if not live:
+            return live
+        self.live = []
+        return [response for response in live if response is not keep]
+
+
+class ResilientTransport(httpx.BaseTransport):
+    """An httpx transport that sends every request through a resilience pipeline.
+
+    `httpx.Client(transport=ResilientTransport(standard_pipeline()))`. Each attempt goes to
+    `transport` (default: a fresh `httpx.HTTPTransport()`); its response is the attempt's
+    outcome value and its errors propagate unchanged. Responses an attempt produced but the
+    pipeline did not return are closed before the next attempt and at the end; the returned
+    one is streamed as httpx would (never buffered).
+    """
+
+    def __init__(self, pipeline: ResiliencePipeline, transport: httpx.BaseTransport | None = None) -> None:
+        self.pipeline = pipeline
+        self.transport = httpx.HTTPTransport() if transport is None else transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the pipeline; return the response it settles on."""
+        exchange = _Exchange(request, self.pipeline.time_provider)
+        token = exchange.enter()
+        try:
+            response = self.pipeline.execute(self._attempt, exchange)
+        except BaseException:
+            for discarded in exchange.take_discarded():
+                discard(discarded)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        for discarded in exchange.take_discarded(keep=response):
+            discard(discarded)
+        return response
+
+    def _attempt(self, exchange: _Exchange) -> httpx.Response:
+        for discarded in exchange.take_discarded():
+            discard(discarded)
+        left = exchange.prepare()
+        if left is not None and left <= 0:
+            _signal().wait(_GRACE)  # due: no request, let the timeout strategy's timer report it
+            _signal().raise_if_aborted()
+        request = exchange.request
+        try:
+            response = self.transport.handle_request(request)
+        except httpx.TimeoutException:
+            if exchange.deadline_passed():
+                # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let
+                # the timer fire, so the timeout strategy reports it and a retry sees the abort.
+                _signal().wait(_GRACE)
+            raise
+        response.request = request
+        exchange.live.append(response)
+        return response
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+    def __repr__(self) -> str:
+        return f"<ResilientTransport pipeline={self.pipeline!r}>"
+
+
+class AsyncResilientTransport(httpx.AsyncBaseTransport):
+    """The asyncio twin of `ResilientTransport`, for `httpx.AsyncClient`.
+
+    Each attempt goes to `transport` (default: a fresh `httpx.AsyncHTTPTransport()`) and runs in
+    the caller's task, so a timeout strategy cancels it at its deadline.
+    """
+
+    def __init__(self, pipeline: ResiliencePipeline, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.pipeline = pipeline
+        self.transport = httpx.AsyncHTTPTransport() if transport is None else transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the pipeline; return the response it settles on."""
+        exchange = _Exchange(request, self.pipeline.time_provider)
+        token = exchange.enter()
+        try:
+            response = await self.pipeline.execute_async(self._attempt, exchange)
+        except BaseException:
+            for discarded in exchange.take_discarded():
+                await discard_async(discarded)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        for discarded in exchange.take_discarded(keep=response):
+            await discard_async(discarded)
+        return response
+
+    async def _attempt(self, exchange: _Exchange) -> httpx.Response:
+        for discarded in exchange.take_discarded():
+            await discard_async(discarded)
+        left = exchange.prepare()
+        if left is not None and left <= 0:
+            await _signal().wait_async(_GRACE)  # due: no request (the deadline cancels this wait)
+            _signal().raise_if_aborted()
+        request = exchange.request
+        try:
+            response = await self.transport.handle_async_request(request)
+        except httpx.TimeoutException:
+            if exchange.deadline_passed():
+                await _signal().wait_async(_GRACE)  # see ResilientTransport._attempt
+            raise
+        response.request = request
+        exchange.live.append(response)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncResilientTransport pipeline={self.pipeline!r}>"
