@@ -273,8 +273,7 @@ class HttpCircuitBreakerStrategyOptions:
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
-        problems = Problems()
-        problems.callable("handle", self.handle)
+        problems = Problems()  # `handle` is checked by the circuit breaker's own options
         _check_bool(problems, "per_authority", self.per_authority)
         return [*self._circuit().validate(context), *problems.items]
 

@@ -46,8 +46,9 @@ _MIN_TIMEOUT: Final = 0.001  # httpx reads 0 as "fail at once"; a deadline just 
 # OpenTelemetry's semantic conventions: known methods by name, anything else as "_OTHER" (bounded).
 _KNOWN_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
 _TIMEOUT_KEYS: Final = ("connect", "read", "write", "pool")
-# How long an attempt whose deadline is due waits for the timeout strategy's timer to fire
-# (it normally does within milliseconds; the bound only keeps a stuck timer from hanging us).
+# How long an attempt that httpx timed out at our deadline waits for the timeout strategy's
+# timer to fire (it normally does within milliseconds; the bound keeps a late timer from
+# hanging the attempt).
 _GRACE: Final = 1.0
 
 
@@ -130,26 +131,21 @@ class _Exchange:
         properties.set(CONTEXT_TAGS, self.tags)
         return _CURRENT.set(context)
 
-    def prepare(self) -> float | None:
-        """Give httpx the time left before the nearest recorded deadline as the request's timeouts.
-
-        Returns that time left (None: no deadline recorded).
-        """
+    def prepare(self) -> None:
+        """Give httpx the time left before the nearest recorded deadline as the request's timeouts."""
         context = _CURRENT.get()
         properties = None if context is None else context._properties
         deadline = None if properties is None else properties.get(DEADLINE)
         if deadline is None:
             self.request.extensions = self.extensions
-            return None
-        left = deadline - self.clock.monotonic()
-        cut = max(left, _MIN_TIMEOUT)
+            return
+        cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
         for key in _TIMEOUT_KEYS:
             own = original.get(key)
             timeouts[key] = cut if own is None else min(own, cut)
         self.request.extensions = {**self.extensions, "timeout": timeouts}
-        return left
 
     def deadline_passed(self) -> bool:
         """Whether the nearest recorded deadline is due (httpx's timeout may beat our timer)."""
@@ -200,10 +196,7 @@ class ResilientTransport(httpx.BaseTransport):
     def _attempt(self, exchange: _Exchange) -> httpx.Response:
         for discarded in exchange.take_discarded():
             discard(discarded)
-        left = exchange.prepare()
-        if left is not None and left <= 0:
-            _signal().wait(_GRACE)  # due: no request, let the timeout strategy's timer report it
-            _signal().raise_if_aborted()
+        exchange.prepare()
         request = exchange.request
         try:
             response = self.transport.handle_request(request)
@@ -255,10 +248,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
     async def _attempt(self, exchange: _Exchange) -> httpx.Response:
         for discarded in exchange.take_discarded():
             await discard_async(discarded)
-        left = exchange.prepare()
-        if left is not None and left <= 0:
-            await _signal().wait_async(_GRACE)  # due: no request (the deadline cancels this wait)
-            _signal().raise_if_aborted()
+        exchange.prepare()
         request = exchange.request
         try:
             response = await self.transport.handle_async_request(request)

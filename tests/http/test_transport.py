@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import time
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,9 @@ def make(clients: list[Client], kind: str, pipeline: ResiliencePipeline, **trans
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 599])
-async def test_each_transient_status_is_retried(server: ScriptedServer, kind: str, clients: list[Client], status: int) -> None:
+async def test_each_transient_status_is_retried(
+    server: ScriptedServer, kind: str, clients: list[Client], status: int
+) -> None:
     """408, 429 and every 5xx are retried; the next success is returned."""
     url = server.script("/flaky", Reply(status), Reply(200, body=b"fine"))
     client = make(clients, kind, fast())
@@ -51,7 +54,9 @@ async def test_each_transient_status_is_retried(server: ScriptedServer, kind: st
 
 
 @pytest.mark.parametrize("status", [200, 201, 301, 400, 401, 404, 409, 422])
-async def test_other_statuses_are_returned_at_once(server: ScriptedServer, kind: str, clients: list[Client], status: int) -> None:
+async def test_other_statuses_are_returned_at_once(
+    server: ScriptedServer, kind: str, clients: list[Client], status: int
+) -> None:
     """Anything else is the answer: no second request."""
     url = server.script("/once", Reply(status, body=b"answer"))
     client = make(clients, kind, fast())
@@ -60,7 +65,9 @@ async def test_other_statuses_are_returned_at_once(server: ScriptedServer, kind:
     assert len(server.requests_to("/once")) == 1
 
 
-async def test_when_retries_run_out_the_last_response_is_returned(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_when_retries_run_out_the_last_response_is_returned(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """After max_retries the last handled response is the result, body intact."""
     url = server.script("/down", default=Reply(503, body=b"still down"))
     delays: list[float] = []
@@ -101,7 +108,9 @@ async def test_retry_after_in_seconds_is_the_delay(server: ScriptedServer, kind:
     assert clock.monotonic() == pytest.approx(START + 7.0)
 
 
-async def test_retry_after_as_an_http_date_is_the_delay(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_retry_after_as_an_http_date_is_the_delay(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """An HTTP-date is read against the time provider's `time()`."""
     when = email.utils.formatdate(START + 20, usegmt=True)
     url = server.script("/maintenance", Reply(503, {"Retry-After": when}), Reply(200))
@@ -142,7 +151,7 @@ async def test_a_post_is_not_retried(server: ScriptedServer, kind: str, clients:
         ("GET", {"extensions": {RETRY_EXTENSION: False}}, {}, 1),
     ],
 )
-async def test_which_requests_may_be_retried(
+async def test_which_requests_may_be_retried(  # noqa: PLR0917 - fixtures and parameters
     server: ScriptedServer,
     kind: str,
     clients: list[Client],
@@ -160,7 +169,9 @@ async def test_which_requests_may_be_retried(
     assert all(item.body == b"payload" for item in seen)  # a retried request sends its body again
 
 
-async def test_a_discarded_response_is_closed_before_the_next_attempt(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_a_discarded_response_is_closed_before_the_next_attempt(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """With a pool of one connection, a retry can only go out if the 503 gave it back."""
     url = server.script("/one", Reply(503, body=b"x" * 1000), Reply(503), Reply(200))
     limits = httpx.Limits(max_connections=1)
@@ -171,7 +182,9 @@ async def test_a_discarded_response_is_closed_before_the_next_attempt(server: Sc
     assert server.connections_made == 1  # small bodies are drained: the connection is reused
 
 
-async def test_no_connection_leaks_after_1000_retried_requests(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_no_connection_leaks_after_1000_retried_requests(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """1,000 requests, each answered 503 then 200: the pool ends with one idle connection."""
     replies = [reply for _ in range(1000) for reply in (Reply(503, body=b"busy"), Reply(200, body=b"ok"))]
     url = server.script("/load", *replies)
@@ -187,11 +200,13 @@ async def test_no_connection_leaks_after_1000_retried_requests(server: ScriptedS
     await client.close()
     deadline = time.monotonic() + 10
     while server.open_connections and time.monotonic() < deadline:
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
     assert server.open_connections == 0
 
 
-async def test_a_large_discarded_body_closes_its_connection(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_a_large_discarded_body_closes_its_connection(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """A body too big to drain is not read: its connection is closed instead, none leaks."""
     url = server.script("/big", Reply(503, body=b"x" * 200_000), Reply(200))
     client = make(clients, kind, fast())
@@ -200,7 +215,9 @@ async def test_a_large_discarded_body_closes_its_connection(server: ScriptedServ
     assert len(client.pool.connections) == 1
 
 
-async def test_the_returned_response_is_streamed_not_buffered(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_the_returned_response_is_streamed_not_buffered(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """`client.stream(...)` gets the body unread from the transport."""
     body = bytes(range(256)) * 4096
     url = server.script("/file", Reply(503), Reply(200, body=body))
@@ -216,7 +233,9 @@ async def test_the_returned_response_is_streamed_not_buffered(server: ScriptedSe
     assert received == body
 
 
-async def test_circuits_are_per_authority(server: ScriptedServer, other_server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_circuits_are_per_authority(
+    server: ScriptedServer, other_server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """Failures of one host open its circuit only; a POST's 5xx counts too (it is just not retried)."""
     failing = server.script("/api", default=Reply(500))
     healthy = other_server.script("/api", default=Reply(200))
@@ -236,7 +255,9 @@ async def test_circuits_are_per_authority(server: ScriptedServer, other_server: 
     }
 
 
-async def test_the_attempt_deadline_is_handed_to_httpx(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_the_attempt_deadline_is_handed_to_httpx(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """Each attempt's timeouts are the time left before the nearest deadline, or the client's if shorter."""
     url = server.script("/quick", Reply(200))
     client = make(clients, kind, fast(attempt_timeout=3, total_timeout=60))
@@ -245,10 +266,14 @@ async def test_the_attempt_deadline_is_handed_to_httpx(server: ScriptedServer, k
     assert timeouts == {"connect": 1.0, "read": 3.0, "write": 3.0, "pool": 3.0}
 
 
-async def test_an_attempt_timeout_cuts_each_attempt_and_retries(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_an_attempt_timeout_cuts_each_attempt_and_retries(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """A server that hangs for 30 s: two attempts of 0.3 s each, on the real clock."""
     url = server.script("/hang", default=Reply(delay=30))
-    client = make(clients, kind, standard_pipeline(attempt_timeout=0.3, total_timeout=20, max_retries=1, retry_delay=0.01))
+    client = make(
+        clients, kind, standard_pipeline(attempt_timeout=0.3, total_timeout=20, max_retries=1, retry_delay=0.01)
+    )
     started = time.monotonic()
     with pytest.raises((TimeoutRejectedError, httpx.TimeoutException)):
         await client.request("GET", url)
@@ -256,7 +281,9 @@ async def test_an_attempt_timeout_cuts_each_attempt_and_retries(server: Scripted
     assert len(server.requests_to("/hang")) == 2
 
 
-async def test_the_total_timeout_cuts_the_request_and_stops_retrying(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+async def test_the_total_timeout_cuts_the_request_and_stops_retrying(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
     """A total timeout shorter than the attempt timeout ends the one attempt and every retry."""
     url = server.script("/hang", default=Reply(delay=30))
     client = make(clients, kind, standard_pipeline(attempt_timeout=10, total_timeout=0.4, retry_delay=0.01))

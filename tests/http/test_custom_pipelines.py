@@ -1,0 +1,189 @@
+"""The transports with pipelines users build themselves, and the HTTP strategies one by one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx
+import pytest
+
+from resilience import PipelineBuilder, ResiliencePipelineBuilder
+from resilience.http import (
+    AsyncResilientTransport,
+    AuthorityCircuitBreaker,
+    ResilientTransport,
+    http_circuit_breaker_strategy,
+    http_retry_strategy,
+    http_timeout_strategy,
+)
+from resilience.http._transport import _Exchange
+from resilience.strategies import CircuitState
+from resilience.telemetry import TelemetryEvent
+from resilience.telemetry._event import Severity
+from resilience.testing import FakeTimeProvider
+from tests.http.conftest import Client
+from tests.http_support import Reply, ScriptedServer
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from resilience import ResilienceContext
+    from resilience.strategies import OnRetryArguments
+
+T = TypeVar("T")
+
+
+async def test_a_plain_retry_over_responses_still_closes_each_discarded_one(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """The transport closes what an attempt left behind even when the retry knows nothing of HTTP."""
+    url = server.script("/plain", Reply(503), Reply(503), Reply(200))
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=FakeTimeProvider(auto_advance=True))
+        .add_retry(max_retries=3, delay=1, handle_result=lambda r: r.status_code == 503)
+        .build()
+    )
+    client = Client(kind, pipeline, limits=httpx.Limits(max_connections=1))
+    clients.append(client)
+    response = await client.request("GET", url, timeout=httpx.Timeout(5.0, pool=1.0))
+    assert response.status_code == 200
+    assert (
+        response.request.extensions["timeout"] == httpx.Timeout(5.0, pool=1.0).as_dict()
+    )  # no deadline: the client's own
+
+
+class Keep:
+    """A strategy that runs the inner pipeline, keeps its result, then fails the execution."""
+
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        self.kept.append(callback(context))
+        raise RuntimeError("rejected after the fact")
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        self.kept.append(await callback(context))
+        raise RuntimeError("rejected after the fact")
+
+
+async def test_when_the_pipeline_raises_every_response_is_closed(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    url = server.script("/kept", Reply(200, body=b"unread"))
+    keep = Keep()
+    client = Client(kind, PipelineBuilder().add(keep).build())
+    clients.append(client)
+    with pytest.raises(RuntimeError, match="after the fact"):
+        await client.request("GET", url)
+    (response,) = keep.kept
+    assert response.is_closed
+
+
+async def test_a_shorter_client_timeout_wins_over_the_deadline(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """httpx's own read timeout, shorter than the attempt's, ends the attempt as httpx.ReadTimeout."""
+    url = server.script("/slow", Reply(delay=30))
+    pipeline = PipelineBuilder().add(http_timeout_strategy(20)).build()
+    client = Client(kind, pipeline)
+    clients.append(client)
+    with pytest.raises(httpx.ReadTimeout):
+        await client.request("GET", url, timeout=0.2)
+
+
+async def test_on_retry_sees_the_response_before_it_is_closed(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """The user's on_retry (sync or async) reads the response; it is closed right after."""
+    url = server.script("/retry", Reply(503, body=b"overloaded"), Reply(200))
+    seen: list[tuple[int, bytes]] = []
+    responses: list[httpx.Response] = []
+
+    def remember(args: OnRetryArguments) -> None:
+        response = args.outcome.value
+        responses.append(response)
+        seen.append((response.status_code, response.read()))
+
+    async def remember_async(args: OnRetryArguments) -> None:
+        response = args.outcome.value
+        responses.append(response)
+        seen.append((response.status_code, await response.aread()))
+
+    on_retry = remember if kind == "sync" else remember_async
+    pipeline = (
+        PipelineBuilder(time_provider=FakeTimeProvider(auto_advance=True))
+        .add(http_retry_strategy(on_retry=on_retry))
+        .build()
+    )
+    client = Client(kind, pipeline)
+    clients.append(client)
+    assert (await client.request("GET", url)).status_code == 200
+    assert seen == [(503, b"overloaded")]
+    assert responses[0].is_closed
+
+
+async def test_one_circuit_for_every_authority_when_asked(
+    server: ScriptedServer, other_server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    bad = server.script("/x", default=Reply(500))
+    good = other_server.script("/x", default=Reply(200))
+    pipeline = (
+        PipelineBuilder()
+        .add(http_circuit_breaker_strategy(per_authority=False, minimum_throughput=2, failure_ratio=0.5))
+        .build()
+    )
+    client = Client(kind, pipeline)
+    clients.append(client)
+    await client.request("GET", bad)
+    await client.request("GET", bad)
+    with pytest.raises(Exception, match="circuit"):
+        await client.request("GET", good)  # the one shared circuit is open
+    assert other_server.requests_to("/x") == []
+
+
+def test_circuits_beyond_the_limit_forget_the_oldest_closed_one() -> None:
+    pipeline = PipelineBuilder().add(http_circuit_breaker_strategy()).build()
+    (circuits,) = pipeline.strategies
+    assert isinstance(circuits, AuthorityCircuitBreaker)
+    first = circuits.circuit("http://a:1")
+    assert circuits.circuit("http://a:1") is first
+    for n in range(1, 1025):
+        circuits.circuit(f"http://h{n}:80")
+    assert len(circuits.circuits) == 1024
+    assert "http://a:1" not in circuits.circuits
+    assert set(circuits.circuits.values()) == {CircuitState.CLOSED}
+    assert repr(circuits) == "<AuthorityCircuitBreaker circuits=1024>"
+
+
+def test_outside_a_transport_the_circuit_is_shared_under_an_empty_key() -> None:
+    pipeline = PipelineBuilder().add(http_circuit_breaker_strategy()).build()
+    assert pipeline.execute(lambda: 42) == 42
+    (circuits,) = pipeline.strategies
+    assert isinstance(circuits, AuthorityCircuitBreaker)
+    assert list(circuits.circuits) == [""]
+
+
+def test_tags_name_the_default_port_only_when_the_url_has_one() -> None:
+    exchange = _Exchange(httpx.Request("GET", "https://example.com/a"), FakeTimeProvider())
+    event = TelemetryEvent("OnRetry", Severity.WARNING, None, None, None, None, None, None)
+    assert exchange.tags(event) == {"http.request.method": "GET", "server.address": "example.com"}
+
+
+async def test_the_transports_close_what_they_wrap() -> None:
+    pipeline = PipelineBuilder().build()
+    inner = httpx.HTTPTransport()
+    with httpx.Client(transport=ResilientTransport(pipeline, inner)) as client:
+        assert "ResilientTransport" in repr(client._transport)
+    assert inner._pool.connections == []
+    ainner = httpx.AsyncHTTPTransport()
+    async with httpx.AsyncClient(transport=AsyncResilientTransport(pipeline, ainner)) as aclient:
+        assert "AsyncResilientTransport" in repr(aclient._transport)
+    default = ResilientTransport(pipeline)
+    assert isinstance(default.transport, httpx.HTTPTransport)
+    default.close()
+    adefault = AsyncResilientTransport(pipeline)
+    assert isinstance(adefault.transport, httpx.AsyncHTTPTransport)
+    await adefault.aclose()
