@@ -130,10 +130,10 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
         response = args.outcome.value
         if not isinstance(response, httpx.Response):
             return result
-        if isinstance(response.stream, httpx.AsyncByteStream):
-            return _close_after(result, response)  # an async execution awaits it
-        discard(response)
-        return result
+        if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
+            discard(response)
+            return result
+        return _close_after(result, response)  # an async-only stream: an async execution awaits it
 
     return close
 
