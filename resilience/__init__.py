@@ -26,6 +26,7 @@ Public modules:
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
     resilience.testing     FakeTimeProvider, capture_events
+    resilience.http        resilient httpx transports and the standard HTTP pipeline (extra [http])
 """
 
 from resilience._builder import PipelineBuilder, ResiliencePipelineBuilder

@@ -1,0 +1,165 @@
+"""Requests per second through `ResilientTransport` + `standard_pipeline()` vs plain httpx.
+
+A minimal asyncio HTTP/1.1 server runs in a separate process (so it does not share the
+client's GIL) and answers every GET with a fixed 200 and keep-alive, about as fast as a local
+server can: the harshest setting for the pipeline's overhead. Sync and async clients, plain and
+resilient, are timed interleaved, round by round; the ratio is the median of per-round ratios.
+
+    .venv/bin/python benchmarks/http_transport.py --requests 2000 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from resilience.http import AsyncResilientTransport, ResilientTransport, standard_pipeline
+
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+
+class _Protocol(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:  # GETs only: no body to skip
+            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            self.transport.write(RESPONSE)
+
+
+def serve(port: int) -> None:
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_Protocol, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            time.sleep(0.05)
+        else:
+            return
+    raise RuntimeError("the benchmark server did not start")
+
+
+def time_sync(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) / number
+
+
+async def time_async(fn: Callable[[], Awaitable[object]], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        await fn()
+    return (time.perf_counter() - start) / number
+
+
+def show(title: str, samples: dict[str, list[float]]) -> None:
+    plain = samples["plain httpx"]
+    resilient = samples["ResilientTransport + standard_pipeline()"]
+    ratios = [p / r for p, r in zip(plain, resilient, strict=True)]  # throughput ratio per round
+    print(f"### {title}\n")
+    print("| client | median per request | requests/s | vs plain |")
+    print("|---|---:|---:|---:|")
+    for name, values in samples.items():
+        median = statistics.median(values)
+        versus = "1.00x" if name == "plain httpx" else f"{statistics.median(ratios):.3f}x"
+        print(f"| {name} | {median * 1e6:,.1f} us | {1 / median:,.0f} | {versus} |")
+    print(f"\nper-round throughput ratios: {', '.join(f'{r:.3f}' for r in ratios)}\n")
+
+
+def bench_sync(url: str, number: int, rounds: int) -> None:
+    clients = {
+        "plain httpx": httpx.Client(),
+        "ResilientTransport + standard_pipeline()": httpx.Client(transport=ResilientTransport(standard_pipeline())),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in clients}
+    try:
+        for client in clients.values():
+            time_sync(lambda c=client: c.get(url), max(number // 10, 1))  # warm up, open the connection
+        gc.disable()
+        for _ in range(rounds):
+            for name, client in clients.items():
+                samples[name].append(time_sync(lambda c=client: c.get(url), number))
+    finally:
+        gc.enable()
+        for client in clients.values():
+            client.close()
+    show("sync: httpx.Client", samples)
+
+
+def bench_async(url: str, number: int, rounds: int) -> None:
+    async def run() -> None:
+        clients = {
+            "plain httpx": httpx.AsyncClient(),
+            "ResilientTransport + standard_pipeline()": httpx.AsyncClient(
+                transport=AsyncResilientTransport(standard_pipeline())
+            ),
+        }
+        samples: dict[str, list[float]] = {name: [] for name in clients}
+        try:
+            for client in clients.values():
+                await time_async(lambda c=client: c.get(url), max(number // 10, 1))
+            gc.disable()
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    samples[name].append(await time_async(lambda c=client: c.get(url), number))
+        finally:
+            gc.enable()
+            for client in clients.values():
+                await client.aclose()
+        show("async: httpx.AsyncClient", samples)
+
+    asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per candidate per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    try:
+        wait_listening(port)
+        url = f"http://127.0.0.1:{port}/"
+        print(f"## HTTP: {args.requests} requests x {args.rounds} rounds, Python {sys.version.split()[0]}\n")
+        bench_sync(url, args.requests, args.rounds)
+        bench_async(url, args.requests, args.rounds)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
