@@ -15,9 +15,9 @@ left before the attempt's deadline. Events carry `http.request.method`, `server.
 """
 
 from resilience.http._classify import (
-    HTTP_REQUEST,
     IDEMPOTENT_METHODS,
     RETRY_EXTENSION,
+    current_request,
     is_transient,
     parse_retry_after,
     retry_allowed,
@@ -35,7 +35,6 @@ from resilience.http._strategies import (
 from resilience.http._transport import AsyncResilientTransport, ResilientTransport
 
 __all__ = [
-    "HTTP_REQUEST",
     "IDEMPOTENT_METHODS",
     "RETRY_EXTENSION",
     "AsyncResilientTransport",
@@ -44,6 +43,7 @@ __all__ = [
     "HttpRetryStrategyOptions",
     "HttpTimeoutStrategyOptions",
     "ResilientTransport",
+    "current_request",
     "http_circuit_breaker_strategy",
     "http_retry_strategy",
     "http_timeout_strategy",

@@ -13,19 +13,19 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import math
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from resilience._context import _CURRENT, ResiliencePropertyKey
 from resilience.exceptions import TimeoutRejectedError
 
 if TYPE_CHECKING:
     from resilience._outcome import Outcome
 
 __all__ = [
-    "HTTP_REQUEST",
     "IDEMPOTENT_METHODS",
+    "REQUEST",
     "RETRY_EXTENSION",
     "authority",
     "current_request",
@@ -35,11 +35,8 @@ __all__ = [
     "retry_allowed",
 ]
 
-HTTP_REQUEST: Final[ResiliencePropertyKey[httpx.Request]] = ResiliencePropertyKey("resilience.http.request")
-"""The context property holding the `httpx.Request` a resilient transport is sending.
-
-Callbacks see it on their arguments' context (`args.context.properties[HTTP_REQUEST]`).
-"""
+REQUEST: Final[ContextVar[tuple[httpx.Request, str] | None]] = ContextVar("resilience_http_request", default=None)
+"""The request a resilient transport is sending and its authority, while its pipeline runs."""
 
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 """The methods retried (and hedged) by default: RFC 9110's idempotent methods."""
@@ -83,13 +80,14 @@ def is_transient(outcome: Outcome[Any]) -> bool:
 
 
 def current_request(outcome: Outcome[Any] | None = None) -> httpx.Request | None:
-    """The request being sent: the ambient context's (set by the transport), else the response's."""
-    context = _CURRENT.get()
-    properties = None if context is None else context._properties
-    if properties is not None:
-        request = properties.get(HTTP_REQUEST)
-        if request is not None:
-            return request
+    """The request a resilient transport is sending, for code running in its pipeline.
+
+    Callbacks (`on_retry`, `on_opened`, ...), predicates and the callable see it while the
+    transport runs the pipeline; elsewhere, the request of `outcome`'s response, else None.
+    """
+    sending = REQUEST.get()
+    if sending is not None:
+        return sending[0]
     value = None if outcome is None else outcome.value
     if isinstance(value, httpx.Response):
         return value._request

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import httpx
 
-from resilience._validation import Duration, Problems, to_seconds
+from resilience._validation import Duration, Problems
 from resilience.http._classify import (
-    HTTP_REQUEST,
-    authority,
+    REQUEST,
     current_request,
     is_transient,
     parse_retry_after,
@@ -31,7 +30,7 @@ from resilience.http._transport import DEADLINE, discard, discard_async
 from resilience.strategies._circuit_breaker import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
 from resilience.strategies._circuit_core import CircuitState
 from resilience.strategies._retry import RetryStrategyOptions
-from resilience.strategies._timeout import TimeoutStrategyOptions
+from resilience.strategies._timeout import TimeoutStrategy, TimeoutStrategyOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -48,10 +47,11 @@ if TYPE_CHECKING:
     )
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
     from resilience.strategies._retry_core import Backoff
-    from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
+    from resilience.strategies._timeout import OnTimeoutArguments
 
 __all__ = [
     "AuthorityCircuitBreaker",
+    "DeadlineTimeout",
     "HttpCircuitBreakerStrategyOptions",
     "HttpRetryStrategyOptions",
     "HttpTimeoutStrategyOptions",
@@ -194,30 +194,60 @@ class HttpTimeoutStrategyOptions:
     on_timeout: Callable[[OnTimeoutArguments], object] | None = None
     name: str = "Timeout"
 
-    def _timeout(self, generator: Callable[[TimeoutGeneratorArguments], None] | None) -> TimeoutStrategyOptions:
-        return TimeoutStrategyOptions(
-            timeout=self.timeout, timeout_generator=generator, on_timeout=self.on_timeout, name=self.name
-        )
+    def _timeout(self) -> TimeoutStrategyOptions:
+        return TimeoutStrategyOptions(timeout=self.timeout, on_timeout=self.on_timeout, name=self.name)
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
-        return self._timeout(None).validate(context)
+        return self._timeout().validate(context)
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
-        """A timeout strategy that records its deadline for the transport."""
-        seconds = to_seconds(self.timeout)
-        clock = context.time_provider
+        """A timeout strategy that publishes its deadline to the transport."""
+        return DeadlineTimeout(self._timeout().create(context), context.time_provider)
 
-        def record_deadline(args: TimeoutGeneratorArguments) -> None:
-            # On the scope's own (derived) context: an attempt sees the nearest of its own and
-            # every enclosing HTTP timeout's deadline. None: the strategy's timeout applies.
-            deadline = clock.monotonic() + seconds
-            properties = args.context.properties
-            enclosing = properties.get(DEADLINE)
-            if enclosing is None or deadline < enclosing:
-                properties.set(DEADLINE, deadline)
 
-        return self._timeout(record_deadline).create(context)
+class DeadlineTimeout:
+    """A timeout strategy that also publishes its deadline (`DEADLINE`) to the inner pipeline.
+
+    The transport hands the time left before the nearest published deadline to httpx. A
+    context variable, not a context property: one set and reset per execution, no allocation.
+    """
+
+    __slots__ = ("_clock", "_seconds", "_timeout")
+
+    def __init__(self, timeout: TimeoutStrategy, clock: TimeProvider) -> None:
+        self._timeout = timeout
+        self._seconds = timeout.timeout
+        self._clock = clock
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` under the timeout, its deadline published (sync)."""
+        deadline = self._clock.monotonic() + self._seconds
+        enclosing = DEADLINE.get()
+        if enclosing is not None and enclosing <= deadline:
+            return self._timeout.execute(callback, context)
+        token = DEADLINE.set(deadline)
+        try:
+            return self._timeout.execute(callback, context)
+        finally:
+            DEADLINE.reset(token)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Await `callback` under the timeout, its deadline published (async)."""
+        deadline = self._clock.monotonic() + self._seconds
+        enclosing = DEADLINE.get()
+        if enclosing is not None and enclosing <= deadline:
+            return await self._timeout.execute_async(callback, context)
+        token = DEADLINE.set(deadline)
+        try:
+            return await self._timeout.execute_async(callback, context)
+        finally:
+            DEADLINE.reset(token)
+
+    def __repr__(self) -> str:
+        return f"<DeadlineTimeout timeout={self._seconds:g}>"
 
 
 def http_timeout_strategy(
@@ -287,8 +317,8 @@ class HttpCircuitBreakerStrategyOptions:
 class AuthorityCircuitBreaker:
     """A circuit per authority (scheme, host, port), each made on the first request to it.
 
-    The authority comes from the request the transport put on the context (`HTTP_REQUEST`);
-    an execution without one uses a shared circuit under the key `""`. Beyond 1024 authorities
+    The authority is that of the request the transport is sending (`current_request()`); an
+    execution without one uses a shared circuit under the key `""`. Beyond 1024 authorities
     the oldest closed circuit is forgotten for each new one (an open circuit is never dropped).
     """
 
@@ -324,20 +354,21 @@ class AuthorityCircuitBreaker:
         """A snapshot: each known authority and its circuit's state."""
         return {key: circuit.state for key, circuit in list(self._circuits.items())}
 
-    def _for(self, context: ResilienceContext) -> CircuitBreakerStrategy:
-        properties = context._properties
-        request = None if properties is None else properties.get(HTTP_REQUEST)
-        return self.circuit("" if request is None else authority(request.url))
+    def _current(self) -> CircuitBreakerStrategy:
+        sending = REQUEST.get()
+        key = "" if sending is None else sending[1]
+        circuit = self._circuits.get(key)
+        return self.circuit(key) if circuit is None else circuit
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` through the circuit of the request's authority (sync)."""
-        return self._for(context).execute(callback, context)
+        return self._current().execute(callback, context)
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` through the circuit of the request's authority (async)."""
-        return await self._for(context).execute_async(callback, context)
+        return await self._current().execute_async(callback, context)
 
     def __repr__(self) -> str:
         return f"<AuthorityCircuitBreaker circuits={len(self._circuits)}>"

@@ -6,7 +6,7 @@ timeouts, and every response an attempt produced. The pipeline runs `_attempt` (
 
 1. discards (drains a small body, then closes) every response an earlier attempt produced, as
    the pipeline moved on from it: a retry or a hedged attempt never holds two connections;
-2. hands httpx the time left before the nearest deadline recorded by an HTTP timeout strategy
+2. hands httpx the time left before the nearest deadline of an HTTP timeout strategy
    (`http_timeout_strategy`), so that a blocked sync read is really cut at the deadline;
 3. sends the request through the wrapped transport.
 
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from resilience._context import _CURRENT, ResiliencePropertyKey, new_context
-from resilience.http._classify import HTTP_REQUEST
+from resilience._context import _CURRENT
+from resilience.http._classify import REQUEST, authority
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ __all__ = ["DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard
 
 _logger = logging.getLogger("resilience")
 
-DEADLINE: Final[ResiliencePropertyKey[float]] = ResiliencePropertyKey("resilience.http.deadline")
-"""The nearest deadline (time provider's `monotonic()`) recorded by the HTTP timeout strategies."""
+DEADLINE: Final[ContextVar[float | None]] = ContextVar("resilience_http_deadline", default=None)
+"""The nearest deadline (time provider's `monotonic()`) set by the HTTP timeout strategies around the inner pipeline."""
 
 # A discarded response's body is read (so the connection can serve the next request) only when
 # it is announced this small; anything else closes the connection instead.
@@ -122,20 +123,20 @@ class _Exchange:
             return {**base, "http.response.status_code": value.status_code}
         return base
 
-    def enter(self) -> Any:
-        """Make a context carrying the request the ambient one; returns the token to reset."""
-        parent = _CURRENT.get()
-        context = new_context() if parent is None else parent.derive()
-        properties = context.properties
-        properties.set(HTTP_REQUEST, self.request)
-        properties.set(CONTEXT_TAGS, self.tags)
-        return _CURRENT.set(context)
+    def enter(self) -> tuple[Any, Any]:
+        """Publish the request (for the strategies) and the tags (for telemetry); returns the tokens."""
+        request = self.request
+        return REQUEST.set((request, authority(request.url))), CONTEXT_TAGS.set(self.tags)
+
+    @staticmethod
+    def leave(tokens: tuple[Any, Any]) -> None:
+        """Undo `enter`."""
+        REQUEST.reset(tokens[0])
+        CONTEXT_TAGS.reset(tokens[1])
 
     def prepare(self) -> None:
-        """Give httpx the time left before the nearest recorded deadline as the request's timeouts."""
-        context = _CURRENT.get()
-        properties = None if context is None else context._properties
-        deadline = None if properties is None else properties.get(DEADLINE)
+        """Give httpx the time left before the nearest HTTP timeout's deadline as the request's timeouts."""
+        deadline = DEADLINE.get()
         if deadline is None:
             self.request.extensions = self.extensions
             return
@@ -148,10 +149,8 @@ class _Exchange:
         self.request.extensions = {**self.extensions, "timeout": timeouts}
 
     def deadline_passed(self) -> bool:
-        """Whether the nearest recorded deadline is due (httpx's timeout may beat our timer)."""
-        context = _CURRENT.get()
-        properties = None if context is None else context._properties
-        deadline = None if properties is None else properties.get(DEADLINE)
+        """Whether the nearest deadline is due (httpx's timeout may beat our timer)."""
+        deadline = DEADLINE.get()
         return deadline is not None and self.clock.monotonic() >= deadline
 
     def take_discarded(self, keep: httpx.Response | None = None) -> list[httpx.Response]:
@@ -180,7 +179,7 @@ class ResilientTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
-        token = exchange.enter()
+        tokens = exchange.enter()
         try:
             response = self.pipeline.execute(self._attempt, exchange)
         except BaseException:
@@ -188,7 +187,7 @@ class ResilientTransport(httpx.BaseTransport):
                 discard(discarded)
             raise
         finally:
-            _CURRENT.reset(token)
+            exchange.leave(tokens)
         for discarded in exchange.take_discarded(keep=response):
             discard(discarded)
         return response
@@ -232,7 +231,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
-        token = exchange.enter()
+        tokens = exchange.enter()
         try:
             response = await self.pipeline.execute_async(self._attempt, exchange)
         except BaseException:
@@ -240,7 +239,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
                 await discard_async(discarded)
             raise
         finally:
-            _CURRENT.reset(token)
+            exchange.leave(tokens)
         for discarded in exchange.take_discarded(keep=response):
             await discard_async(discarded)
         return response

@@ -238,6 +238,7 @@ class RetryStrategy:
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None
+            outcome: Outcome[Any]
             try:
                 result = call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
@@ -245,12 +246,12 @@ class RetryStrategy:
             finally:
                 inner._end_signal_scope()
             if failure is None:
-                if not handler.checks_results:
+                # A success (unhandled result) returns here, reported only if someone hears it.
+                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
                     if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
-                outcome: Outcome[Any] = Ok(result)
-                handled = handler.result(result, outcome)
+                handled = True
             else:
                 outcome = failure
                 handled = handler.error(failure.error, failure)
@@ -287,6 +288,7 @@ class RetryStrategy:
             started = clock.monotonic() if measured else 0.0
             failure: Err | None = None
             result: Any = None
+            outcome: Outcome[Any]
             try:
                 result = await call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
@@ -294,12 +296,12 @@ class RetryStrategy:
             finally:
                 inner._end_signal_scope()
             if failure is None:
-                if not handler.checks_results:
+                # A success (unhandled result) returns here, reported only if someone hears it.
+                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
                     if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
                         self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
                     return result  # type: ignore[no-any-return]
-                outcome: Outcome[Any] = Ok(result)
-                handled = handler.result(result, outcome)
+                handled = True
             else:
                 outcome = failure
                 handled = handler.error(failure.error, failure)

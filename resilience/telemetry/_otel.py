@@ -12,9 +12,8 @@ import os
 import sys
 import threading
 import weakref
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
-
-from resilience._context import _CURRENT, ResiliencePropertyKey
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -27,15 +26,15 @@ if TYPE_CHECKING:
 
 __all__ = ["CONTEXT_TAGS", "INSTRUMENTS", "export", "exports", "is_active", "tracer"]
 
-CONTEXT_TAGS: Final[ResiliencePropertyKey[Callable[[TelemetryEvent], Mapping[str, Any]]]] = ResiliencePropertyKey(
-    "resilience.telemetry.context_tags"
+CONTEXT_TAGS: Final[ContextVar[Callable[[TelemetryEvent], Mapping[str, Any]] | None]] = ContextVar(
+    "resilience_context_tags", default=None
 )
-"""A context property: a callable giving extra metric and span tags for the events emitted under it.
+"""Extra metric and span tags for the events emitted while it is set (a callable per event).
 
-An integration (the HTTP transport) sets it on the context it runs a pipeline under, so that
-every event of that execution carries its tags (`http.request.method`, `server.address`, ...)
-without the strategies knowing about HTTP. It runs only when an event is exported, and must
-return tags of bounded cardinality.
+An integration (the HTTP transport) sets it around the executions it starts, so that every
+event of them carries its tags (`http.request.method`, `server.address`, ...) without the
+strategies knowing about HTTP. It runs only when an event is exported, and must return tags
+of bounded cardinality.
 """
 
 METER_NAME = "resilience"
@@ -216,12 +215,9 @@ def tags(event: TelemetryEvent, options: TelemetryOptions) -> dict[str, Any]:
         attributes["exception.type"] = exception_type(outcome.error)
     if options.tag_operation_key and event.operation_key is not None:
         attributes["operation.key"] = event.operation_key
-    context = _CURRENT.get()  # the events of an execution are emitted under its caller's context
-    properties = None if context is None else context._properties
-    if properties is not None:
-        extra = properties.get(CONTEXT_TAGS)
-        if extra is not None:
-            attributes.update(extra(event))
+    extra = CONTEXT_TAGS.get()
+    if extra is not None:
+        attributes.update(extra(event))
     return attributes
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from resilience import Err, Ok, PipelineBuilder, TimeoutRejectedError, ValidationError
 from resilience.http import (
-    HTTP_REQUEST,
     RETRY_EXTENSION,
+    current_request,
     http_circuit_breaker_strategy,
     http_retry_strategy,
     http_timeout_strategy,
@@ -20,7 +20,7 @@ from resilience.http import (
     retry_allowed,
     standard_pipeline,
 )
-from resilience.http._classify import authority, current_request
+from resilience.http._classify import REQUEST, authority
 
 NOW = 1_800_000_000.0
 
@@ -85,16 +85,17 @@ def test_idempotent_methods_are_retried_others_only_when_allowed() -> None:
     assert retry_allowed(None)
 
 
-def test_the_request_comes_from_the_context_else_from_the_response() -> None:
-    from resilience import use_context
-
+def test_the_request_is_the_one_being_sent_else_the_responses() -> None:
     sent = request("POST")
     assert current_request(Ok(httpx.Response(503, request=sent))) is sent
     assert current_request(Ok(httpx.Response(503))) is None
     assert current_request(None) is None
-    ambient = request("PUT")
-    with use_context(properties={HTTP_REQUEST: ambient}):
-        assert current_request(Ok(httpx.Response(503, request=sent))) is ambient
+    sending = request("PUT")
+    token = REQUEST.set((sending, "https://example.com:443"))
+    try:
+        assert current_request(Ok(httpx.Response(503, request=sent))) is sending
+    finally:
+        REQUEST.reset(token)
 
 
 def response(retry_after: str | None) -> httpx.Response:
@@ -174,4 +175,8 @@ def test_the_http_options_check_their_own_fields() -> None:
 
 def test_a_timedelta_works_wherever_a_duration_does() -> None:
     pipeline = standard_pipeline(total_timeout=dt.timedelta(seconds=5), attempt_timeout=dt.timedelta(seconds=1))
-    assert "TimeoutStrategy" in repr(pipeline)
+    assert "DeadlineTimeout" in repr(pipeline)
+    assert [repr(s) for s in pipeline.strategies if "Deadline" in repr(s)] == [
+        "<DeadlineTimeout timeout=5>",
+        "<DeadlineTimeout timeout=1>",
+    ]
