@@ -13,9 +13,10 @@ The sync and async twins differ only in awaiting a generator's awaitable.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
@@ -54,6 +55,12 @@ class InjectionRateGeneratorArguments:
     """What `injection_rate_generator` receives before each execution of a chaos strategy."""
 
     context: ResilienceContext
+
+
+A = TypeVar("A", EnabledGeneratorArguments, InjectionRateGeneratorArguments)
+_CONTEXT_SLOTS: dict[type, Callable[[Any, ResilienceContext], None]] = {
+    kind: kind.__dict__["context"].__set__ for kind in (EnabledGeneratorArguments, InjectionRateGeneratorArguments)
+}
 
 
 def chaos_problems(options: Any) -> Problems:
@@ -138,13 +145,17 @@ class Injection:
         if generator is None:
             if not self.enabled:
                 return False
-        elif not call_back(generator, EnabledGeneratorArguments(context)):
-            return False
+        else:
+            on = generator(_arguments(EnabledGeneratorArguments, context))
+            if on is not True and (on is False or not _plain(generator, on)):
+                return False
         rate_generator = self.rate_generator
         if rate_generator is None:
             return self._draw() < self.rate
-        rate = coerce_rate(call_back(rate_generator, InjectionRateGeneratorArguments(context)))
-        return self._draw() < rate
+        rate = rate_generator(_arguments(InjectionRateGeneratorArguments, context))
+        if type(rate) is not float:
+            rate = _plain(rate_generator, rate)
+        return self._draw() < coerce_rate(rate)
 
     async def decide_async(self, context: ResilienceContext) -> bool:
         """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
@@ -152,13 +163,43 @@ class Injection:
         if generator is None:
             if not self.enabled:
                 return False
-        elif not await call_back_async(generator, EnabledGeneratorArguments(context)):
-            return False
+        else:
+            on = generator(_arguments(EnabledGeneratorArguments, context))
+            if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
+                return False
         rate_generator = self.rate_generator
         if rate_generator is None:
             return self._draw() < self.rate
-        rate = coerce_rate(await call_back_async(rate_generator, InjectionRateGeneratorArguments(context)))
-        return self._draw() < rate
+        rate = rate_generator(_arguments(InjectionRateGeneratorArguments, context))
+        if type(rate) is not float and inspect.isawaitable(rate):
+            rate = await rate
+        return self._draw() < coerce_rate(rate)
+
+
+_new_object = object.__new__
+
+
+def _arguments(kind: type[A], context: ResilienceContext) -> A:
+    """`kind(context)` for a frozen one-field arguments class, without the frozen `__init__`.
+
+    A frozen dataclass's `__init__` goes through `object.__setattr__`; writing the slot
+    directly saves ~0.1 us on every execution that has a generator (the run-time switch).
+    """
+    arguments = _new_object(kind)
+    _CONTEXT_SLOTS[kind](arguments, context)
+    return arguments
+
+
+def _plain(generator: Callable[[Any], object], value: object) -> object:
+    """A sync generator's return value; an awaitable is misuse in a sync execution."""
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if callable(close):
+            close()
+        name = getattr(generator, "__qualname__", generator)
+        msg = f"{name!r} returned an awaitable in a sync execution: use a plain function, or execute_async"
+        raise ValidationError(msg)
+    return value
 
 
 class ChaosStrategyBase:
