@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from resilience._pipeline import ResiliencePipeline
     from resilience._signal import Signal
     from resilience._time import TimeProvider
-    from resilience.telemetry._event import TelemetryEvent
+    from resilience.telemetry._otel import EventFields
 
 __all__ = ["DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard", "discard_async"]
 
@@ -105,7 +105,7 @@ class _Exchange:
         self.extensions = request.extensions  # the caller's, restored when no deadline applies
         self._base_tags: dict[str, Any] | None = None
 
-    def tags(self, event: TelemetryEvent) -> dict[str, Any]:
+    def tags(self, event: EventFields) -> dict[str, Any]:
         """Extra metric tags of the events of this request (bounded cardinality only)."""
         base = self._base_tags
         if base is None:
