@@ -44,6 +44,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
+	$(BIN)/python benchmarks/http_transport.py --server raw
+	$(BIN)/python benchmarks/http_transport.py --server stdlib
 
 # The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.
 soak: $(STAMP)

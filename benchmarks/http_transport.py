@@ -1,11 +1,16 @@
 """Requests per second through `ResilientTransport` + `standard_pipeline()` vs plain httpx.
 
-A minimal asyncio HTTP/1.1 server runs in a separate process (so it does not share the
-client's GIL) and answers every GET with a fixed 200 and keep-alive, about as fast as a local
-server can: the harshest setting for the pipeline's overhead. Sync and async clients, plain and
-resilient, are timed interleaved, round by round; the ratio is the median of per-round ratios.
+The server runs in a separate process (so it does not share the client's GIL) and answers
+every GET with a fixed 200 and keep-alive:
 
-    .venv/bin/python benchmarks/http_transport.py --requests 2000 --rounds 7
+- `--server raw` (default): a minimal asyncio protocol, about as fast as a local server can
+  answer: the harshest setting for the pipeline's overhead;
+- `--server stdlib`: the standard library's `ThreadingHTTPServer`, a typical Python server.
+
+Sync and async clients, plain and resilient, are timed interleaved, round by round; the ratio
+is the median of per-round throughput ratios.
+
+    .venv/bin/python benchmarks/http_transport.py --requests 2000 --rounds 7 --server raw
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import http.server
 import socket
 import statistics
 import subprocess
@@ -39,7 +45,26 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(RESPONSE)
 
 
-def serve(port: int) -> None:
+class _StdlibHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002, ARG002 - stdlib signature, silenced
+        return
+
+
+def serve(port: int, kind: str) -> None:
+    if kind == "stdlib":
+        http.server.ThreadingHTTPServer(("127.0.0.1", port), _StdlibHandler).serve_forever()
+        return
+
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(_Protocol, "127.0.0.1", port)
         async with server:
@@ -143,17 +168,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000, help="requests per candidate per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--server", choices=["raw", "stdlib"], default="raw")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.server)
         return
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--server", args.server])
     try:
         wait_listening(port)
         url = f"http://127.0.0.1:{port}/"
-        print(f"## HTTP: {args.requests} requests x {args.rounds} rounds, Python {sys.version.split()[0]}\n")
+        print(
+            f"## HTTP ({args.server} server): {args.requests} requests x {args.rounds} rounds, "
+            f"Python {sys.version.split()[0]}\n"
+        )
         bench_sync(url, args.requests, args.rounds)
         bench_async(url, args.requests, args.rounds)
     finally:
