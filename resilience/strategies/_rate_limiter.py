@@ -246,8 +246,11 @@ class RateLimiterStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
-        key = self._key if type(self._key) is str else resolve_key(self.name, self._key, context)
-        retry_after = self._take(key)
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        decide = self._decide
+        retry_after = decide(key) if decide is not None else self._take(key)
         if retry_after:
             time_provider = self._time
             deadline = time_provider.monotonic() + self._wait
@@ -268,8 +271,11 @@ class RateLimiterStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
-        key = self._key if type(self._key) is str else resolve_key(self.name, self._key, context)
-        retry_after = await self._take_async(key)
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        decide = self._decide
+        retry_after = decide(key) if decide is not None else await self._take_async(key)
         if retry_after:
             time_provider = self._time
             deadline = time_provider.monotonic() + self._wait
