@@ -47,24 +47,22 @@ class RedisRateLimitStore(_RedisStore):
 
     def _arguments(self, key: object, arguments: tuple[object, ...]) -> tuple[Any, list[object]]:
         """The script and its ARGV for these `take` arguments (checked once, then remembered)."""
-        prepared = self._prepared.get(arguments)
-        if prepared is None or type(key) is not str:
-            problem = check_take(key, *arguments)
-            if problem is not None:
-                raise ValidationError(problem)
-            limit, per, burst, algorithm, permits = arguments
-            assert isinstance(limit, int)
-            assert isinstance(per, int | float)
-            assert isinstance(algorithm, str)
-            per_us = per * 1_000_000
-            argv: list[object]
-            if algorithm == "token_bucket":
-                argv = [per_us / limit, limit if burst is None else burst, permits]
-            else:
-                argv = [per_us, limit, permits]
-            prepared = (SCRIPTS[algorithm], argv)
-            if len(self._prepared) < 256:
-                self._prepared[arguments] = prepared
+        problem = check_take(key, *arguments)
+        if problem is not None:
+            raise ValidationError(problem)
+        limit, per, burst, algorithm, permits = arguments
+        assert isinstance(limit, int)
+        assert isinstance(per, int | float)
+        assert isinstance(algorithm, str)
+        per_us = per * 1_000_000
+        argv: list[object]
+        if algorithm == "token_bucket":
+            argv = [per_us / limit, limit if burst is None else burst, permits]
+        else:
+            argv = [per_us, limit, permits]
+        prepared = (SCRIPTS[algorithm], argv)
+        if len(self._prepared) < 256:
+            self._prepared[arguments] = prepared
         return prepared
 
     def take(  # noqa: PLR0917 - the protocol's positional signature
@@ -77,9 +75,12 @@ class RedisRateLimitStore(_RedisStore):
         permits: int = 1,
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
-        script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._sync_client("take")
-        return int(runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
+        arguments = (limit, per, burst, algorithm, permits)
+        prepared = self._prepared.get(arguments)
+        if prepared is None or type(key) is not str:
+            prepared = self._arguments(key, arguments)
+        runner = self._sync if self._sync is not None else self._sync_client("take")
+        return int(runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -91,6 +92,10 @@ class RedisRateLimitStore(_RedisStore):
         permits: int = 1,
     ) -> float:
         """See `take`."""
-        script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._async_client("take_async")
-        return int(await runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
+        arguments = (limit, per, burst, algorithm, permits)
+        prepared = self._prepared.get(arguments)
+        if prepared is None or type(key) is not str:
+            prepared = self._arguments(key, arguments)
+        runner = self._async if self._async is not None else self._async_client("take_async")
+        reply = await runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])
+        return int(reply) / 1_000_000
