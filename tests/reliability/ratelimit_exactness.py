@@ -1,4 +1,4 @@
-"""The rate limiter's exactness run: processes × threads hammering one Redis partition.
+"""The rate limiter's exactness run: processes x threads hammering one Redis partition.
 
 `run(...)` starts `processes` worker processes (`python -m tests.reliability.ratelimit_exactness`),
 each with `threads` threads and a client per thread, all taking permits of one partition of
@@ -11,8 +11,8 @@ server decided in between (the server's `TIME` and `time.time()` read the same c
 
 - **No over-admission**: in any interval, the grants *certainly* inside it (sent after its
   start, answered before its end) never exceed the algorithm's bound for that length —
-  token bucket `burst + length × rate`; sliding window `limit` per `per`; fixed window
-  `2 × limit` per `per`, and in total `limit` per window opened.
+  token bucket `burst + length x rate`; sliding window `limit` per `per`; fixed window
+  `2 x limit` per `per`, and in total `limit` per window opened.
 - **No needless under-admission**: the grants reach at least `utilization` of the most the
   algorithm could have granted over the run.
 """
@@ -115,7 +115,7 @@ def _worker(args: argparse.Namespace) -> None:
     stores = [RedisRateLimitStore(redis.Redis(port=args.port)) for _ in range(args.threads)]
     for store in stores:  # connect and load the script before the start
         store.take(f"{args.key}:warmup", 1, 1.0, None, args.algorithm)
-    print("ready", flush=True)
+    print("ready", flush=True)  # noqa: T201 - the parent waits for this line
     start, end = map(float, sys.stdin.readline().split())
     grants: list[tuple[float, float]] = []
     refusals = [0]
@@ -146,10 +146,10 @@ def _worker(args: argparse.Namespace) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    print(json.dumps({"grants": grants, "refusals": refusals[0]}), flush=True)
+    print(json.dumps({"grants": grants, "refusals": refusals[0]}), flush=True)  # noqa: T201 - the report
 
 
-def run(  # noqa: PLR0913
+def run(
     port: int,
     key: str,
     algorithm: str,
