@@ -191,7 +191,9 @@ def over_redis(number: int, rounds: int) -> None:
         candidates.update(_pyrate_redis(client))
         results = compare_sync(candidates, number=number, rounds=rounds)
         print(report("Redis decision, granted (one connection, 10,000 keys)", results, baseline=results[0].name))
-        print(f"\nRedisRateLimitStore token bucket vs raw loop: {results[0].median / results[1].median:.3f}x throughput")
+        print(
+            f"\nRedisRateLimitStore token bucket vs raw loop: {results[0].median / results[1].median:.3f}x throughput"
+        )
         client.close()
     finally:
         server.close()
