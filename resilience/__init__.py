@@ -41,6 +41,7 @@ from resilience._context import (
 )
 from resilience._outcome import Err, Ok, Outcome
 from resilience._pipeline import PipelineExecutedArguments, ResiliencePipeline
+from resilience._registry import ResiliencePipelineRegistry
 from resilience._signal import CancelScope, Signal
 from resilience._time import SystemTimeProvider, TimeProvider, TimerHandle
 from resilience._validation import Duration
@@ -81,6 +82,7 @@ __all__ = [
     "ResilienceError",
     "ResiliencePipeline",
     "ResiliencePipelineBuilder",
+    "ResiliencePipelineRegistry",
     "ResilienceProperties",
     "ResiliencePropertyKey",
     "SemaphoreLeaseLostError",
