@@ -391,7 +391,7 @@ async def test_sync_only_store_refuses_an_async_execution() -> None:
 def test_repr_names_the_limit() -> None:
     """The built strategy's repr says what it limits."""
     pipeline = ResiliencePipelineBuilder().add_rate_limiter(7, per=2, key="k").build()
-    assert "limit=7" in repr(pipeline._strategies[0])
+    assert "limit=7" in repr(pipeline.strategies[0])
 
 
 def test_error_message_and_pickle() -> None:
