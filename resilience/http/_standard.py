@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from resilience._builder import PipelineBuilder
+from resilience._builder import ResiliencePipelineBuilder
 from resilience.http._strategies import http_circuit_breaker_strategy, http_retry_strategy, http_timeout_strategy
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ def standard_pipeline(
     break_duration: Duration = 5.0,
     manual_control: CircuitBreakerManualControl | None = None,
     on_retry: Callable[[OnRetryArguments], object] | None = None,
+    rate_limit: int | None = None,
 ) -> ResiliencePipeline:
     """The pipeline of .NET's `AddStandardResilienceHandler`, for `ResilientTransport`.
 
@@ -52,10 +53,16 @@ def standard_pipeline(
     `manual_control`), `AttemptTimeout` (`attempt_timeout`). Transient outcomes are transport
     errors, attempt timeouts, 408, 429 and 5xx. Every option is validated at once
     (`ValidationError`).
+
+    `rate_limit` adds, outermost, a `RateLimiter` of that many requests per second (token
+    bucket, rejecting with `RateLimiterRejectedError`); .NET's default there is a limit of 1000
+    requests *in flight*, which a rate would not match, so it is off unless asked for.
     """
+    builder = ResiliencePipelineBuilder(name=name, time_provider=time_provider, telemetry=telemetry)
+    if rate_limit is not None:
+        builder.add_rate_limiter(rate_limit, per=1.0)
     return (
-        PipelineBuilder(name=name, time_provider=time_provider, telemetry=telemetry)
-        .add(http_timeout_strategy(total_timeout, name="TotalTimeout"))
+        builder.add(http_timeout_strategy(total_timeout, name="TotalTimeout"))
         .add(
             http_retry_strategy(
                 max_retries=max_retries,

@@ -4,20 +4,24 @@ Per request, an `_Exchange` holds what the attempts share: the request, its orig
 timeouts, and every response an attempt produced. The pipeline runs `_attempt` (sync) or
 `_attempt_async` once per attempt; each attempt
 
-1. discards (drains a small body, then closes) every response an earlier attempt produced, as
-   the pipeline moved on from it: a retry or a hedged attempt never holds two connections;
+1. discards (drains a small body, then closes) every response an earlier attempt of the same
+   thread or task produced, as the pipeline moved on from it: a retry never holds two
+   connections (a hedged attempt, running beside the others, leaves theirs alone);
 2. hands httpx the time left before the nearest deadline of an HTTP timeout strategy
    (`http_timeout_strategy`), so that a blocked sync read is really cut at the deadline;
 3. sends the request through the wrapped transport.
 
 When the pipeline returns, every response but the returned one is discarded; when it raises,
-all of them are. The returned response's stream is untouched (never buffered).
+all of them are; a hedged attempt answering after that discards its own. The returned
+response's stream is untouched (never buffered).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
@@ -96,12 +100,16 @@ async def discard_async(response: httpx.Response) -> None:
 class _Exchange:
     """One request's state across its attempts (see the module docstring)."""
 
-    __slots__ = ("_base_tags", "clock", "extensions", "live", "request")
+    __slots__ = ("_base_tags", "_live", "_lock", "clock", "extensions", "finished", "request")
 
     def __init__(self, request: httpx.Request, clock: TimeProvider) -> None:
         self.request = request
         self.clock = clock
-        self.live: list[httpx.Response] = []
+        # Each response an attempt produced and nobody discarded yet, with the flow (thread or
+        # task) that produced it. Hedged attempts run in other flows at the same time.
+        self._live: list[tuple[object, httpx.Response]] = []
+        self._lock = threading.Lock()
+        self.finished = False
         self.extensions = request.extensions  # the caller's, restored when no deadline applies
         self._base_tags: dict[str, Any] | None = None
 
@@ -153,13 +161,33 @@ class _Exchange:
         deadline = DEADLINE.get()
         return deadline is not None and self.clock.monotonic() >= deadline
 
-    def take_discarded(self, keep: httpx.Response | None = None) -> list[httpx.Response]:
-        """Every live response but `keep`, forgotten here (the caller discards them)."""
-        live = self.live
-        if not live:
-            return live
-        self.live = []
-        return [response for response in live if response is not keep]
+    def add(self, flow: object, response: httpx.Response) -> bool:
+        """Remember an attempt's response; False once the execution has ended (discard it then)."""
+        with self._lock:
+            if self.finished:
+                return False
+            self._live.append((flow, response))
+            return True
+
+    def take_earlier(self, flow: object) -> list[httpx.Response]:
+        """The responses this flow produced before: a new attempt in it means they were given up.
+
+        Only the same flow's: a hedged attempt starting in another thread or task must not
+        close a response that may be about to win the race.
+        """
+        with self._lock:
+            live = self._live
+            if not live:
+                return []
+            self._live = [entry for entry in live if entry[0] != flow]
+            return [response for owner, response in live if owner == flow]
+
+    def finish(self, keep: httpx.Response | None = None) -> list[httpx.Response]:
+        """The execution ended: every response but `keep`; later ones are refused by `add`."""
+        with self._lock:
+            self.finished = True
+            live, self._live = self._live, []
+        return [response for _, response in live if response is not keep]
 
 
 class ResilientTransport(httpx.BaseTransport):
@@ -183,17 +211,18 @@ class ResilientTransport(httpx.BaseTransport):
         try:
             response = self.pipeline.execute(self._attempt, exchange)
         except BaseException:
-            for discarded in exchange.take_discarded():
+            for discarded in exchange.finish():
                 discard(discarded)
             raise
         finally:
             exchange.leave(tokens)
-        for discarded in exchange.take_discarded(keep=response):
+        for discarded in exchange.finish(keep=response):
             discard(discarded)
         return response
 
     def _attempt(self, exchange: _Exchange) -> httpx.Response:
-        for discarded in exchange.take_discarded():
+        flow = threading.get_ident()
+        for discarded in exchange.take_earlier(flow):
             discard(discarded)
         exchange.prepare()
         request = exchange.request
@@ -206,7 +235,8 @@ class ResilientTransport(httpx.BaseTransport):
                 _signal().wait(_GRACE)
             raise
         response.request = request
-        exchange.live.append(response)
+        if not exchange.add(flow, response):
+            discard(response)  # a hedged attempt that lost, answered after the execution ended
         return response
 
     def close(self) -> None:
@@ -235,17 +265,18 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         try:
             response = await self.pipeline.execute_async(self._attempt, exchange)
         except BaseException:
-            for discarded in exchange.take_discarded():
+            for discarded in exchange.finish():
                 await discard_async(discarded)
             raise
         finally:
             exchange.leave(tokens)
-        for discarded in exchange.take_discarded(keep=response):
+        for discarded in exchange.finish(keep=response):
             await discard_async(discarded)
         return response
 
     async def _attempt(self, exchange: _Exchange) -> httpx.Response:
-        for discarded in exchange.take_discarded():
+        flow = asyncio.current_task()
+        for discarded in exchange.take_earlier(flow):
             await discard_async(discarded)
         exchange.prepare()
         request = exchange.request
@@ -256,7 +287,8 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
                 await _signal().wait_async(_GRACE)  # see ResilientTransport._attempt
             raise
         response.request = request
-        exchange.live.append(response)
+        if not exchange.add(flow, response):
+            await discard_async(response)  # see ResilientTransport._attempt
         return response
 
     async def aclose(self) -> None:

@@ -187,3 +187,32 @@ async def test_the_transports_close_what_they_wrap() -> None:
     adefault = AsyncResilientTransport(pipeline)
     assert isinstance(adefault.transport, httpx.AsyncHTTPTransport)
     await adefault.aclose()
+
+
+def test_a_response_arriving_after_the_execution_ended_is_refused() -> None:
+    """A hedged loser answering late is told to discard its response (nothing is kept)."""
+    exchange = _Exchange(httpx.Request("GET", "https://example.com/a"), FakeTimeProvider())
+    early = httpx.Response(503)
+    assert exchange.add(1, early)
+    assert exchange.take_earlier(2) == []  # another flow's response is left alone
+    assert exchange.finish() == [early]
+    assert not exchange.add(1, httpx.Response(200))
+    assert exchange.finish() == []
+
+
+async def test_the_standard_pipeline_can_limit_the_rate(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    from resilience import RateLimiterRejectedError
+    from resilience.http import standard_pipeline
+
+    url = server.script("/limited", default=Reply(200))
+    pipeline = standard_pipeline(rate_limit=2, time_provider=FakeTimeProvider())
+    assert type(pipeline.strategies[0]).__name__ == "RateLimiterStrategy"
+    client = Client(kind, pipeline)
+    clients.append(client)
+    assert (await client.request("GET", url)).status_code == 200
+    assert (await client.request("GET", url)).status_code == 200
+    with pytest.raises(RateLimiterRejectedError):
+        await client.request("GET", url)
+    assert len(server.requests_to("/limited")) == 2

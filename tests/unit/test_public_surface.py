@@ -10,6 +10,7 @@ PUBLIC_MODULES = [
     "resilience",
     "resilience.exceptions",
     "resilience.http",
+    "resilience.limiters",
     "resilience.primitives",
     "resilience.strategies",
     "resilience.stores",
