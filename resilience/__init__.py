@@ -23,6 +23,7 @@ Public modules:
     resilience.strategies  the strategies' factories, options and callback arguments
     resilience.primitives  lock() and semaphore() for code without a pipeline
     resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
+    resilience.limiters    rate-limit stores: memory, Redis (standalone and Cluster)
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
     resilience.testing     FakeTimeProvider, capture_events
@@ -51,6 +52,7 @@ from resilience.exceptions import (
     LockLostError,
     LockNotAcquiredError,
     OperationAbortedError,
+    RateLimiterRejectedError,
     RejectedError,
     ResilienceError,
     SemaphoreLeaseLostError,
@@ -74,6 +76,7 @@ __all__ = [
     "Outcome",
     "PipelineBuilder",
     "PipelineExecutedArguments",
+    "RateLimiterRejectedError",
     "RejectedError",
     "ResilienceContext",
     "ResilienceError",
