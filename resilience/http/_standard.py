@@ -1,8 +1,9 @@
 """`standard_pipeline`: .NET's standard resilience handler for HTTP, with its defaults.
 
-Outermost first: total request timeout (30 s), retry (3, exponential with jitter from 2 s,
-`Retry-After` honoured, idempotent methods only), circuit breaker per authority (10% failures
-over 30 s with at least 100 requests, 5 s break), attempt timeout (10 s).
+Outermost first: concurrency limiter (1000 requests in flight), total request timeout (30 s),
+retry (3, exponential with jitter from 2 s, `Retry-After` honoured, idempotent methods only),
+circuit breaker per authority (10% failures over 30 s with at least 100 requests, 5 s break),
+attempt timeout (10 s).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def standard_pipeline(
     break_duration: Duration = 5.0,
     manual_control: CircuitBreakerManualControl | None = None,
     on_retry: Callable[[OnRetryArguments], object] | None = None,
+    max_concurrency: int | None = 1000,
     rate_limit: int | None = None,
 ) -> ResiliencePipeline:
     """The pipeline of .NET's `AddStandardResilienceHandler`, for `ResilientTransport`.
@@ -54,11 +56,13 @@ def standard_pipeline(
     errors, attempt timeouts, 408, 429 and 5xx. Every option is validated at once
     (`ValidationError`).
 
-    `rate_limit` adds, outermost, a `RateLimiter` of that many requests per second (token
-    bucket, rejecting with `RateLimiterRejectedError`); .NET's default there is a limit of 1000
-    requests *in flight*, which a rate would not match, so it is off unless asked for.
+    Outermost of all, as in .NET, `ConcurrencyLimiter`: at most `max_concurrency` requests in
+    flight (no queue; beyond it `RateLimiterRejectedError`, None: no limit). `rate_limit` adds a
+    `RateLimiter` of that many requests per second (token bucket) on request.
     """
     builder = ResiliencePipelineBuilder(name=name, time_provider=time_provider, telemetry=telemetry)
+    if max_concurrency is not None:
+        builder.add_concurrency_limiter(max_concurrency)
     if rate_limit is not None:
         builder.add_rate_limiter(rate_limit, per=1.0)
     return (

@@ -208,7 +208,7 @@ async def test_the_standard_pipeline_can_limit_the_rate(
 
     url = server.script("/limited", default=Reply(200))
     pipeline = standard_pipeline(rate_limit=2, time_provider=FakeTimeProvider())
-    assert type(pipeline.strategies[0]).__name__ == "RateLimiterStrategy"
+    assert [type(s).__name__ for s in pipeline.strategies[:2]] == ["ConcurrencyLimiterStrategy", "RateLimiterStrategy"]
     client = Client(kind, pipeline)
     clients.append(client)
     assert (await client.request("GET", url)).status_code == 200
@@ -216,3 +216,23 @@ async def test_the_standard_pipeline_can_limit_the_rate(
     with pytest.raises(RateLimiterRejectedError):
         await client.request("GET", url)
     assert len(server.requests_to("/limited")) == 2
+
+
+async def test_the_standard_pipeline_limits_requests_in_flight(server: ScriptedServer, clients: list[Client]) -> None:
+    """.NET's default: 1000 requests in flight, no queue; here 1, so a second concurrent one is refused."""
+    import asyncio
+
+    from resilience import RateLimiterRejectedError
+    from resilience.http import standard_pipeline
+
+    slow = server.script("/slow", Reply(delay=1.0))
+    quick = server.script("/quick", Reply(200))
+    client = Client("async", standard_pipeline(max_concurrency=1))
+    clients.append(client)
+    first = asyncio.ensure_future(client.request("GET", slow))
+    await asyncio.sleep(0.3)
+    with pytest.raises(RateLimiterRejectedError):
+        await client.request("GET", quick)
+    assert (await first).status_code == 200
+    assert (await client.request("GET", quick)).status_code == 200
+    assert len(server.requests_to("/quick")) == 1
