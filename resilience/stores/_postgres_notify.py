@@ -40,6 +40,22 @@ def digest(key: str) -> str:
     return hashlib.md5(key.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
+def _checked(is_free: Callable[[], bool]) -> bool:
+    try:
+        return is_free()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+async def _checked_async(is_free: Callable[[], Awaitable[bool]]) -> bool:
+    try:
+        return await is_free()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
 class SyncReleaseListener:
     """Wakes sync waiters: a daemon thread reads one `LISTEN` connection."""
 
@@ -65,7 +81,7 @@ class SyncReleaseListener:
         try:
             if ready is not None:
                 ready.wait(max(0.0, deadline - time.monotonic()))
-            if is_free():
+            if _checked(is_free):
                 return True
             if not self._listening:  # no hint can come: the wait is a plain poll interval
                 threading.Event().wait(max(0.0, deadline - time.monotonic()))
@@ -156,7 +172,7 @@ class AsyncReleaseListener:
             async with scope:
                 if ready is not None:
                     await ready.wait()
-                if await is_free():
+                if await _checked_async(is_free):
                     return True
                 if not self._listening:  # no hint can come: the wait is a plain poll interval
                     await asyncio.Event().wait()
