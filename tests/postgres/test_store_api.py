@@ -42,7 +42,7 @@ def test_a_bad_table_name_is_refused(table: Any) -> None:
 
 def test_the_first_argument_must_be_a_conninfo_or_a_pool() -> None:
     """Anything else, or nothing at all, is a ValidationError naming what to pass."""
-    with pytest.raises(ValidationError, match="conninfo string or a psycopg_pool.ConnectionPool"):
+    with pytest.raises(ValidationError, match=r"conninfo string or a psycopg_pool\.ConnectionPool"):
         PostgresLockStore(42)
     with pytest.raises(ValidationError, match="and/or"):
         PostgresLockStore()
