@@ -138,11 +138,10 @@ RETURNING pg_notify('{self.channel}', md5(key))"""
 FROM {self.table} WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
 
     @property
-    def force_release(self) -> str:
-        """(key,): free the key whoever holds it (the operator's break-glass); NOTIFY as a release."""
-        return f"""UPDATE {self.table} SET owner = NULL, expires_at = clock_timestamp()
-WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()
-RETURNING owner, pg_notify('{self.channel}', md5(key))"""
+    def lease(self) -> str:
+        """(key,): the live lease of one key, as `leases` gives it."""
+        return f"""SELECT key, owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()"""
 
 
 @dataclass(frozen=True)
@@ -225,9 +224,3 @@ RETURNING pg_notify('{self.channel}', md5(key))"""
     def purge(self) -> str:
         """Delete the slots whose lease ended long ago."""
         return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
-
-    @property
-    def leases(self) -> str:
-        """(): every live slot: key, owner, token, ms left."""
-        return f"""SELECT key, owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM {self.table} WHERE expires_at > clock_timestamp() ORDER BY key, token"""
