@@ -112,7 +112,7 @@ class SyncReleaseListener:
         conn: Any = None
         try:
             conn = self._connect()
-            conn.execute(f"LISTEN {self._channel}")
+            conn.execute(f'LISTEN "{self._channel}"')
             self._listening = True
             ready.set()
             while not self._closed:
@@ -201,7 +201,7 @@ class AsyncReleaseListener:
         conn: Any = None
         try:
             conn = await self._connect()
-            await conn.execute(f"LISTEN {self._channel}")
+            await conn.execute(f'LISTEN "{self._channel}"')
             self._listening = True
             ready.set()
             async for notify in conn.notifies():

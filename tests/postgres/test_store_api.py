@@ -173,6 +173,11 @@ async def test_create_schema_async_in_a_schema_of_yours(postgres_dsn: str) -> No
     await store.create_schema_async()
     assert await store.acquire_async("k", "a", 10, 1) is not None
     assert await store.acquire_or_ttl_async("k", "b", 10, 1) == (None, pytest.approx(10, abs=1))
+    waiting = asyncio.ensure_future(store.wait_released_async("k", 20))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert await store.release_async("k", "a")
+    assert await asyncio.wait_for(waiting, 10) is True  # the channel "app.t_..." is listened to, quoted
     await store.aclose()
 
 
@@ -314,7 +319,7 @@ def test_the_notification_payload_is_the_keys_md5(pg_locks: PostgresLockStore) -
 def _terminate_listeners(dsn: str, channel_table: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", (f"LISTEN {channel_table}",)
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel_table}"',)
         ).fetchall()
     return len(rows)
 
