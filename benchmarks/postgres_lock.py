@@ -17,7 +17,7 @@ the server's CPU, not a disk's flush).
    Reported: sections per second, median hand-off gap (one body ends -> the next starts;
    target <= 2 ms), p99 wait, per-worker spread (most / fewest sections; target <= 1.2).
 
-    python benchmarks/postgres_lock.py [--ops 1000] [--rounds 7] [--seconds 4]
+    python benchmarks/postgres_lock.py [--ops 5000] [--seconds 4]
 """
 
 from __future__ import annotations
@@ -52,71 +52,95 @@ TTL = 30.0
 # -- 1. uncontended -------------------------------------------------------------------------------
 
 
-def raw_sync(dsn: str, ops: int) -> float:
+# Each contender is one acquire + release. The contenders run in turns of CHUNK pairs, round
+# robin, and each one's time is summed over its turns: on a shared, loaded machine a slow spell
+# then hurts every contender alike instead of whichever ran during it.
+CHUNK = 50
+RAW_SYNC = "raw psycopg, same two statements (sync)"
+RAW_ASYNC = "raw psycopg, same two statements (async)"
+
+
+def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
     sql = LockSql("resilience_locks")
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
-        key, owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-        params = {"key": key, "owner": owner, "ttl": 30_000}
-        started = time.perf_counter()
-        for _ in range(ops):
-            row = conn.execute(sql.acquire, params).fetchone()
-            assert row is not None
-            assert row[0] is not None
-            assert conn.execute(sql.release, (key, owner)).rowcount == 1
-        return ops / (time.perf_counter() - started)
-
-
-async def raw_async(dsn: str, ops: int) -> float:
-    sql = LockSql("resilience_locks")
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
-        key, owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-        params = {"key": key, "owner": owner, "ttl": 30_000}
-        started = time.perf_counter()
-        for _ in range(ops):
-            cursor = await conn.execute(sql.acquire, params)
-            row = await cursor.fetchone()
-            assert row is not None
-            assert row[0] is not None
-            assert (await conn.execute(sql.release, (key, owner))).rowcount == 1
-        return ops / (time.perf_counter() - started)
-
-
-def store_sync(store: PostgresLockStore, ops: int) -> float:
+    raw = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+    advisory = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+    raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
     key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
-    started = time.perf_counter()
-    for _ in range(ops):
+    locks = lock(store, ttl=TTL)
+    prim_key = f"prim:{uuid.uuid4().hex}"
+
+    def raw_pair() -> None:
+        row = raw.execute(sql.acquire, raw_params).fetchone()
+        assert row is not None
+        assert row[0] is not None
+        assert raw.execute(sql.release, (raw_key, raw_owner)).rowcount == 1
+
+    def store_pair() -> None:
         assert store.acquire(key, owner, TTL) is not None
         assert store.release(key, owner)
-    return ops / (time.perf_counter() - started)
 
-
-async def store_async(store: PostgresLockStore, ops: int) -> float:
-    key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
-    started = time.perf_counter()
-    for _ in range(ops):
-        assert await store.acquire_async(key, owner, TTL) is not None
-        assert await store.release_async(key, owner)
-    return ops / (time.perf_counter() - started)
-
-
-def primitive_sync(store: PostgresLockStore, ops: int) -> float:
-    locks = lock(store, ttl=TTL)
-    key = f"prim:{uuid.uuid4().hex}"
-    started = time.perf_counter()
-    for _ in range(ops):
-        handle = locks.acquire(key)
+    def primitive_pair() -> None:
+        handle = locks.acquire(prim_key)
         assert handle is not None
         assert handle.release()
-    return ops / (time.perf_counter() - started)
+
+    def advisory_pair() -> None:
+        advisory.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ("adv",))
+        advisory.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ("adv",))
+
+    return {
+        RAW_SYNC: raw_pair,
+        "PostgresLockStore acquire+release (sync)": store_pair,
+        "lock(store).acquire + handle.release (sync)": primitive_pair,
+        "pg_advisory_lock + unlock (sync)": advisory_pair,
+    }
 
 
-def advisory_sync(dsn: str, ops: int) -> float:
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
-        started = time.perf_counter()
-        for _ in range(ops):
-            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ("adv",))
-            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ("adv",))
-        return ops / (time.perf_counter() - started)
+def run_turns(contenders: dict[str, Any], ops: int) -> dict[str, float]:
+    turns = max(1, ops // CHUNK)
+    spent = dict.fromkeys(contenders, 0.0)
+    for _ in range(turns):
+        for name, pair in contenders.items():
+            started = time.perf_counter()
+            for _ in range(CHUNK):
+                pair()
+            spent[name] += time.perf_counter() - started
+    return {name: turns * CHUNK / seconds for name, seconds in spent.items()}
+
+
+async def run_turns_async(dsn: str, store: PostgresLockStore, ops: int) -> dict[str, float]:
+    sql = LockSql("resilience_locks")
+    raw = await psycopg.AsyncConnection.connect(dsn, autocommit=True, prepare_threshold=0)
+    raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
+    key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
+
+    async def raw_pair() -> None:
+        row = await (await raw.execute(sql.acquire, raw_params)).fetchone()
+        assert row is not None
+        assert row[0] is not None
+        assert (await raw.execute(sql.release, (raw_key, raw_owner))).rowcount == 1
+
+    async def store_pair() -> None:
+        assert await store.acquire_async(key, owner, TTL) is not None
+        assert await store.release_async(key, owner)
+
+    contenders = {RAW_ASYNC: raw_pair, "PostgresLockStore *_async": store_pair}
+    for pair in contenders.values():  # warm up: the pool, psycopg's prepared statements
+        for _ in range(CHUNK):
+            await pair()
+    turns = max(1, ops // CHUNK)
+    spent = dict.fromkeys(contenders, 0.0)
+    for _ in range(turns):
+        for name, pair in contenders.items():
+            started = time.perf_counter()
+            for _ in range(CHUNK):
+                await pair()
+            spent[name] += time.perf_counter() - started
+    await raw.close()
+    await store.aclose()
+    return {name: turns * CHUNK / seconds for name, seconds in spent.items()}
 
 
 # -- 2. contention ---------------------------------------------------------------------------------
@@ -205,9 +229,8 @@ def advisory_section(dsn: str) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ops", type=int, default=1000)
+    parser.add_argument("--ops", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
 
     server = PostgresServer()
@@ -221,41 +244,14 @@ def main() -> None:
             print(f"# server: {conn.execute('SHOW server_version').fetchone()[0]} (local, fsync=off)")  # type: ignore[index]
 
         store = PostgresLockStore(dsn)
-        ops, rounds = args.ops, args.rounds
-        store_sync(store, 200)  # warm the pool and psycopg's prepared statements
-        # Rounds interleave the contenders, and each keeps its best round: on a shared, loaded
-        # machine a slow spell then hurts every contender alike instead of one of them.
-        best: dict[str, float] = {}
-        for _ in range(rounds):
-            for name, run in [
-                ("raw", lambda: raw_sync(dsn, ops)),
-                ("ours", lambda: store_sync(store, ops)),
-                ("prim", lambda: primitive_sync(store, ops)),
-                ("adv", lambda: advisory_sync(dsn, ops)),
-            ]:
-                best[name] = max(best.get(name, 0.0), run())
-        raw, ours, prim, adv = best["raw"], best["ours"], best["prim"], best["adv"]
-
-        async def both_async() -> tuple[float, float]:
-            await store_async(store, 200)
-            raw_a = ours_a = 0.0
-            for _ in range(rounds):
-                raw_a = max(raw_a, await raw_async(dsn, ops))
-                ours_a = max(ours_a, await store_async(store, ops))
-            await store.aclose()
-            return raw_a, ours_a
-
-        raw_a, ours_a = asyncio.run(both_async())
-        print("\n## Uncontended acquire + release (one key, one caller), best of", rounds, "x", ops)
+        contenders = sync_contenders(dsn, store)
+        run_turns(contenders, CHUNK)  # warm up: the pool, psycopg's prepared statements
+        rates = run_turns(contenders, args.ops)
+        rates.update(asyncio.run(run_turns_async(dsn, store, args.ops)))
+        print(f"\n## Uncontended acquire + release (one key, one caller), {args.ops} pairs each, in turns of {CHUNK}")
         print(f"{'contender':44} {'pairs/s':>9} {'us/pair':>8} {'vs raw':>7}")
-        for name, rate, base in [
-            ("raw psycopg, same two statements (sync)", raw, raw),
-            ("PostgresLockStore acquire+release (sync)", ours, raw),
-            ("lock(store).acquire + handle.release (sync)", prim, raw),
-            ("pg_advisory_lock + unlock (sync)", adv, raw),
-            ("raw psycopg, same two statements (async)", raw_a, raw_a),
-            ("PostgresLockStore *_async", ours_a, raw_a),
-        ]:
+        for name, rate in rates.items():
+            base = rates[RAW_ASYNC if "async" in name else RAW_SYNC]
             print(f"{name:44} {rate:9.0f} {1e6 / rate:8.1f} {rate / base:6.2f}x")
 
         store = PostgresLockStore(dsn)

@@ -253,7 +253,8 @@ class _PostgresStore:
     def wait_released(self, key: str, timeout: float) -> bool:
         """Block until `key` is released (True; at once when it is free) or `timeout` seconds pass (False).
 
-        True is a hint to try again now (no FIFO order: every waiter of the key is woken).
+        True is a hint to try again now. A release wakes the longest-waiting waiter of this store
+        (FIFO within the process; across processes the woken waiters race).
         """
         _check_str("key", key)
         pool = self._sync_pool("wait_released")

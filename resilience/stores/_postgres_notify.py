@@ -9,7 +9,8 @@ waiter that misses one (the connection dropped, the server is down) sleeps out i
 the caller tries again. When the listening connection breaks, every waiter is woken (a hint
 to try now) and the next wait connects again.
 
-Every waiter of a key is woken by its release (no FIFO queue): docs/postgres.md says why.
+A release wakes the longest-waiting waiter of the key in each store (FIFO within a process);
+there is no queue across processes: docs/postgres.md says why.
 """
 
 from __future__ import annotations
@@ -40,6 +41,22 @@ def digest(key: str) -> str:
     return hashlib.md5(key.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
+def _first(waiters: dict[str, dict[Any, None]], name: str) -> Any:
+    """The longest-waiting event of key digest `name`, taken off its queue (None: nobody waits).
+
+    One release wakes one waiter of this process, the first that arrived: waiters of one store
+    take the key in turn instead of racing for it (and there is no herd to wake).
+    """
+    events = waiters.get(name)
+    if not events:
+        return None
+    event = next(iter(events))
+    del events[event]
+    if not events:
+        del waiters[name]
+    return event
+
+
 def _checked(is_free: Callable[[], bool]) -> bool:
     try:
         return is_free()
@@ -63,7 +80,7 @@ class SyncReleaseListener:
         self._connect = connect
         self._channel = channel
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = {}
+        self._waiters: dict[str, dict[threading.Event, None]] = {}  # per key, in arrival order
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._listening = False
@@ -76,7 +93,7 @@ class SyncReleaseListener:
         event = threading.Event()
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
-            self._waiters.setdefault(name, set()).add(event)
+            self._waiters.setdefault(name, {})[event] = None
             ready = self._start()
         try:
             if ready is not None:
@@ -91,7 +108,7 @@ class SyncReleaseListener:
             with self._lock:
                 events = self._waiters.get(name)
                 if events is not None:
-                    events.discard(event)
+                    events.pop(event, None)
                     if not events:
                         del self._waiters[name]
 
@@ -136,8 +153,8 @@ class SyncReleaseListener:
 
     def _wake(self, name: str) -> None:
         with self._lock:
-            events = list(self._waiters.get(name, ()))
-        for event in events:
+            event = _first(self._waiters, name)
+        if event is not None:
             event.set()
 
     def close(self) -> None:
@@ -155,7 +172,7 @@ class AsyncReleaseListener:
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str) -> None:
         self._connect = connect
         self._channel = channel
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, dict[asyncio.Event, None]] = {}  # per key, in arrival order
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._listening = False
@@ -165,7 +182,7 @@ class AsyncReleaseListener:
         """See `SyncReleaseListener.wait`."""
         name = digest(key)
         event = asyncio.Event()
-        self._waiters.setdefault(name, set()).add(event)
+        self._waiters.setdefault(name, {})[event] = None
         ready = self._start()
         scope = asyncio.timeout(max(0.0, timeout))
         try:
@@ -185,7 +202,7 @@ class AsyncReleaseListener:
         finally:
             events = self._waiters.get(name)
             if events is not None:
-                events.discard(event)
+                events.pop(event, None)
                 if not events:
                     del self._waiters[name]
 
@@ -205,7 +222,8 @@ class AsyncReleaseListener:
             self._listening = True
             ready.set()
             async for notify in conn.notifies():
-                for event in list(self._waiters.get(notify.payload, ())):
+                event = _first(self._waiters, notify.payload)
+                if event is not None:
                     event.set()
         except Exception:  # noqa: BLE001 -- a broken listener only costs waiters their hint
             _log.debug("release listener on %s stopped", self._channel, exc_info=True)

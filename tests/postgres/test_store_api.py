@@ -383,3 +383,50 @@ async def test_without_a_server_an_async_wait_is_a_poll_interval(pg_key: str) ->
     assert await store.wait_released_async(pg_key, 0.3) is False
     assert await store.wait_released_async(pg_key, 0.2) is False
     await store.aclose()
+
+
+def _registered(listener: Any, count: int) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if listener is not None and sum(len(events) for events in listener._waiters.values()) >= count:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_release_wakes_the_longest_waiting_waiter_only(pg_locks: PostgresLockStore, pg_key: str) -> None:
+    """FIFO within a store: three waiters, three releases, woken in the order they came."""
+    assert pg_locks.acquire(pg_key, "holder", 30) is not None
+    woken: list[str] = []
+    threads = []
+    for index, name in enumerate("abc"):
+        thread = threading.Thread(target=lambda name=name: pg_locks.wait_released(pg_key, 20) and woken.append(name))
+        thread.start()
+        threads.append(thread)
+        pg_locks.wait_released(pg_key + ":warm", 0.01)  # makes the listener exist
+        assert _registered(pg_locks._listener, index + 1)
+    for expected in (["a"], ["a", "b"], ["a", "b", "c"]):
+        assert pg_locks.release(pg_key, "holder")
+        deadline = time.monotonic() + 10
+        while len(woken) < len(expected) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # a herd would show up here
+        assert woken == expected
+        assert pg_locks.acquire(pg_key, "holder", 30) is not None
+    for thread in threads:
+        thread.join(10)
+
+
+async def test_an_async_release_wakes_the_longest_waiting_task_only(pg_locks: PostgresLockStore, pg_key: str) -> None:
+    assert await pg_locks.acquire_async(pg_key, "holder", 30) is not None
+    first = asyncio.ensure_future(pg_locks.wait_released_async(pg_key, 20))
+    await asyncio.sleep(0.3)
+    second = asyncio.ensure_future(pg_locks.wait_released_async(pg_key, 20))
+    await asyncio.sleep(0.3)
+    assert await pg_locks.release_async(pg_key, "holder")
+    assert await asyncio.wait_for(first, 10) is True
+    await asyncio.sleep(0.2)
+    assert not second.done()
+    assert await pg_locks.acquire_async(pg_key, "holder", 30) is not None
+    assert await pg_locks.release_async(pg_key, "holder")
+    assert await asyncio.wait_for(second, 10) is True
