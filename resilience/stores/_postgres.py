@@ -32,6 +32,8 @@ _POOL_TIMEOUT: Final = 5.0
 """How long a call of a store-made pool waits for a connection before it fails."""
 _CONNECT_TIMEOUT: Final = 5
 """`connect_timeout` of the connections a store makes (s)."""
+_MAX_TTL: Final = 1e9
+"""The longest ttl (s, about 31.7 years): `clock_timestamp()` plus it stays a valid timestamp."""
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
 
@@ -48,9 +50,9 @@ def _psycopg() -> tuple[Any, Any]:
 
 def _ttl_ms(ttl: object) -> int:
     """A ttl in whole milliseconds, rounded up (1 ms at least)."""
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl < math.inf:  # bool and NaN are refused
+    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= _MAX_TTL:  # bool and NaN are refused
         return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive, finite number of seconds, got {ttl!r}"
+    msg = f"ttl: must be a positive number of seconds, at most {_MAX_TTL:g}, got {ttl!r}"
     raise ValidationError(msg)
 
 

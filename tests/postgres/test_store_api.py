@@ -58,7 +58,7 @@ async def test_two_async_pools_are_refused(postgres_dsn: str) -> None:
         PostgresLockStore(first, async_pool=second)
 
 
-@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), True, "1"])
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), 1e9 + 1, True, "1"])
 def test_a_bad_ttl_is_refused_before_any_round_trip(pg_locks: PostgresLockStore, pg_key: str, ttl: Any) -> None:
     with pytest.raises(ValidationError, match="ttl"):
         pg_locks.acquire(pg_key, "a", ttl)
@@ -77,6 +77,12 @@ def test_keys_and_owners_must_be_text_without_nul(pg_locks: PostgresLockStore, p
 def test_a_bad_limit_is_refused(pg_semaphores: PostgresSemaphoreStore, pg_key: str, limit: Any) -> None:
     with pytest.raises(ValidationError, match="limit"):
         pg_semaphores.acquire(pg_key, "a", 1, limit)
+
+
+def test_the_longest_ttl_is_accepted(pg_locks: PostgresLockStore, pg_key: str) -> None:
+    """1e9 s (about 31.7 years) is still a valid expiry on the database's clock."""
+    assert pg_locks.acquire(pg_key, "a", 1e9) is not None
+    assert pg_locks.release(pg_key, "a")
 
 
 def test_ttls_are_rounded_up_to_whole_milliseconds(pg_locks: PostgresLockStore, pg_key: str) -> None:
