@@ -32,11 +32,11 @@ def _lock_keys(events: list[object]) -> list[str]:
     return [event.arguments.key for event in events if getattr(event, "name", "") == "OnLockAcquired"]  # type: ignore[attr-defined]
 
 
-def test_the_decorator_derives_each_calls_operation_key_from_its_arguments() -> None:
-    """`@pipeline(operation_key=f)` calls `f` with the call's arguments; the lock uses the result."""
+def test_the_decorator_takes_each_calls_operation_key_from_the_named_argument() -> None:
+    """`@pipeline(operation_key="order_id")`: the call's `order_id`, by position or keyword."""
     pipeline = _per_order()
 
-    @pipeline(operation_key=lambda order_id, amount: order_id)
+    @pipeline(operation_key="order_id")
     def charge(order_id: str, amount: int) -> str:
         context = get_context()
         assert context is not None
@@ -138,12 +138,16 @@ def test_a_key_function_that_returns_no_string_is_a_validation_error(bad: object
 def test_the_decorator_refuses_a_non_callable_key_and_both_forms_at_once() -> None:
     """`operation_key` must be a callable; a function and the keyword together are refused."""
     pipeline = _per_order()
-    with pytest.raises(ValidationError, match="operation_key: must be a callable"):
-        pipeline(operation_key="order")  # type: ignore[call-overload]
+    with pytest.raises(ValidationError, match="operation_key: must be a parameter name or a function"):
+        pipeline(operation_key=3)  # type: ignore[call-overload]
+    with pytest.raises(ValidationError, match="operation_key: must be a parameter name or a function"):
+        pipeline(operation_key="")
     with pytest.raises(ValidationError, match="not both"):
         pipeline(lambda: None, operation_key=lambda: "k")  # type: ignore[call-overload]
     with pytest.raises(ValidationError, match="must be a callable"):
         pipeline(operation_key=lambda: "k")(None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="must be a callable"):
+        pipeline(operation_key="order_id")(None)  # type: ignore[arg-type]
 
 
 def test_a_key_built_from_a_missing_operation_key_is_refused_before_locking() -> None:
@@ -196,3 +200,76 @@ def test_key_functions_of_other_shapes_are_accepted() -> None:
         pipeline = ResiliencePipelineBuilder().add_lock(key).build()  # type: ignore[arg-type]
         with use_context(operation_key="1"):
             assert pipeline.execute(lambda: "ok") == "ok"
+
+
+def test_a_key_function_of_several_arguments_composes_the_key() -> None:
+    """A function taking the decorated function's parameters builds a composite key."""
+    pipeline = _per_order()
+
+    @pipeline(operation_key=lambda tenant, order_id: f"{tenant}/{order_id}")
+    def charge(tenant: str, order_id: int) -> None:
+        pass
+
+    with capture_events() as events:
+        charge("acme", 42)
+    assert _lock_keys(events) == ["order:acme/42"]
+
+
+def test_the_named_argument_is_found_wherever_the_caller_put_it() -> None:
+    """Position, keyword, default, keyword-only, a method's parameter: all work; ints become text."""
+    pipeline = _per_order()
+    seen: list[str | None] = []
+
+    def current() -> None:
+        context = get_context()
+        seen.append(None if context is None else context.operation_key)
+
+    @pipeline(operation_key="order_id")
+    def by_default(amount: int, order_id: int = 7) -> None:
+        current()
+
+    @pipeline(operation_key="order_id")
+    def keyword_only(*, order_id: str) -> None:
+        current()
+
+    @pipeline(operation_key="order_id")
+    def positional_only(order_id: str, /) -> None:
+        current()
+
+    class Orders:
+        @pipeline(operation_key="order_id")
+        def charge(self, order_id: int) -> None:
+            current()
+
+    by_default(1)
+    by_default(1, 8)
+    by_default(1, order_id=9)
+    keyword_only(order_id="k")
+    positional_only("p")
+    Orders().charge(11)
+    assert seen == ["7", "8", "9", "k", "p", "11"]
+
+
+def test_a_missing_parameter_or_a_none_argument_is_a_validation_error() -> None:
+    """No such parameter: refused at decoration; a None argument: refused at the call."""
+    pipeline = _per_order()
+    with pytest.raises(ValidationError, match="has no parameter named 'order'"):
+
+        @pipeline(operation_key="order")
+        def charge(order_id: str) -> None:
+            pass
+
+    with pytest.raises(ValidationError, match="has no parameter named 'rest'"):
+
+        @pipeline(operation_key="rest")
+        def spread(*rest: str) -> None:
+            pass
+
+    @pipeline(operation_key="order_id")
+    def maybe(order_id: str | None) -> None:
+        pass
+
+    with pytest.raises(ValidationError, match=r"the argument 'order_id' of .*maybe is None"):
+        maybe(None)
+    with pytest.raises(TypeError, match="missing a required argument"):
+        maybe()  # type: ignore[call-arg]
