@@ -56,6 +56,7 @@ from resilience._pipeline import PipelineExecutedArguments, ResiliencePipeline
 from resilience._signal import CancelScope, Signal
 from resilience._time import SystemTimeProvider, TimeProvider, TimerHandle
 from resilience._validation import Duration
+from resilience._version import __version__ as __version__
 from resilience.exceptions import (
     BrokenCircuitError,
     IsolatedCircuitError,
