@@ -170,3 +170,51 @@ async def test_the_async_semaphore_primitive(pg_semaphores: PostgresSemaphoreSto
 async def _token_of(handle: Any) -> int:
     token: int = handle.token
     return token
+
+
+def test_the_concurrency_limiter_over_the_semaphore_store(pg_semaphores: PostgresSemaphoreStore, pg_key: str) -> None:
+    """Eight threads through `add_concurrency_limiter(2, store=...)`: never more than two at once, each fenced."""
+    pipeline = (
+        ResiliencePipelineBuilder().add_concurrency_limiter(2, key=pg_key, store=pg_semaphores, ttl=5, wait=30).build()
+    )
+    inside = 0
+    most = 0
+    tokens: list[int] = []
+    guard = threading.Lock()
+
+    def work() -> None:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+            token = get_lock_token()
+            assert token is not None
+            tokens.append(token)
+        time.sleep(0.01)
+        with guard:
+            inside -= 1
+
+    threads = [threading.Thread(target=lambda: [pipeline.execute(work) for _ in range(3)]) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert 1 <= most <= 2
+    assert len(tokens) == 24
+    assert len(set(tokens)) == 24
+
+
+async def test_the_async_concurrency_limiter_over_the_semaphore_store(
+    pg_semaphores: PostgresSemaphoreStore, pg_key: str
+) -> None:
+    pipeline = (
+        ResiliencePipelineBuilder().add_concurrency_limiter(1, key=pg_key, store=pg_semaphores, ttl=5, wait=30).build()
+    )
+
+    async def token() -> int | None:
+        await asyncio.sleep(0.01)
+        return get_lock_token()
+
+    seen = await asyncio.gather(*(pipeline.execute_async(token) for _ in range(4)))
+    assert None not in seen
+    assert len(set(seen)) == 4
