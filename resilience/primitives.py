@@ -92,6 +92,7 @@ class _PrefixedStore:
         self.inner = inner
         self.prefix = prefix + ":"
         self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
+        self._answers_inline = getattr(inner, "_answers_inline", False)
 
     def acquire(self, key: str, *args: Any) -> Any:
         return self.inner.acquire(self.prefix + key, *args)

@@ -32,6 +32,7 @@ class StoreOps:
     __slots__ = (
         "has_async",
         "has_sync",
+        "inline",
         "lease_info",
         "lease_info_async",
         "listen",
@@ -48,6 +49,9 @@ class StoreOps:
         self.lease_info_async = isinstance(store, AsyncSupportsLeaseInfo)
         self.notify = isinstance(store, SupportsReleaseNotification)
         self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
+        # An in-process store whose async methods never suspend (the memory stores): the
+        # async engine calls its sync methods directly instead of starting a task per call.
+        self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
         # A private capability of the memory stores: a callback on release, so that a sync
         # waiter can be woken by a release *or* its signal, whichever comes first.
         listen = getattr(store, "_add_release_listener", None)

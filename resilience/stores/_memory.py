@@ -40,6 +40,14 @@ class _MemoryStore:
     """What both memory stores share: the clock, the token counter, waiters and the sweep."""
 
     _lease_info_takes_limit = False
+    _answers_inline = True
+    """Its async methods never suspend, so the engine may call the sync ones instead."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that overrides an async method may suspend there (a test double does).
+        if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
+            cls._answers_inline = False
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
