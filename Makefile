@@ -48,7 +48,8 @@ typecheck: $(STAMP)
 pytest: pytest-3.11 $(addprefix pytest-,$(EXTRA_PYTHONS))
 
 pytest-3.11: $(STAMP)
-	@$(BIN)/python -c 'import sys; print("== pytest with coverage on Python", sys.version.split()[0])'
+	@$(BIN)/python -c 'import sys; print("== pytest with coverage on Python", sys.version.split()[0]); \
+		sys.exit("FAIL: CI runs 3.11 in $(VENV): install it under pyenv" if "$(CI)" == "true" and sys.version_info[:2] != (3, 11) else 0)'
 	$(BIN)/pytest --cov --cov-report=term -q $(XDIST)
 
 $(addprefix pytest-,$(EXTRA_PYTHONS)): pytest-%: .venv-%/.installed

@@ -93,6 +93,7 @@ class _PrefixedStore:
         self.prefix = prefix + ":"
         self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
         self._answers_inline = getattr(inner, "_answers_inline", False)
+        self._pool_owner = getattr(inner, "_pool_owner", inner)
 
     def acquire(self, key: str, *args: Any) -> Any:
         return self.inner.acquire(self.prefix + key, *args)

@@ -55,7 +55,9 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
         result = hook(*args)
         if inspect.isawaitable(result):
             await result
-    except Exception:
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
         _logger.exception("a lease callback raised")
 
 
@@ -142,11 +144,11 @@ class AsyncLease(LeaseBase):
             # The deadline passed with a renewal in flight: it is bounded by the time left.
             self._on_loop(task.cancel)
 
-    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
-        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
+    def _deliver(self, run: Callable[[], None]) -> None:
+        self._on_loop(run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        _spawn(self._loop, _call_async_hook(hook, *args))
+        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""
@@ -168,7 +170,7 @@ class AsyncLease(LeaseBase):
         if self._stop() and not self._forked():
             self._check_deadline()
             if not await _release_bounded(self._ops, self.key, self.owner, self._tp):
-                self._lose()
+                self._lose(inline=True)
         self.signal.detach()
         return self._error
 

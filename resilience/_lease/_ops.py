@@ -38,11 +38,15 @@ class StoreOps:
         "listen",
         "notify",
         "notify_async",
+        "pool_owner",
         "store",
     )
 
     def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type) -> None:
         self.store = store
+        # Whose thread pool runs the background calls: the store itself, or the store a
+        # primitive's prefixing view wraps.
+        self.pool_owner: object = getattr(store, "_pool_owner", store)
         self.has_sync = isinstance(store, sync_protocol)
         self.has_async = isinstance(store, async_protocol)
         self.lease_info = isinstance(store, SupportsLeaseInfo)

@@ -18,8 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
-from resilience._lease._runtime import sync_call_later
-from resilience._time import SYSTEM_TIME, SystemTimeProvider
+from resilience._time import SYSTEM_TIME, SystemTimeProvider, sync_call_later
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -19,6 +19,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
+from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
@@ -35,6 +36,17 @@ _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a f
 def _is_client(value: object) -> bool:
     """A client instance (a class such as `redis.Redis` itself is a factory, not a client)."""
     return not isinstance(value, type) and callable(getattr(value, "evalsha", None))
+
+
+def _is_pipeline(value: object) -> bool:
+    """A redis-py/valkey pipeline: it has `evalsha`, but queues commands instead of answering."""
+    return any(name.endswith("Pipeline") for _, name in _class_names(value))
+
+
+def _not_a_pipeline(value: object, owner: str) -> None:
+    if _is_pipeline(value):
+        msg = f"{owner}: {type(value).__name__} is a pipeline, not a client: pass the client it came from"
+        raise ValidationError(msg)
 
 
 def _class_names(value: object) -> list[tuple[str, str]]:
@@ -61,10 +73,10 @@ def _ttl_ms(ttl: object) -> int:
     """A ttl in whole milliseconds, rounded up (1 ms at least)."""
     # `type() is` keeps bool out and costs less than isinstance on this hot path; the
     # comparison chain is False for NaN and infinity.
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl < math.inf:
+    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= MAX_DURATION:
         # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
         return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive, finite number of seconds, got {ttl!r}"
+    msg = f"ttl: must be a positive number of seconds, at most {MAX_DURATION:g}, got {ttl!r}"
     raise ValidationError(msg)
 
 
@@ -94,6 +106,7 @@ class _SyncClient:
     """The sync client, from a client or a zero-argument factory (called once, on first use)."""
 
     def __init__(self, source: Any, owner: str) -> None:
+        _not_a_pipeline(source, owner)
         if _is_asyncio_client(source):
             msg = f"{owner}: client= takes a sync client; pass this asyncio client as async_client="
             raise ValidationError(msg)
@@ -110,7 +123,7 @@ class _SyncClient:
             with self._lock:
                 if self._client is None:
                     client = self._source()
-                    if not _is_client(client) or _is_asyncio_client(client):
+                    if not _is_client(client) or _is_asyncio_client(client) or _is_pipeline(client):
                         msg = f"{self._owner}: the client= factory must return a sync redis client, got {client!r}"
                         raise ValidationError(msg)
                     self._client = client
@@ -139,6 +152,7 @@ class _AsyncClient:
         self._pending: Any = None
         self._factory: Any = None
         self._resolving: asyncio.Future[Any] | None = None
+        _not_a_pipeline(source, owner)
         if _is_client(source):
             if not _is_asyncio_client(source) and type(source).__module__.startswith(("redis.", "valkey.")):
                 msg = f"{owner}: async_client= takes an asyncio client; pass this sync client as client="
@@ -167,7 +181,7 @@ class _AsyncClient:
             client = self._factory()
             if inspect.isawaitable(client):
                 client = await client
-        if not _is_client(client):
+        if not _is_client(client) or _is_pipeline(client):
             msg = f"{self._owner}: async_client= must produce an asyncio redis client, got {client!r}"
             raise ValidationError(msg)
         self._client = client
