@@ -8,7 +8,7 @@ watch for a bare `acquire` handle).
 Each lease has one pending event, the earlier of its next renewal and its deadline. A sync
 lease's event sits in its clock's `Scheduler` (one heap and one armed timer per clock, served
 by the timer thread); an async lease's is one loop timer. The event callback decides (`_due`):
-declare the loss there and then, or hand a renewal to the renewer, which never blocks the
+declare the loss there and then, or hand a renewal to the store's pool, which never blocks the
 timer.
 
 Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached from:
@@ -18,9 +18,9 @@ Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached fro
 - `extend` answered False,
 - `finish`: the deadline checked again when the body ends, and a final release answered False.
 
-`_lose` aborts the lease's signal with the lease's `LockLostError`, then hands the loss
-notification to the renewer (sync: the shared renewer thread; async: a task on the loop), once
-per lease. Every state change happens under one module lock held for a few assignments only,
+`_lose` marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
+the signal's callbacks and the loss notification to where the lease's user code runs (sync: its
+strand of the callback pool; async: its loop), once per lease. Every state change happens under one module lock held for a few assignments only,
 never across a store call, a callback or telemetry.
 """
 
@@ -76,7 +76,7 @@ class Scheduler:
     Arming a lease's event is a heap push under the lease lock; the clock's timer is re-armed
     only when the new event is the earliest (steady traffic on one ttl never re-arms it). The
     timer callback only pops what is due and hands it on (`_due`: a loss is declared right
-    there, a renewal is queued for the renewer thread), so a renewal that hangs never delays
+    there, a renewal is queued on the store's pool), so a renewal that hangs never delays
     a deadline. Entries of ended leases are dropped lazily, and the heap is compacted when
     they outnumber the live ones.
     """
@@ -166,8 +166,8 @@ class LeaseParams:
       `finish`). False only for a bare primitive `acquire` handle, which only its own
       `extend()` answered False can abort.
     - `error_type`: the loss error (`LockLostError`, `SemaphoreLeaseLostError`).
-    - `on_lost(lease)`: told once, on the renewer, after the signal aborted (`lease.error`).
-    - `on_renew_error(lease, exc)`: told on the renewer when a renewal raised (not a loss).
+    - `on_lost(lease)`: told once, off the timer thread, after the signal aborted (`lease.error`).
+    - `on_renew_error(lease, exc)`: told off the timer thread when a renewal raised (not a loss).
 
     Callback exceptions are logged, never raised; an awaitable they return is awaited in an
     async lease (and closed, with a log record, in a sync one).
