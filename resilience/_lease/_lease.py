@@ -20,8 +20,9 @@ Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached fro
 
 `_lose` marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
 the signal's callbacks and the loss notification to where the lease's user code runs (sync: its
-strand of the callback pool; async: its loop), once per lease. Every state change happens under one module lock held for a few assignments only,
-never across a store call, a callback or telemetry.
+strand of the callback pool; async: its loop), once per lease. Every state change happens
+under one module lock held for a few assignments only, never across a store call, a callback
+or telemetry.
 """
 
 from __future__ import annotations
