@@ -17,7 +17,7 @@ import inspect
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
@@ -206,36 +206,17 @@ class _AsyncClient:
         return await client.eval(script.source, len(keys), *keys, *args)
 
 
-_VARIANTS: dict[tuple[type, bool, bool], type] = {}
-
-
 class _RedisStore:
-    """What both stores share: clients, notification, closing."""
+    """What both stores share: clients, notification, closing.
+
+    Every method exists whatever the clients (a fixed surface); a flavour without its client
+    raises `ValidationError` naming the client to pass. `has_sync_client`/`has_async_client`
+    tell the store protocols which flavours it serves (`isinstance(store, AsyncLockStore)`).
+    """
 
     _kind: str = "RedisStore"
     _sync_methods: tuple[str, ...] = ()
     _async_methods: tuple[str, ...] = ()
-
-    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "") -> Self:  # noqa: ARG004
-        """An instance of `cls`, or of a variant of it without the flavour that has no client.
-
-        A flavour without a client is absent, as `__hash__ = None` makes a class unhashable: its
-        methods are None on the (cached) variant class, so `isinstance(store, AsyncLockStore)`,
-        which the lease engine and the conformance suite ask, tells the truth. The variant has
-        the same name, and `isinstance(store, RedisLockStore)` holds.
-        """
-        missing = (() if client is not None else cls._sync_methods) + (
-            () if async_client is not None else cls._async_methods
-        )
-        if not missing:
-            return super().__new__(cls)
-        key = (cls, client is not None, async_client is not None)
-        variant = _VARIANTS.get(key)
-        if variant is None:
-            namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-            namespace.update(dict.fromkeys(missing))
-            variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
-        return cast("Self", super().__new__(variant))
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
         if client is None and async_client is None:

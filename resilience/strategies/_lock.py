@@ -28,8 +28,8 @@ from resilience._lease import (
 from resilience._outcome import Err
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError, ValidationError
-from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, default_lock_store
-from resilience.stores._protocols import AsyncLockStore, LockStore
+from resilience.stores._memory import MemoryLockStore, default_lock_store
+from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -113,7 +113,9 @@ class LockStrategyOptions:
         problems.duration("wait", self.wait)
         store: object = self.store
         if store is not None:
-            if isinstance(store, MemorySemaphoreStore):
+            if isinstance(store, SemaphoreStore | AsyncSemaphoreStore) and not isinstance(
+                store, LockStore | AsyncLockStore
+            ):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
             elif not isinstance(store, LockStore | AsyncLockStore):
                 problems.add("store", f"must implement LockStore or AsyncLockStore, got {store!r}")
