@@ -129,8 +129,8 @@ class _PrefixedStore:
     async def wait_released_async(self, key: str, *args: Any) -> Any:
         return await self.inner.wait_released_async(self.prefix + key, *args)
 
-    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner._add_release_listener
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner.add_release_listener
         return listen(self.prefix + key, callback)
 
     def __repr__(self) -> str:
@@ -143,7 +143,7 @@ def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (*_METHODS, "_add_release_listener")
+    names = (*_METHODS, "add_release_listener")
     missing = tuple(name for name in names if not callable(getattr(store, name, None)))
     return _prefixed_variant(missing)(store, prefix)
 

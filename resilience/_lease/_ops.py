@@ -17,6 +17,7 @@ from resilience.stores._protocols import (
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
+    SupportsReleaseListener,
     SupportsReleaseNotification,
 )
 
@@ -56,11 +57,10 @@ class StoreOps:
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
         self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
-        # A private capability of the memory stores: a callback on release, so that a sync
-        # waiter can be woken by a release *or* its signal, whichever comes first.
-        listen = getattr(store, "_add_release_listener", None)
+        # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
+        # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[[str, Callable[[], object]], Callable[[], None]] | None = (
-            listen if callable(listen) else None
+            store.add_release_listener if isinstance(store, SupportsReleaseListener) else None
         )
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:

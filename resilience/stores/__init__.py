@@ -9,6 +9,7 @@ from resilience.stores._protocols import (
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
+    SupportsReleaseListener,
     SupportsReleaseNotification,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
@@ -25,5 +26,6 @@ __all__ = [
     "RedisSemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
+    "SupportsReleaseListener",
     "SupportsReleaseNotification",
 ]

@@ -90,8 +90,8 @@ class _MemoryStore:
 
     # -- release notification -----------------------------------------------------------------
 
-    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        """Call `callback()` (on the releasing thread) the next time `key` is released."""
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the releasing thread) the next time `key` is released; returns the remover."""
         with self._mutex:
             self._listener_ids += 1
             ident = self._listener_ids
@@ -134,7 +134,7 @@ class _MemoryStore:
             released.append(True)
             woken.set()
 
-        remove = self._add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release)
         try:
             if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
                 return True
@@ -169,7 +169,7 @@ class _MemoryStore:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, False)  # noqa: FBT003
 
-        remove = self._add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
             if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription

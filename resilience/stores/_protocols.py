@@ -12,7 +12,10 @@ what `acquire` accepts: a lock store's takes `(key, owner, ttl)`, a semaphore st
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "AsyncLockStore",
@@ -22,6 +25,7 @@ __all__ = [
     "LockStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
+    "SupportsReleaseListener",
     "SupportsReleaseNotification",
 ]
 
@@ -124,6 +128,20 @@ class SupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
+class SupportsReleaseListener(Protocol, metaclass=_StoreMeta):
+    """A store that calls back when a key is released: what a sync waiter sleeps on.
+
+    The callback runs on a thread of the store's choosing and must be quick (it sets an
+    event). A waiter adds it, sleeps its own timeout (woken early by a release or by its
+    signal), then removes it; a release it missed costs only that timeout.
+    """
+
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` when `key` is released (or a slot of it freed); returns the remover."""
+        ...
+
+
+@runtime_checkable
 class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsReleaseNotification`."""
 
@@ -173,6 +191,7 @@ _FLAVOURED.update(
         SupportsLeaseInfo,
         AsyncSupportsLeaseInfo,
         SupportsReleaseNotification,
+        SupportsReleaseListener,
         AsyncSupportsReleaseNotification,
     }
 )

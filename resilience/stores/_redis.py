@@ -25,7 +25,7 @@ from resilience.stores import _redis_scripts as scripts
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["RedisLockStore", "RedisSemaphoreStore"]
 
@@ -206,6 +206,10 @@ class _AsyncClient:
         return await client.eval(script.source, len(keys), *keys, *args)
 
 
+def _nothing() -> None:
+    """The remover of a listener that was never added."""
+
+
 class _RedisStore:
     """What both stores share: clients, notification, closing.
 
@@ -295,6 +299,21 @@ class _RedisStore:
             self._publish[True] = ""
             return bool(await runner.run(script, keys, [*args, ""]))
 
+    def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
+        with self._listener_lock:
+            listener = self._listener
+            if listener is None and callable(getattr(client, "pubsub", None)):
+                listener = self._listener = SyncReleaseListener(
+                    client.pubsub, sharded=_is_cluster(client), name=f"resilience-redis-{self._prefix}"
+                )
+        return listener
+
+    def _listen(self, channel: str, callback: Callable[[], object]) -> Callable[[], None]:
+        listener = self._sync_listener(self._sync_client("add_release_listener").get())
+        if listener is None:  # no pub/sub on this client: nothing will call back
+            return _nothing
+        return listener.listen(channel, callback)
+
     def _wait_sync(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
         runner = self._sync_client("wait_released")
         client = runner.get()
@@ -302,12 +321,7 @@ class _RedisStore:
         def is_free() -> bool:
             return not runner.run(held, [channel], [])
 
-        with self._listener_lock:
-            listener = self._listener
-            if listener is None and callable(getattr(client, "pubsub", None)):
-                listener = self._listener = SyncReleaseListener(
-                    client.pubsub, sharded=_is_cluster(client), name=f"resilience-redis-{self._prefix}"
-                )
+        listener = self._sync_listener(client)
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
             if is_free():
                 return True
@@ -434,6 +448,14 @@ class RedisLockStore(_RedisStore):
         """
         return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD)
 
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the listener thread) when `key` is released; returns the remover.
+
+        What a sync waiter sleeps on: woken by a release without polling (one `SUBSCRIBE` per
+        key, shared by every waiter of the store). Needs the sync client.
+        """
+        return self._listen(self.key(key), callback)
+
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
         keys, args = self._acquire_args(key, owner, ttl)
@@ -522,6 +544,10 @@ class RedisSemaphoreStore(_RedisStore):
     def wait_released(self, key: str, timeout: float) -> bool:
         """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder."""
         return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """See `RedisLockStore.add_release_listener` (any slot of `key` freed)."""
+        return self._listen(self.keys(key)[0], callback)
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
         """See `acquire`."""

@@ -24,7 +24,7 @@ from tests.unit.lockkit import Events
 if TYPE_CHECKING:
     from tests.redis_support import RedisServer
 
-ATTEMPTS = 20
+ATTEMPTS = 200
 
 
 def _pipeline(store: Any, events: Events) -> Any:
