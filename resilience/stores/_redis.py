@@ -17,7 +17,7 @@ import inspect
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
@@ -206,6 +206,9 @@ class _AsyncClient:
         return await client.eval(script.source, len(keys), *keys, *args)
 
 
+_VARIANTS: dict[tuple[type, bool, bool], type] = {}
+
+
 def _nothing() -> None:
     """The remover of a listener that was never added."""
 
@@ -221,6 +224,27 @@ class _RedisStore:
     _kind: str = "RedisStore"
     _sync_methods: tuple[str, ...] = ()
     _async_methods: tuple[str, ...] = ()
+
+    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "") -> Self:  # noqa: ARG004
+        """An instance of `cls`, or of a variant of it without the flavour that has no client.
+
+        For a subclass that lists `_sync_methods`/`_async_methods` (the rate-limit store): a
+        flavour without a client is absent, its methods None on the (cached) variant class, so
+        `isinstance` on its protocols tells the truth. The lock and semaphore stores list none:
+        they keep a fixed surface and say which flavours they serve (`has_sync_client`).
+        """
+        missing = (() if client is not None else cls._sync_methods) + (
+            () if async_client is not None else cls._async_methods
+        )
+        if not missing:
+            return super().__new__(cls)
+        key = (cls, client is not None, async_client is not None)
+        variant = _VARIANTS.get(key)
+        if variant is None:
+            namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            namespace.update(dict.fromkeys(missing))
+            variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
+        return cast("Self", super().__new__(variant))
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
         if client is None and async_client is None:
@@ -406,8 +430,8 @@ class RedisLockStore(_RedisStore):
     """
 
     _kind = "RedisLockStore"
-    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
-    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
+    _async_methods = ()
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -493,8 +517,8 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
-    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
+    _async_methods = ()
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from resilience import ResiliencePipelineBuilder
+from resilience import LockLostError, ResiliencePipelineBuilder
 from resilience.stores import MemoryLockStore, RedisLockStore
 from resilience.telemetry import TelemetryOptions
 from tests.unit.lockkit import Events
@@ -42,7 +42,10 @@ def _held(events: Events) -> bool:
 def _hold_sync(store: Any) -> None:
     for _ in range(ATTEMPTS):
         events = Events()
-        assert _pipeline(store, events).execute(lambda: "done") == "done"
+        try:
+            assert _pipeline(store, events).execute(lambda: "done") == "done"
+        except LockLostError:  # this instant took longer than 1 ms on a loaded machine
+            continue
         time.sleep(0.05)  # a loss told in the background has arrived by now
         if _held(events):
             return
@@ -55,7 +58,10 @@ async def _hold_async(store: Any) -> None:
 
     for _ in range(ATTEMPTS):
         events = Events()
-        assert await _pipeline(store, events).execute_async(body) == "done"
+        try:
+            assert await _pipeline(store, events).execute_async(body) == "done"
+        except LockLostError:
+            continue
         await asyncio.sleep(0.05)
         if _held(events):
             return

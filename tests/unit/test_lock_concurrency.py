@@ -9,6 +9,7 @@ import time
 import pytest
 
 from resilience import LockNotAcquiredError, ResiliencePipelineBuilder, get_lock_token
+from resilience._lease._workers import STORE_THREADS
 from resilience.stores import MemoryLockStore
 
 N = 8
@@ -153,7 +154,7 @@ def test_a_sync_execution_inside_a_running_loop_still_renews() -> None:
 
 @pytest.mark.parametrize("count", [200])
 def test_many_held_leases_share_the_renewer(count: int) -> None:
-    """Hundreds of leases held at once renew on one thread: no thread per lease."""
+    """Hundreds of leases held at once renew on the store's pool: no thread per lease."""
     store = MemoryLockStore()
     lost: list[object] = []
     pipeline = (
@@ -184,7 +185,9 @@ def test_many_held_leases_share_the_renewer(count: int) -> None:
     go.set()
     for thread in threads:
         thread.join(10)
-    assert background <= 2
+    # The timer thread and the store's pool: one thread while renewals flow, a few more
+    # (bounded) only while a burst of them waits on a loaded machine.
+    assert background <= 1 + STORE_THREADS
     assert len(store) == 0
     assert lost == []
 
