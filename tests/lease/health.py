@@ -9,7 +9,7 @@ import uuid
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context
 from resilience.stores import MemoryLockStore
 
-TTL = 0.3
+TTL = 0.6  # room for a loaded machine: renewals every 0.2 s
 
 
 def _aborted() -> bool:
