@@ -18,8 +18,8 @@ XDIST := -n 2 -p no:cacheprovider
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip  # dependency groups (--group) need pip >= 25.1
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev
 	touch $(STAMP)
 
 # A test-only venv per extra interpreter (no linters or docs tools: those run once, on 3.11).
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	fi; \
 	set -e; test -x .venv-$*/bin/python || "$$py" -m venv .venv-$*; \
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip; \
-	.venv-$*/bin/python -m pip install --quiet -e '.[test]'; \
+	.venv-$*/bin/python -m pip install --quiet -e '.[redis]' --group test; \
 	touch $@
 
 install: $(STAMP) $(foreach v,$(EXTRA_PYTHONS),.venv-$(v)/.installed)
@@ -68,7 +68,7 @@ demo: $(STAMP)
 		echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev --group bench
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/classic.py
 	$(BIN)/python benchmarks/plots.py

@@ -1,7 +1,7 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy` and `rate_limiter_strategy`
-return immutable options
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `rate_limiter_strategy` and
+`concurrency_limiter_strategy` return immutable options
 objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
@@ -36,6 +36,10 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._concurrency_limiter import (
+    ConcurrencyLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+)
 from resilience.strategies._lock import (
     LockEventArguments,
     LockStrategyOptions,
@@ -72,6 +76,7 @@ __all__ = [
     "CircuitBreakerStateProvider",
     "CircuitBreakerStrategyOptions",
     "CircuitState",
+    "ConcurrencyLimiterStrategyOptions",
     "EnabledGeneratorArguments",
     "ExecutionAttemptArguments",
     "FaultGeneratorArguments",
@@ -104,6 +109,7 @@ __all__ = [
     "chaos_latency_strategy",
     "chaos_outcome_strategy",
     "circuit_breaker_strategy",
+    "concurrency_limiter_strategy",
     "lock_strategy",
     "rate_limiter_strategy",
     "retry_strategy",
