@@ -35,7 +35,7 @@ instead of raising; `execute_outcome(...)` runs a function that itself returns `
 Public modules:
     resilience.strategies  the strategies' factories, options and callback arguments
     resilience.primitives  lock() and semaphore() for code without a pipeline
-    resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
+    resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster), PostgreSQL
     resilience.limiters    rate-limit stores: memory, Redis (standalone and Cluster)
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
