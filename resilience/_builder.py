@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         OnCircuitOpenedArguments,
     )
     from resilience.strategies._common import Handle
+    from resilience.strategies._fallback import FallbackArguments, OnFallbackArguments
     from resilience.strategies._lock import OnLockLostArguments
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
     from resilience.strategies._retry_core import Backoff
@@ -223,4 +224,23 @@ class ResiliencePipelineBuilder(PipelineBuilder):
                 cancel_on_lost=cancel_on_lost,
                 name=name,
             )
+        )
+
+    # -- fallback and hedging (issue #15) -----------------------------------------------------
+
+    def add_fallback(
+        self,
+        fallback: Callable[[FallbackArguments], Any],
+        /,
+        *,
+        handle: Handle = None,
+        handle_result: Callable[[Any], bool] | None = None,
+        on_fallback: Callable[[OnFallbackArguments], object] | None = None,
+        name: str = "Fallback",
+    ) -> Self:
+        """`.add(fallback_strategy(...))`: a substitute for handled outcomes (see `fallback_strategy`)."""
+        from resilience.strategies._fallback import fallback_strategy
+
+        return self.add(
+            fallback_strategy(fallback, handle=handle, handle_result=handle_result, on_fallback=on_fallback, name=name)
         )

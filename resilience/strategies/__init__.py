@@ -1,7 +1,8 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy` and `lock_strategy` return immutable options
-objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy` and `fallback_strategy`
+return immutable options objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and
+creates them.
 """
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
@@ -15,6 +16,12 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._fallback import (
+    FallbackArguments,
+    FallbackStrategyOptions,
+    OnFallbackArguments,
+    fallback_strategy,
+)
 from resilience.strategies._lock import (
     LockEventArguments,
     LockStrategyOptions,
@@ -42,11 +49,14 @@ __all__ = [
     "CircuitBreakerStrategyOptions",
     "CircuitState",
     "ExecutionAttemptArguments",
+    "FallbackArguments",
+    "FallbackStrategyOptions",
     "LockEventArguments",
     "LockStrategyOptions",
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
+    "OnFallbackArguments",
     "OnLockLostArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
@@ -58,6 +68,7 @@ __all__ = [
     "TimeoutGeneratorArguments",
     "TimeoutStrategyOptions",
     "circuit_breaker_strategy",
+    "fallback_strategy",
     "lock_strategy",
     "retry_strategy",
     "timeout_strategy",
