@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     )
     from resilience.strategies._common import Handle
     from resilience.strategies._fallback import FallbackArguments, OnFallbackArguments
+    from resilience.strategies._hedging import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
     from resilience.strategies._lock import OnLockLostArguments
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
     from resilience.strategies._retry_core import Backoff
@@ -243,4 +244,32 @@ class ResiliencePipelineBuilder(PipelineBuilder):
 
         return self.add(
             fallback_strategy(fallback, handle=handle, handle_result=handle_result, on_fallback=on_fallback, name=name)
+        )
+
+    def add_hedging(
+        self,
+        *,
+        max_hedged_attempts: int = 1,
+        delay: Duration = 2.0,
+        delay_generator: Callable[[HedgingDelayArguments], float | dt.timedelta | None] | None = None,
+        action_generator: Callable[[HedgingActionArguments], Callable[..., Any] | None] | None = None,
+        handle: Handle = None,
+        handle_result: Callable[[Any], bool] | None = None,
+        on_hedging: Callable[[OnHedgingArguments], object] | None = None,
+        name: str = "Hedging",
+    ) -> Self:
+        """`.add(hedging_strategy(...))`: extra attempts, the first acceptable outcome wins (see `hedging_strategy`)."""
+        from resilience.strategies._hedging import hedging_strategy
+
+        return self.add(
+            hedging_strategy(
+                max_hedged_attempts=max_hedged_attempts,
+                delay=delay,
+                delay_generator=delay_generator,
+                action_generator=action_generator,
+                handle=handle,
+                handle_result=handle_result,
+                on_hedging=on_hedging,
+                name=name,
+            )
         )

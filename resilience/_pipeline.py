@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from resilience._context import _CURRENT, ResilienceContext
+from resilience._invocation import INVOCATION, Invocation
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.telemetry import _otel
@@ -101,6 +102,15 @@ def is_async_callable(fn: object) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+async def _invoked_async(invocation: Invocation, chain: Awaitable[T]) -> T:
+    """Await the strategies' chain with `invocation` visible to them (see `_invocation.py`)."""
+    token = INVOCATION.set(invocation)
+    try:
+        return await chain
+    finally:
+        INVOCATION.reset(token)
+
+
 class ResiliencePipeline:
     """A built pipeline: `execute`/`settle` a callable through its strategies, or decorate one.
 
@@ -110,6 +120,7 @@ class ResiliencePipeline:
 
     __slots__ = (
         "_async_problem",
+        "_invoked",
         "_listened",
         "_source",
         "_strategies",
@@ -147,6 +158,9 @@ class ResiliencePipeline:
         self._async_problem: str | None = next(
             (p for s in self._strategies if (p := getattr(s, "async_problem", None))), None
         )
+        # A strategy that may call another callable in place of the user's (hedging's
+        # action_generator) needs to see the call: see resilience/_invocation.py.
+        self._invoked = any(getattr(s, "wants_invocation", False) for s in self._strategies)
 
     @property
     def strategies(self) -> tuple[Strategy, ...]:
@@ -231,21 +245,30 @@ class ResiliencePipeline:
         return result
 
     def _run(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        invocation = Invocation(fn) if self._invoked else None
+
         def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                result = fn(*args, **kwargs)
+                result = target(*args, **kwargs)
             finally:
                 _CURRENT.reset(token)
             if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
-                raise _refuse_awaitable(fn, result)
+                raise _refuse_awaitable(target, result)
             return result
 
         chain: Callable[[ResilienceContext], T] = call
         for strategy in reversed(self._strategies):
             chain = functools.partial(strategy.execute, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        token = INVOCATION.set(invocation)
+        try:
+            return chain(context)
+        finally:
+            INVOCATION.reset(token)
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
@@ -306,13 +329,16 @@ class ResiliencePipeline:
     def _run_async(
         self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
     ) -> Awaitable[T]:
+        invocation = Invocation(fn) if self._invoked else None
+
         async def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                awaitable = fn(*args, **kwargs)
+                awaitable = target(*args, **kwargs)
                 if not _is_awaitable(awaitable):
-                    raise _refuse_non_awaitable(fn, awaitable)
+                    raise _refuse_non_awaitable(target, awaitable)
                 return await awaitable
             finally:
                 _CURRENT.reset(token)
@@ -320,7 +346,9 @@ class ResiliencePipeline:
         chain: Callable[[ResilienceContext], Awaitable[T]] = call
         for strategy in reversed(self._strategies):
             chain = functools.partial(strategy.execute_async, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        return _invoked_async(invocation, chain(context))
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""

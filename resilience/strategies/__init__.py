@@ -1,8 +1,8 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy` and `fallback_strategy`
-return immutable options objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and
-creates them.
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `fallback_strategy`
+and `hedging_strategy` return immutable options objects; `PipelineBuilder.add(...)` takes them, and
+`build()` validates and creates them.
 """
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
@@ -21,6 +21,13 @@ from resilience.strategies._fallback import (
     FallbackStrategyOptions,
     OnFallbackArguments,
     fallback_strategy,
+)
+from resilience.strategies._hedging import (
+    HedgingActionArguments,
+    HedgingDelayArguments,
+    HedgingStrategyOptions,
+    OnHedgingArguments,
+    hedging_strategy,
 )
 from resilience.strategies._lock import (
     LockEventArguments,
@@ -51,12 +58,16 @@ __all__ = [
     "ExecutionAttemptArguments",
     "FallbackArguments",
     "FallbackStrategyOptions",
+    "HedgingActionArguments",
+    "HedgingDelayArguments",
+    "HedgingStrategyOptions",
     "LockEventArguments",
     "LockStrategyOptions",
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
     "OnFallbackArguments",
+    "OnHedgingArguments",
     "OnLockLostArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
@@ -69,6 +80,7 @@ __all__ = [
     "TimeoutStrategyOptions",
     "circuit_breaker_strategy",
     "fallback_strategy",
+    "hedging_strategy",
     "lock_strategy",
     "retry_strategy",
     "timeout_strategy",
