@@ -108,7 +108,7 @@ def fallback_strategy(
 class FallbackStrategy:
     """The built fallback strategy."""
 
-    __slots__ = ("_fallback", "_handler", "_on_fallback", "_telemetry")
+    __slots__ = ("_checks_results", "_fallback", "_handler", "_on_fallback", "_telemetry")
 
     def __init__(
         self,
@@ -120,6 +120,7 @@ class FallbackStrategy:
     ) -> None:
         self._fallback = fallback
         self._handler = handler
+        self._checks_results = handler.checks_results  # False: every result passes through
         self._telemetry = telemetry
         self._on_fallback = on_fallback
 
@@ -169,7 +170,7 @@ class FallbackStrategy:
                 raise
             # Inside the except block: an exception from the fallback keeps this one as context.
             return self._substitute(failure, context)  # type: ignore[no-any-return]
-        if not self._handler.checks_results:
+        if not self._checks_results:
             return result
         outcome = Ok(result)
         if not self._handles(outcome, context):
@@ -187,7 +188,7 @@ class FallbackStrategy:
             if not self._handles(failure, context):
                 raise
             return await self._substitute_async(failure, context)  # type: ignore[no-any-return]
-        if not self._handler.checks_results:
+        if not self._checks_results:
             return result
         outcome = Ok(result)
         if not self._handles(outcome, context):

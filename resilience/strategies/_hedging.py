@@ -170,6 +170,7 @@ class HedgingStrategy:
         "_delay",
         "_delay_generator",
         "_handler",
+        "_heard",
         "_max",
         "_on_hedging",
         "_telemetry",
@@ -186,6 +187,8 @@ class HedgingStrategy:
         self._on_hedging = options.on_hedging
         self._time: TimeProvider = context.time_provider
         self._telemetry: TelemetrySource = context.telemetry
+        options_ = context.telemetry.options
+        self._heard = bool(options_.listeners or options_.severity_provider)
         self.wants_invocation = options.action_generator is not None
         """The pipeline must expose the call (`_invocation.py`) for `action_generator`."""
 
@@ -200,8 +203,42 @@ class HedgingStrategy:
     ) -> T:
         """Run the attempts as tasks of the caller's loop; return or raise the winner (async)."""
         context._raise_if_aborted()
-        run = _AsyncRun(self, callback, context)
-        return await run.execute()  # type: ignore[no-any-return]
+        if self._delay_generator is not None or self._delay <= 0:
+            return await _AsyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
+        # The success path: attempt 0 in this task with one timer; the run's bookkeeping is
+        # made only if the timer fires or attempt 0 is handled (`_AsyncStart.promote`).
+        start = _AsyncStart(self, callback, context)
+        scope = start.scope
+        delay = self._delay
+        timer = None if delay == math.inf else self._time.call_later(delay, start.fire)
+        result: Any = None
+        failure: Err | None = None
+        try:
+            # `_attempt`, inlined: one coroutine less on the path every execution takes.
+            scope.enter()
+            try:
+                result = await callback(start.inner)
+            except BaseException as exc:
+                await scope.exit_error(exc)
+                raise
+            if scope.exit_ok():
+                await scope.absorb()
+        except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
+            failure = Err(exc)
+        except BaseException as exc:
+            await start.interrupted(timer, exc)
+            raise
+        follow = start.after(timer, result, failure)
+        if isinstance(follow, Outcome):
+            return follow.unwrap()  # type: ignore[no-any-return]
+        return await follow[0].execute(follow[1])  # type: ignore[no-any-return]
+
+    def _judge(self, outcome: Outcome[Any]) -> bool:
+        """Whether `outcome` is handled (does not win)."""
+        error = outcome.error
+        if error is not None:
+            return self._handler.error(error, outcome)
+        return self._handler.result(outcome.value, outcome)
 
     def __repr__(self) -> str:
         return f"<HedgingStrategy max_hedged_attempts={self._max} delay={self._delay:g}>"
@@ -225,7 +262,11 @@ class _Run:
     )
 
     def __init__(
-        self, strategy: HedgingStrategy, callback: Callable[[ResilienceContext], Any], context: ResilienceContext
+        self,
+        strategy: HedgingStrategy,
+        callback: Callable[[ResilienceContext], Any],
+        context: ResilienceContext,
+        vars_: contextvars.Context | None = None,
     ) -> None:
         self.strategy = strategy
         self.callback = callback
@@ -237,7 +278,7 @@ class _Run:
         self._timers: list[TimerHandle] = []
         self.fatal: BaseException | None = None
         # The caller's contextvars, for attempts started elsewhere (a task, a pool thread).
-        self.vars = contextvars.copy_context()
+        self.vars = contextvars.copy_context() if vars_ is None else vars_
         self.invocation: Invocation | None = INVOCATION.get() if strategy.wants_invocation else None
 
     # -- decisions, under the lock --------------------------------------------------------------
@@ -246,17 +287,19 @@ class _Run:
         with self._lock:
             return self.state.launch()
 
-    def delay_armed(self, attempt: int, delay: float) -> int | None:
-        """After `attempt` started: arm the delay before the next; return one due at once (delay 0)."""
+    def armed(self, attempt: int, delay: float) -> None:
+        """After `attempt` started: arm the delay before the next, or start it now (delay 0)."""
         with self._lock:
             wait = self.state.wait_after_launch(attempt, delay)
             if wait is None:
-                return None
+                return
             if wait > 0:
                 timer = self.strategy._time.call_later(wait, functools.partial(self.delay_passed, attempt + 1))
                 self._timers.append(timer)
-                return None
-            return self.state.take_due()
+                return
+            due = self.state.take_due()
+        if due is not None:
+            self.start_elsewhere(due)
 
     def delay_passed(self, attempt: int) -> None:
         """The delay before `attempt` passed (on a timer's thread)."""
@@ -281,15 +324,15 @@ class _Run:
             severity = Severity.INFORMATION
         else:
             severity = Severity.ERROR if finished else Severity.WARNING
-        duration = self.strategy._time.monotonic() - started
         telemetry = self.strategy._telemetry
-        telemetry.emit(
-            "ExecutionAttempt",
-            severity,
-            operation_key=self.context.operation_key,
-            outcome=outcome,
-            arguments=ExecutionAttemptArguments(attempt, duration, handled),
-        )
+        if self.strategy._heard or telemetry.enabled(severity):  # else build nothing
+            telemetry.emit(
+                "ExecutionAttempt",
+                severity,
+                operation_key=self.context.operation_key,
+                outcome=outcome,
+                arguments=ExecutionAttemptArguments(attempt, self.strategy._time.monotonic() - started, handled),
+            )
         if finished:
             self.abort_others(attempt)
         if settled:
@@ -381,13 +424,6 @@ class _Run:
         )
         return arguments
 
-    def judge(self, outcome: Outcome[Any]) -> bool:
-        handler = self.strategy._handler
-        error = outcome.error
-        if error is not None:
-            return handler.error(error, outcome)
-        return handler.result(outcome.value, outcome)
-
 
 class _SyncRun(_Run):
     """A sync hedged execution: attempt 0 on the caller's thread, later ones on the pool."""
@@ -439,7 +475,8 @@ class _SyncRun(_Run):
                     substitute = self.action(attempt, context)
                 else:
                     self.starts[0] = self.strategy._time.monotonic()
-                self.arm(attempt)
+                generator = self.strategy._delay_generator
+                self.armed(attempt, self.strategy._delay if generator is None else self.generated(attempt))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 context._end_signal_scope()
                 self.ended_fatally(attempt, exc)
@@ -456,16 +493,14 @@ class _SyncRun(_Run):
                 if token is not None:
                     SUBSTITUTE.reset(token)
                 context._end_signal_scope()
-            attempt = self.ended(attempt, outcome, self.judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
 
-    def arm(self, attempt: int) -> None:
-        delay = self.strategy._delay
-        if self.strategy._delay_generator is not None and self.state.can_launch:
-            generated = call_back(self.strategy._delay_generator, HedgingDelayArguments(self.context, attempt + 1))
-            delay = generated_delay(generated, delay)
-        due = self.delay_armed(attempt, delay)
-        if due is not None:
-            self.start_elsewhere(due)
+    def generated(self, attempt: int) -> float:
+        """The delay before attempt `attempt + 1` from `delay_generator`."""
+        if not self.state.can_launch:
+            return math.inf
+        generated = call_back(self.strategy._delay_generator, HedgingDelayArguments(self.context, attempt + 1))  # type: ignore[arg-type]
+        return generated_delay(generated, self.strategy._delay)
 
     def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
         generator = self.strategy._action_generator
@@ -512,27 +547,35 @@ class _AsyncRun(_Run):
     __slots__ = ("_loop", "_tasks", "_thread", "_waiter")
 
     def __init__(
-        self, strategy: HedgingStrategy, callback: Callable[[ResilienceContext], Any], context: ResilienceContext
+        self,
+        strategy: HedgingStrategy,
+        callback: Callable[[ResilienceContext], Any],
+        context: ResilienceContext,
+        vars_: contextvars.Context | None = None,
     ) -> None:
-        super().__init__(strategy, callback, context)
+        super().__init__(strategy, callback, context, vars_)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiter: asyncio.Future[None] | None = None
 
-    async def execute(self) -> Any:
+    async def execute(self, ended: tuple[int, Outcome[Any], bool] | None = None) -> Any:
+        """Run from attempt 0, or go on after attempt `ended[0]` ended in this task; then wait."""
         try:
-            await self.run_from(self.first())
+            await self.run_from(self.first() if ended is None else self.ended(*ended))
             if not self.state.settled:
                 self._waiter = self._loop.create_future()
                 await self._waiter
         except BaseException:
-            # The caller was cancelled (an outer timeout, its own cancel) or interrupted:
-            # abort every attempt and wait until each has ended before propagating.
-            self.abort_all()
-            await self._drain()
+            # The caller was cancelled (an outer timeout, its own cancel) or interrupted.
+            await self.leave()
             raise
         return self.result()
+
+    async def leave(self) -> None:
+        """Abort every attempt and wait until each has ended (the caller is leaving)."""
+        self.abort_all()
+        await self._drain()
 
     async def _drain(self) -> None:
         cancelled = False
@@ -569,16 +612,15 @@ class _AsyncRun(_Run):
                     substitute = await self.action(attempt, context)
                 else:
                     self.starts[0] = self.strategy._time.monotonic()
-                await self.arm(attempt)
+                generator = self.strategy._delay_generator
+                self.armed(attempt, self.strategy._delay if generator is None else await self.generated(attempt))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 scope.detach()
                 self.ended_fatally(attempt, exc)
                 return
             token = SUBSTITUTE.set(substitute) if substitute is not None else None
             try:
-                outcome: Outcome[Any] = Ok(await _in_scope(scope, self.callback, context))
-            except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
-                outcome = Err(exc)
+                outcome = await _attempt(scope, self.callback, context)
             except BaseException as exc:
                 self.ended_fatally(attempt, exc)
                 raise
@@ -586,17 +628,15 @@ class _AsyncRun(_Run):
                 if token is not None:
                     SUBSTITUTE.reset(token)
                 scope.detach()
-            attempt = self.ended(attempt, outcome, self.judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
 
-    async def arm(self, attempt: int) -> None:
-        delay = self.strategy._delay
-        if self.strategy._delay_generator is not None and self.state.can_launch:
-            arguments = HedgingDelayArguments(self.context, attempt + 1)
-            generated = await call_back_async(self.strategy._delay_generator, arguments)
-            delay = generated_delay(generated, delay)
-        due = self.delay_armed(attempt, delay)
-        if due is not None:
-            self.start_elsewhere(due)
+    async def generated(self, attempt: int) -> float:
+        """The delay before attempt `attempt + 1` from `delay_generator`."""
+        if not self.state.can_launch:
+            return math.inf
+        arguments = HedgingDelayArguments(self.context, attempt + 1)
+        generated = await call_back_async(self.strategy._delay_generator, arguments)  # type: ignore[arg-type]
+        return generated_delay(generated, self.strategy._delay)
 
     async def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
         generator = self.strategy._action_generator
@@ -633,16 +673,118 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _in_scope(
+async def _attempt(
     scope: _AsyncDeadline, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
-) -> Any:
-    """Await the attempt; when its signal aborts, cancel it and raise the signal's reason."""
-    scope.enter()
+) -> Outcome[Any]:
+    """Await one attempt under its scope: an abort of its signal cancels it and raises the reason."""
     try:
-        result = await callback(context)
-    except BaseException as exc:
-        await scope.exit_error(exc)
-        raise
-    if scope.exit_ok():
-        await scope.absorb()
-    return result
+        scope.enter()
+        try:
+            result = await callback(context)
+        except BaseException as exc:
+            await scope.exit_error(exc)
+            raise
+        if scope.exit_ok():
+            await scope.absorb()
+    except Exception as exc:  # noqa: BLE001 - BaseExceptions propagate to the runner
+        return Err(exc)
+    return Ok(result)
+
+
+class _AsyncStart:
+    """Attempt 0 of an async execution before anything else happened (the success path).
+
+    The timer's `fire` (after `delay`) or a handled outcome of attempt 0 `promote`s it to a full
+    `_AsyncRun` that knows attempt 0 runs in the caller's task.
+    """
+
+    __slots__ = (
+        "callback",
+        "context",
+        "done",
+        "inner",
+        "loop",
+        "run",
+        "scope",
+        "started",
+        "strategy",
+        "thread",
+        "vars",
+    )
+
+    def __init__(
+        self, strategy: HedgingStrategy, callback: Callable[[ResilienceContext], Any], context: ResilienceContext
+    ) -> None:
+        self.strategy = strategy
+        self.callback = callback
+        self.context = context
+        scope = self.scope = _AsyncDeadline(math.inf)
+        context.signal._adopt(scope)
+        self.inner = context.derive(signal=scope, attempt=0)
+        self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
+        self.vars = contextvars.copy_context()
+        self.run: _AsyncRun | None = None
+        self.done = False
+        self.started = strategy._time.monotonic()
+
+    def fire(self) -> None:
+        """The delay passed while attempt 0 runs: start attempt 1."""
+        if threading.get_ident() != self.thread:  # a timer of another thread: go to the loop
+            self.loop.call_soon_threadsafe(self.fire)
+            return
+        if not self.done:
+            self.promote().delay_passed(1)
+
+    async def interrupted(self, timer: TimerHandle | None, error: BaseException) -> None:
+        """Attempt 0 ended with a `BaseException`: any hedged attempt ends before it propagates."""
+        self.done = True
+        if timer is not None:
+            timer.cancel()
+        self.scope.detach()
+        run = self.run
+        if run is not None:
+            run.ended_fatally(0, error)
+            await run.leave()
+
+    def after(
+        self, timer: TimerHandle | None, result: object, failure: Err | None
+    ) -> Outcome[Any] | tuple[_AsyncRun, tuple[int, Outcome[Any], bool]]:
+        """Attempt 0 ended: the answer, or the run that goes on (and how attempt 0 ended)."""
+        self.done = True
+        if timer is not None:
+            timer.cancel()
+        self.scope.detach()
+        strategy = self.strategy
+        outcome: Outcome[Any] = Ok(result) if failure is None else failure
+        run = self.run
+        handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
+        if run is None:
+            if not handled:
+                if strategy._heard or strategy._telemetry.enabled(Severity.INFORMATION):
+                    self.report(outcome)
+                return outcome
+            run = self.promote()
+        return run, (0, outcome, handled)
+
+    def report(self, outcome: Outcome[Any]) -> None:
+        """`ExecutionAttempt` of attempt 0 when it won alone."""
+        strategy = self.strategy
+        duration = strategy._time.monotonic() - self.started
+        strategy._telemetry.emit(
+            "ExecutionAttempt",
+            Severity.INFORMATION,
+            operation_key=self.context.operation_key,
+            outcome=outcome,
+            arguments=ExecutionAttemptArguments(0, duration, handled=False),
+        )
+
+    def promote(self) -> _AsyncRun:
+        """The full run, with attempt 0 running (or just ended) in the caller's task."""
+        run = self.run
+        if run is None:
+            run = self.run = _AsyncRun(self.strategy, self.callback, self.context, self.vars)
+            run.state.launch()
+            run.contexts[0] = self.inner
+            run.starts[0] = self.started
+        return run

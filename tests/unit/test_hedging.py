@@ -544,3 +544,28 @@ async def test_attempt_duration_histogram_through_the_event(clock: FakeTimeProvi
     await execution
     durations = {e.arguments.attempt: e.arguments.duration for e in events if e.name == "ExecutionAttempt"}  # type: ignore[union-attr]
     assert durations == {1: 0.0, 0: 2.0}
+
+
+async def test_a_delay_that_passes_on_another_thread_starts_the_hedge_on_the_loop(clock: FakeTimeProvider) -> None:
+    """A timer firing off the loop's thread (a clock advanced elsewhere) hands over to the loop."""
+    replicas = Replicas({1: "hedge"})
+    execution = asyncio.ensure_future(build(clock, delay=1).execute_async(replicas))
+    await spin()
+    await asyncio.to_thread(clock.advance, 1)
+    assert await execution == "hedge"
+    assert replicas.ended == {1: "returned", 0: "cancelled"}
+
+
+async def test_a_delay_passing_after_the_first_answer_changes_nothing(clock: FakeTimeProvider) -> None:
+    """The original answered; a timer that still fires (raced) starts nothing."""
+    replicas = Replicas({0: "original"})
+    pipeline = build(clock, delay=1)
+    [strategy] = pipeline.strategies
+    assert await pipeline.execute_async(replicas) == "original"
+    from resilience.strategies._hedging import _AsyncStart
+
+    start = _AsyncStart(strategy, replicas, ResilienceContext())  # type: ignore[arg-type]
+    start.done = True
+    start.fire()
+    assert start.run is None
+    start.scope.detach()
