@@ -279,7 +279,8 @@ class _Run:
         self.fatal: BaseException | None = None
         # The caller's contextvars, for attempts started elsewhere (a task, a pool thread).
         self.vars = contextvars.copy_context() if vars_ is None else vars_
-        self.invocation: Invocation | None = INVOCATION.get() if strategy.wants_invocation else None
+        # Read from the caller's contextvars: a run made by a timer callback runs elsewhere.
+        self.invocation: Invocation | None = self.vars.get(INVOCATION) if strategy.wants_invocation else None
 
     # -- decisions, under the lock --------------------------------------------------------------
 

@@ -569,3 +569,20 @@ async def test_a_delay_passing_after_the_first_answer_changes_nothing(clock: Fak
     start.fire()
     assert start.run is None
     start.scope.detach()
+
+
+async def test_action_generator_when_the_delay_passes(clock: FakeTimeProvider) -> None:
+    """A hedge started by the delay (on the clock's thread) still gets the other callable."""
+
+    async def primary(key: str) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    async def secondary(key: str) -> str:
+        return f"secondary:{key}"
+
+    pipeline = build(clock, delay=1, action_generator=lambda _args: secondary)
+    execution = asyncio.ensure_future(pipeline.execute_async(primary, "k"))
+    await spin()
+    clock.advance(1)
+    assert await execution == "secondary:k"
