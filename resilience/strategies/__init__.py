@@ -1,8 +1,8 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `fallback_strategy`
-and `hedging_strategy` return immutable options objects; `PipelineBuilder.add(...)` takes them, and
-`build()` validates and creates them.
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `rate_limiter_strategy`,
+`fallback_strategy` and `hedging_strategy` return immutable options objects; `PipelineBuilder.add(...)`
+takes them, and `build()` validates and creates them.
 """
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
@@ -55,6 +55,11 @@ from resilience.strategies._lock import (
     OnLockLostArguments,
     lock_strategy,
 )
+from resilience.strategies._rate_limiter import (
+    OnRateLimiterRejectedArguments,
+    RateLimiterStrategyOptions,
+    rate_limiter_strategy,
+)
 from resilience.strategies._retry import (
     ExecutionAttemptArguments,
     OnRetryArguments,
@@ -102,9 +107,11 @@ __all__ = [
     "OnLatencyInjectedArguments",
     "OnLockLostArguments",
     "OnOutcomeInjectedArguments",
+    "OnRateLimiterRejectedArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
     "OutcomeGeneratorArguments",
+    "RateLimiterStrategyOptions",
     "RetryDelayArguments",
     "RetryStrategyOptions",
     "Strategy",
@@ -120,6 +127,7 @@ __all__ = [
     "fallback_strategy",
     "hedging_strategy",
     "lock_strategy",
+    "rate_limiter_strategy",
     "retry_strategy",
     "timeout_strategy",
 ]
