@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.limiters._algorithms import RateLimitAlgorithm
     from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
-    from resilience.stores._protocols import AsyncLockStore, LockStore
+    from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
     from resilience.strategies._circuit_controller import (
         BreakDurationGeneratorArguments,
         CircuitBreakerManualControl,
@@ -263,6 +263,28 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
                 wait=wait,
                 on_rejected=on_rejected,
                 name=name,
+            )
+        )
+
+    def add_concurrency_limiter(
+        self,
+        limit: int,
+        /,
+        *,
+        key: str | Callable[[ResilienceContext], str] = "",
+        store: SemaphoreStore | AsyncSemaphoreStore | None = None,
+        ttl: Duration = 30.0,
+        wait: Duration = 0.0,
+        queue: int = 0,
+        on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None,
+        name: str = "ConcurrencyLimiter",
+    ) -> Self:
+        """`.add(concurrency_limiter_strategy(limit, ...))`: at most `limit` executions at once, per key."""
+        from resilience.strategies._concurrency_limiter import concurrency_limiter_strategy
+
+        return self.add(
+            concurrency_limiter_strategy(
+                limit, key=key, store=store, ttl=ttl, wait=wait, queue=queue, on_rejected=on_rejected, name=name
             )
         )
 

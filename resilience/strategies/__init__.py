@@ -1,8 +1,8 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
 `retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `rate_limiter_strategy`,
-`fallback_strategy` and `hedging_strategy` return immutable options objects; `PipelineBuilder.add(...)`
-takes them, and `build()` validates and creates them.
+`concurrency_limiter_strategy`, `fallback_strategy` and `hedging_strategy` return immutable options
+objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
@@ -36,6 +36,10 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._concurrency_limiter import (
+    ConcurrencyLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+)
 from resilience.strategies._fallback import (
     FallbackArguments,
     FallbackStrategyOptions,
@@ -85,6 +89,7 @@ __all__ = [
     "CircuitBreakerStateProvider",
     "CircuitBreakerStrategyOptions",
     "CircuitState",
+    "ConcurrencyLimiterStrategyOptions",
     "EnabledGeneratorArguments",
     "ExecutionAttemptArguments",
     "FallbackArguments",
@@ -124,6 +129,7 @@ __all__ = [
     "chaos_latency_strategy",
     "chaos_outcome_strategy",
     "circuit_breaker_strategy",
+    "concurrency_limiter_strategy",
     "fallback_strategy",
     "hedging_strategy",
     "lock_strategy",
