@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip  # dependency groups (--group) need pip >= 25.1
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,7 +35,7 @@ demo: $(STAMP)
 		echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev --group bench
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/classic.py
 	$(BIN)/python benchmarks/plots.py
@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
+	$(BIN)/python benchmarks/postgres_lock.py
 	$(BIN)/python benchmarks/rate_limit.py
 
 # The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.

@@ -1,6 +1,7 @@
 """Lease stores for the lock strategy and the primitives: protocols and implementations."""
 
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
+from resilience.stores._postgres import PostgresLockStore, PostgresSemaphoreStore
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
@@ -21,6 +22,8 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
+    "PostgresLockStore",
+    "PostgresSemaphoreStore",
     "RedisLockStore",
     "RedisSemaphoreStore",
     "SemaphoreStore",

