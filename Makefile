@@ -74,6 +74,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plots.py
 	$(BIN)/python benchmarks/telemetry.py
 	$(BIN)/python benchmarks/chaos_registry.py
+	$(BIN)/python benchmarks/fallback.py
+	$(BIN)/python benchmarks/hedging.py
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
