@@ -15,6 +15,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from resilience._context import _CURRENT, ResilienceContext, use_context
+from resilience._invocation import INVOCATION, Invocation
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.telemetry import _otel
@@ -215,6 +216,15 @@ def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
     raise ValidationError(msg)
 
 
+async def _invoked_async(invocation: Invocation, chain: Awaitable[T]) -> T:
+    """Await the strategies' chain with `invocation` visible to them (see `_invocation.py`)."""
+    token = INVOCATION.set(invocation)
+    try:
+        return await chain
+    finally:
+        INVOCATION.reset(token)
+
+
 class _Plan:
     """What a pipeline runs: its strategies and the misuse they refuse, swapped as one reference.
 
@@ -222,10 +232,13 @@ class _Plan:
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("async_problem", "strategies", "sync_problem")
+    __slots__ = ("async_problem", "invoked", "strategies", "sync_problem")
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
+        # A strategy that may call another callable in place of the user's (hedging's
+        # action_generator) needs to see the call: see resilience/_invocation.py.
+        self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
         self.sync_problem: str | None = next((p for s in strategies if (p := getattr(s, "sync_problem", None))), None)
         self.async_problem: str | None = next((p for s in strategies if (p := getattr(s, "async_problem", None))), None)
 
@@ -305,9 +318,9 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return self._execute_observed(plan.strategies, context, fn, args, kwargs)
+            return self._execute_observed(plan, context, fn, args, kwargs)
         if plan.strategies:
-            return self._run(plan.strategies, context, fn, args, kwargs)
+            return self._run(plan, context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
             parent._raise_if_aborted()
@@ -343,43 +356,48 @@ class ResiliencePipeline:
         return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
 
     def _execute_observed(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
+        self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
     ) -> T:
         with self._span(context):
-            return self._observe(strategies, context, fn, args, kwargs)
+            return self._observe(plan, context, fn, args, kwargs)
 
-    def _observe(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
-    ) -> T:
+    def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         started = self._executing(context)
         try:
-            result = self._run(strategies, context, fn, args, kwargs)
+            result = self._run(plan, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         self._executed(context, started, Ok(result))
         return result
 
-    def _run(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
-    ) -> T:
+    def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         _refuse_before_running(fn)
+
+        invocation = Invocation(fn) if plan.invoked else None
 
         def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                result = fn(*args, **kwargs)
+                result = target(*args, **kwargs)
             finally:
                 _CURRENT.reset(token)
             if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
-                raise _refuse_awaitable(fn, result)
+                raise _refuse_awaitable(target, result)
             return result
 
         chain: Callable[[ResilienceContext], T] = call
-        for strategy in reversed(strategies):
+        for strategy in reversed(plan.strategies):
             chain = functools.partial(strategy.execute, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        token = INVOCATION.set(invocation)
+        try:
+            return chain(context)
+        finally:
+            INVOCATION.reset(token)
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
@@ -420,9 +438,9 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return await self._execute_observed_async(plan.strategies, context, fn, args, kwargs)
+            return await self._execute_observed_async(plan, context, fn, args, kwargs)
         if plan.strategies:
-            return await self._run_async(plan.strategies, context, fn, args, kwargs)
+            return await self._run_async(plan, context, fn, args, kwargs)
         if parent is not None:
             parent._raise_if_aborted()
         token = _CURRENT.set(context)
@@ -441,18 +459,18 @@ class ResiliencePipeline:
 
     async def _execute_observed_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
         kwargs: Any,
     ) -> T:
         with self._span(context):
-            return await self._observe_async(strategies, context, fn, args, kwargs)
+            return await self._observe_async(plan, context, fn, args, kwargs)
 
     async def _observe_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
@@ -460,7 +478,7 @@ class ResiliencePipeline:
     ) -> T:
         started = self._executing(context)
         try:
-            result = await self._run_async(strategies, context, fn, args, kwargs)
+            result = await self._run_async(plan, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
@@ -469,7 +487,7 @@ class ResiliencePipeline:
 
     def _run_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
@@ -478,21 +496,26 @@ class ResiliencePipeline:
         if not callable(fn):
             raise _not_callable(fn, "execute_async")
 
+        invocation = Invocation(fn) if plan.invoked else None
+
         async def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                awaitable = fn(*args, **kwargs)
+                awaitable = target(*args, **kwargs)
                 if not _is_awaitable(awaitable):
-                    raise _refuse_non_awaitable(fn, awaitable)
+                    raise _refuse_non_awaitable(target, awaitable)
                 return await awaitable
             finally:
                 _CURRENT.reset(token)
 
         chain: Callable[[ResilienceContext], Awaitable[T]] = call
-        for strategy in reversed(strategies):
+        for strategy in reversed(plan.strategies):
             chain = functools.partial(strategy.execute_async, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        return _invoked_async(invocation, chain(context))
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""

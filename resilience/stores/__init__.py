@@ -10,6 +10,7 @@ from resilience.stores._protocols import (
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
+    SupportsReleaseListener,
     SupportsReleaseNotification,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
@@ -28,5 +29,6 @@ __all__ = [
     "RedisSemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
+    "SupportsReleaseListener",
     "SupportsReleaseNotification",
 ]
