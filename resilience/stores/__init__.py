@@ -1,4 +1,4 @@
-"""Lease stores for the lock strategy and the primitives: protocols and implementations."""
+"""Stores: leases for the lock strategy and the primitives, and shared circuit state."""
 
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import (
@@ -12,6 +12,7 @@ from resilience.stores._protocols import (
     SupportsReleaseNotification,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
+from resilience.stores._redis_circuit import RedisCircuitStateStore
 
 __all__ = [
     "AsyncLockStore",
@@ -21,6 +22,7 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
+    "RedisCircuitStateStore",
     "RedisLockStore",
     "RedisSemaphoreStore",
     "SemaphoreStore",

@@ -15,6 +15,7 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._circuit_sync import OnCircuitStateSyncFailedArguments
 from resilience.strategies._lock import (
     LockEventArguments,
     LockStrategyOptions,
@@ -47,6 +48,7 @@ __all__ = [
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
+    "OnCircuitStateSyncFailedArguments",
     "OnLockLostArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
