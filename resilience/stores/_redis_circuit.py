@@ -56,11 +56,14 @@ local dirty, reset, granted = false, false, 0
 if not ep or known > ep then
   -- Lost (expiry, a restart without persistence, a flush) or never written: a caller that
   -- knows a later epoch writes back what it knows, so an open circuit stays open.
+  if ep then
+    redis.call('HDEL', KEYS[1], unpack(RING))  -- counts of an older epoch
+  end
   ep, st, mn, un = known, tonumber(ARGV[10]), 0, 0
   if st == 1 or st == 2 then
     st, un = 1, now_ms + tonumber(ARGV[11])
   end
-  dirty, reset = true, true
+  dirty = true
 end
 local brk = tonumber(ARGV[6])
 local function move(state, until_ms, manual)

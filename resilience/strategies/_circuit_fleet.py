@@ -22,7 +22,6 @@ controller calls it under its lock.
 from __future__ import annotations
 
 import enum
-import math
 
 from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
 from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
@@ -291,9 +290,3 @@ class SharedCircuitCore(CircuitCore):
             return
         self.shared = True
         self._resync = True
-
-
-def seconds(milliseconds: float) -> float:
-    """A store's remaining time in seconds (never negative or infinite)."""
-    value = milliseconds / 1000 if math.isfinite(milliseconds) else 0.0
-    return max(0.0, value)

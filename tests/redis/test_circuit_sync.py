@@ -1,0 +1,247 @@
+"""Shared circuits in one process over a real server: the background sync, outages, asyncio-only stores.
+
+The multi-process proofs (latency, one probe for the fleet, restarts) are in
+tests/reliability/test_fleet_circuit.py; these check the sync's own behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import socket
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder, ValidationError
+from resilience.stores import RedisCircuitStateStore
+from resilience.strategies import (
+    CircuitBreakerManualControl,
+    CircuitBreakerStateProvider,
+    CircuitState,
+    OnCircuitStateSyncFailedArguments,
+)
+from resilience.strategies._circuit_sync import _WORKERS
+from resilience.testing import capture_events
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from resilience.telemetry import TelemetryEvent
+    from tests.redis_support import RedisServer
+
+pytestmark = pytest.mark.redis
+
+
+def shared(
+    store: RedisCircuitStateStore,
+    key: str,
+    *,
+    provider: CircuitBreakerStateProvider | None = None,
+    control: CircuitBreakerManualControl | None = None,
+    interval: float = 0.05,
+    brk: float = 0.3,
+    throughput: int = 4,
+) -> ResiliencePipeline:
+    return (
+        ResiliencePipelineBuilder(name="fleet-test")
+        .add_circuit_breaker(
+            failure_ratio=0.5,
+            minimum_throughput=throughput,
+            break_duration=brk,
+            state_store=store,
+            circuit_key=key,
+            sync_interval=interval,
+            state_provider=provider,
+            manual_control=control,
+        )
+        .build()
+    )
+
+
+def until(condition: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Poll (bounded) until `condition()`; the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"not within {timeout}s")
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+def fail() -> None:
+    raise ConnectionError("dependency down")
+
+
+def named(events: list[TelemetryEvent], name: str) -> list[TelemetryEvent]:
+    return [event for event in events if event.name == name]
+
+
+@pytest.fixture
+def key() -> str:
+    return f"svc-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(redis_server: RedisServer) -> Iterator[Any]:
+    connection = redis.Redis(port=redis_server.port)
+    yield connection
+    connection.close()
+
+
+def test_two_circuits_with_one_key_are_one_circuit(client: Any, key: str) -> None:
+    """An opening, the single probe and an isolation made in one circuit reach the other."""
+    providers = (CircuitBreakerStateProvider(), CircuitBreakerStateProvider())
+    control = CircuitBreakerManualControl()
+    with capture_events() as events:
+        first = shared(RedisCircuitStateStore(client), key, provider=providers[0], control=control)
+        second = shared(RedisCircuitStateStore(client), key, provider=providers[1])
+        for _ in range(4):
+            first.settle(fail)
+        until(lambda: providers[1].state is CircuitState.OPEN)
+        with pytest.raises(BrokenCircuitError):
+            second.execute(lambda: "rejected")
+        opened = named(events, "OnCircuitOpened")
+        assert len(opened) == 2
+        assert {event.arguments.is_manual for event in opened} == {False}  # type: ignore[union-attr]
+        time.sleep(0.3)  # the break
+        results: list[str] = []
+
+        def probe_second() -> bool:
+            outcome = second.settle(lambda: "probed")
+            if outcome.is_ok:
+                results.append(outcome.unwrap())
+            return bool(results)
+
+        until(probe_second)
+        until(lambda: providers[0].state is CircuitState.CLOSED)
+        assert providers[1].state is CircuitState.CLOSED
+        control.isolate()
+        until(lambda: providers[1].state is CircuitState.ISOLATED)
+        control.close()
+        until(lambda: providers[1].state is CircuitState.CLOSED)
+    assert second.execute(lambda: "flows") == "flows"
+    manual = [event for event in named(events, "OnCircuitClosed") if event.arguments.is_manual]  # type: ignore[union-attr]
+    assert len(manual) == 2  # one per circuit
+
+
+def test_the_closed_path_sends_nothing_per_call(client: Any, key: str, redis_server: RedisServer) -> None:
+    """A thousand successes in 0.1 s cost a couple of exchanges, not a thousand round trips."""
+    pipeline = shared(RedisCircuitStateStore(client), key, interval=0.1)
+    time.sleep(0.2)
+    before = _evalsha_calls(redis_server)
+    start = time.monotonic()
+    for _ in range(1000):
+        pipeline.execute(lambda: None)
+    elapsed = time.monotonic() - start
+    time.sleep(0.15)
+    sent = _evalsha_calls(redis_server) - before
+    assert sent <= 2 + 12 * (elapsed + 0.15), sent  # the interval's exchanges, whatever the call count
+
+
+def _evalsha_calls(server: RedisServer) -> int:
+    for line in server.command("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_an_unreachable_store_leaves_a_local_circuit_that_catches_up(fresh_redis_server: RedisServer, key: str) -> None:
+    """Down: calls flow, one `OnCircuitStateSyncFailed`, local decisions; back: the opening is shared."""
+    client = redis.Redis(port=fresh_redis_server.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    provider = CircuitBreakerStateProvider()
+    with capture_events() as events:
+        pipeline = shared(RedisCircuitStateStore(client), key, provider=provider, brk=30)
+        until(lambda: client.exists(f"circuit:{key}") == 1)
+        fresh_redis_server.stop()
+        start = time.monotonic()
+        assert pipeline.execute(lambda: "works") == "works"
+        assert time.monotonic() - start < 0.1  # never waits for the store
+        until(lambda: bool(named(events, "OnCircuitStateSyncFailed")))
+        for _ in range(4):
+            pipeline.settle(fail)
+        assert provider.state is CircuitState.OPEN  # decided locally, on the local ratio
+        fresh_redis_server.start()
+        until(lambda: client.hget(f"circuit:{key}", "st") == b"1", timeout=10)
+    failed = named(events, "OnCircuitStateSyncFailed")
+    assert len(failed) == 1
+    event = failed[0]
+    assert event.severity.name == "WARNING"
+    assert isinstance(event.arguments, OnCircuitStateSyncFailedArguments)
+    assert event.arguments.circuit_key == key
+    assert isinstance(event.arguments.error, (redis.exceptions.ConnectionError, TimeoutError))  # redis-py retries first
+    assert provider.state is CircuitState.OPEN
+    client.close()
+
+
+def test_a_store_that_does_not_answer_is_left_behind_by_the_watchdog(key: str) -> None:
+    """A server that accepts and never replies: the circuit goes local after `stall_after`."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        client = redis.Redis(port=silent.getsockname()[1], socket_timeout=30)
+        with capture_events() as events:
+            pipeline = shared(RedisCircuitStateStore(client), key, interval=0.1)
+            start = time.monotonic()
+            until(lambda: bool(named(events, "OnCircuitStateSyncFailed")), timeout=10)
+            waited = time.monotonic() - start
+            assert pipeline.execute(lambda: "works") == "works"
+        error = named(events, "OnCircuitStateSyncFailed")[0].arguments.error  # type: ignore[union-attr]
+        assert isinstance(error, TimeoutError)
+        assert 0.9 < waited < 5
+        with contextlib.suppress(Exception):
+            client.connection_pool.disconnect()
+
+
+async def test_an_asyncio_only_store_syncs_from_a_task(redis_server: RedisServer, client: Any, key: str) -> None:
+    """Without a sync client the sync runs on the loop; sync executions are refused with advice."""
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    provider = CircuitBreakerStateProvider()
+    pipeline = shared(RedisCircuitStateStore(async_client=async_client), key, provider=provider)
+    other = shared(RedisCircuitStateStore(client), key)
+    assert await pipeline.execute_async(_ok) == "ok"
+    for _ in range(4):
+        other.settle(fail)
+    deadline = time.monotonic() + 5
+    while provider.state is not CircuitState.OPEN and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert provider.state is CircuitState.OPEN
+    with pytest.raises(ValidationError, match="execute_async"):
+        pipeline.execute(lambda: None)
+    await async_client.aclose()
+
+
+async def _ok() -> str:
+    return "ok"
+
+
+async def test_an_asyncio_only_store_going_down_is_reported(fresh_redis_server: RedisServer, key: str) -> None:
+    """The asyncio sync reports an outage like the thread does."""
+    async_client = redis.asyncio.Redis(port=fresh_redis_server.port, socket_timeout=0.5)
+    with capture_events() as events:
+        pipeline = shared(RedisCircuitStateStore(async_client=async_client), key)
+        assert await pipeline.execute_async(_ok) == "ok"
+        fresh_redis_server.stop()
+        deadline = time.monotonic() + 5
+        while not named(events, "OnCircuitStateSyncFailed") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert await pipeline.execute_async(_ok) == "ok"
+    assert len(named(events, "OnCircuitStateSyncFailed")) == 1
+    await async_client.aclose()
+
+
+def test_a_dropped_pipeline_is_no_longer_synced(client: Any, key: str) -> None:
+    """The worker holds circuits weakly: a collected pipeline leaves its schedule."""
+    store = RedisCircuitStateStore(client)
+    pipeline = shared(store, key)
+    worker = _WORKERS[store]
+    time.sleep(0.1)
+    del pipeline
+    gc.collect()
+    time.sleep(0.15)
+    assert all(ref() is None for _, _, ref in worker._heap)
