@@ -6,6 +6,7 @@ of the fleet. Times are `time.time()` of one machine, so they compare across pro
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_one_probe_at_a_time_for_the_whole_fleet(
     calls = sorted(json.loads(line) for line in client.lrange(f"{fleet.log}:dependency", 0, -1))
     print(f"\n{len(calls)} probes in {duration}s from {len({pid for *_, pid in calls})} processes")  # noqa: T201
     assert 3 <= len(calls) <= duration / 0.3 + 1
-    for previous, current in zip(calls, calls[1:], strict=False):
+    for previous, current in itertools.pairwise(calls):
         assert current[0] >= previous[1], f"two probes at once: {previous} and {current}"
 
 
