@@ -277,13 +277,15 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
 
     __slots__ = ()
 
+    sync_problem = (
+        "this circuit is shared through a RedisCircuitStateStore with only an asyncio client: "
+        "run it with execute_async, or give the store a sync client= too"
+    )
+    """Why a sync execution is refused (the pipeline refuses it before anything runs)."""
+
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:  # noqa: ARG002
         """Refused: the sync of this circuit needs a running event loop."""
-        msg = (
-            "this circuit is shared through a RedisCircuitStateStore with only an asyncio client: "
-            "run it with execute_async, or give the store a sync client= too"
-        )
-        raise ValidationError(msg)
+        raise ValidationError(self.sync_problem)
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /

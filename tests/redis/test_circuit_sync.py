@@ -26,7 +26,7 @@ from resilience.strategies import (
     CircuitState,
     OnCircuitStateSyncFailedArguments,
 )
-from resilience.strategies._circuit_sync import _WORKERS
+from resilience.strategies._circuit_sync import _WORKERS, SyncWorker
 from resilience.testing import capture_events
 
 if TYPE_CHECKING:
@@ -130,8 +130,13 @@ def test_two_circuits_with_one_key_are_one_circuit(client: Any, key: str) -> Non
     assert len(manual) == 2  # one per circuit
 
 
-def test_the_closed_path_sends_nothing_per_call(client: Any, key: str, redis_server: RedisServer) -> None:
-    """A thousand successes in 0.1 s cost a couple of exchanges, not a thousand round trips."""
+def test_the_closed_path_sends_nothing_per_call(fresh_redis_server: RedisServer, key: str) -> None:
+    """A thousand successes cost the interval's exchanges, not a thousand round trips.
+
+    A server of its own: other tests' circuits would add their exchanges to the count.
+    """
+    redis_server = fresh_redis_server
+    client = redis.Redis(port=redis_server.port)
     pipeline = shared(RedisCircuitStateStore(client), key, interval=0.1)
     time.sleep(0.2)
     before = _evalsha_calls(redis_server)
@@ -142,6 +147,7 @@ def test_the_closed_path_sends_nothing_per_call(client: Any, key: str, redis_ser
     time.sleep(0.15)
     sent = _evalsha_calls(redis_server) - before
     assert sent <= 2 + 12 * (elapsed + 0.15), sent  # the interval's exchanges, whatever the call count
+    client.close()
 
 
 def _evalsha_calls(server: RedisServer) -> int:
@@ -245,3 +251,28 @@ def test_a_dropped_pipeline_is_no_longer_synced(client: Any, key: str) -> None:
     gc.collect()
     time.sleep(0.15)
     assert all(ref() is None for _, _, ref in worker._heap)
+
+
+def test_a_forked_child_serves_the_inherited_circuits_again(client: Any, key: str) -> None:
+    """After fork only the forking thread survives: the hook starts a new sync thread."""
+    worker = SyncWorker("test-fork")
+    pipeline = shared(RedisCircuitStateStore(client), key)
+    sync = pipeline.strategies[0]._controller.sync  # type: ignore[attr-defined]
+    worker.schedule(sync, 0.0)
+    worker._thread = None  # as the child finds it
+    worker._after_fork_in_child()
+    assert worker._thread is not None
+    assert worker._thread.is_alive()
+    empty = SyncWorker("test-fork-empty")
+    empty._after_fork_in_child()
+    assert empty._thread is None  # nothing to serve: started on first use
+
+
+async def test_the_async_only_strategy_refuses_a_direct_sync_call(redis_server: RedisServer, key: str) -> None:
+    """Used without a pipeline, the strategy itself refuses a sync execution too."""
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    pipeline = shared(RedisCircuitStateStore(async_client=async_client), key)
+    strategy = pipeline.strategies[0]
+    with pytest.raises(ValidationError, match="sync client"):
+        strategy.execute(lambda _context: None, None)  # type: ignore[arg-type]
+    await async_client.aclose()
