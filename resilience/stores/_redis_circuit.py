@@ -21,7 +21,10 @@ cannot close an open circuit.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resilience.stores._redis import _check_str, _RedisStore
@@ -228,6 +231,29 @@ class RedisCircuitStateStore(_RedisStore):
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> None:
         super().__init__(client, async_client, prefix)
+        self._closed = False
+        self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
+
+    @property
+    def closed(self) -> bool:
+        """True after `close()`/`aclose()`: its circuits no longer synchronise."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop synchronising the circuits of this store: they go on local state. Clients stay open."""
+        self._closed = True
+        super().close()
+
+    async def aclose(self) -> None:
+        """`close()`, and wait until the sync tasks on this event loop have stopped."""
+        self._closed = True
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_running_loop()
+            tasks = [task for task in self._tasks if task.get_loop() is loop and not task.done()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await super().aclose()
 
     def key(self, circuit_key: str) -> str:
         """The Redis key of circuit `circuit_key`."""

@@ -257,9 +257,20 @@ class CircuitSync:
         """Start this circuit's sync task on the running loop if it has none there."""
         task = self._task
         if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            if self._store.closed:
+                self.detach()
+                return
             self._task = asyncio.get_running_loop().create_task(
                 _serve_async(weakref.ref(self)), name=f"resilience-circuit-sync-{self.key}"
             )
+            self._store._tasks.add(self._task)
+
+    def detach(self) -> None:
+        """The store was closed: this circuit decides alone from now on."""
+        controller = self._controller
+        now = controller._time.monotonic()
+        with controller.lock:
+            controller.core.go_local(now)
 
 
 async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
@@ -267,6 +278,9 @@ async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
     while True:
         sync = ref()
         if sync is None:
+            return
+        if sync._store.closed:
+            sync.detach()
             return
         await sync.run_once_async()
         delay = sync.next_delay()
@@ -332,8 +346,11 @@ class SyncWorker:
     def _serve(self) -> None:
         while True:
             sync = self._next()
-            sync.run_once()
-            self.schedule(sync, sync.next_delay())
+            if sync._store.closed:
+                sync.detach()  # and no longer scheduled
+            else:
+                sync.run_once()
+                self.schedule(sync, sync.next_delay())
             del sync
 
     def _after_fork_in_child(self) -> None:

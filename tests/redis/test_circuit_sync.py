@@ -12,6 +12,7 @@ import gc
 import socket
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -223,6 +224,7 @@ async def test_an_asyncio_only_store_syncs_from_a_task(redis_server: RedisServer
     assert provider.state is CircuitState.OPEN
     with pytest.raises(ValidationError, match="execute_async"):
         pipeline.execute(lambda: None)
+    await pipeline.strategies[0]._controller.sync._store.aclose()  # type: ignore[attr-defined]
     await async_client.aclose()
 
 
@@ -234,7 +236,8 @@ async def test_an_asyncio_only_store_going_down_is_reported(fresh_redis_server: 
     """The asyncio sync reports an outage like the thread does."""
     async_client = redis.asyncio.Redis(port=fresh_redis_server.port, socket_timeout=0.5)
     with capture_events() as events:
-        pipeline = shared(RedisCircuitStateStore(async_client=async_client), key)
+        store = RedisCircuitStateStore(async_client=async_client)
+        pipeline = shared(store, key)
         assert await pipeline.execute_async(_ok) == "ok"
         fresh_redis_server.stop()
         deadline = time.monotonic() + 5
@@ -242,6 +245,7 @@ async def test_an_asyncio_only_store_going_down_is_reported(fresh_redis_server: 
             await asyncio.sleep(0.01)
         assert await pipeline.execute_async(_ok) == "ok"
     assert len(named(events, "OnCircuitStateSyncFailed", key)) == 1
+    await store.aclose()
     await async_client.aclose()
 
 
@@ -265,8 +269,8 @@ def test_a_forked_child_serves_the_inherited_circuits_again(client: Any, key: st
     worker = SyncWorker("test-fork")
     pipeline = shared(RedisCircuitStateStore(client), key)
     sync = pipeline.strategies[0]._controller.sync  # type: ignore[attr-defined]
-    worker.schedule(sync, 0.0)
-    worker._thread = None  # as the child finds it
+    sync.due = time.monotonic() + 0.05
+    worker._heap.append((sync.due, 0, weakref.ref(sync)))  # inherited, with no thread to serve it
     worker._after_fork_in_child()
     assert worker._thread is not None
     assert worker._thread.is_alive()
@@ -282,4 +286,21 @@ async def test_the_async_only_strategy_refuses_a_direct_sync_call(redis_server: 
     strategy = pipeline.strategies[0]
     with pytest.raises(ValidationError, match="sync client"):
         strategy.execute(lambda _context: None, None)  # type: ignore[arg-type]
+    await async_client.aclose()
+
+
+async def test_closing_the_store_stops_its_circuits_syncing(redis_server: RedisServer, client: Any, key: str) -> None:
+    """After close()/aclose() the circuits decide alone; nothing talks to Redis any more."""
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    async_store = RedisCircuitStateStore(async_client=async_client)
+    async_pipeline = shared(async_store, key)
+    assert await async_pipeline.execute_async(_ok) == "ok"
+    await async_store.aclose()
+    assert async_store.closed
+    assert await async_pipeline.execute_async(_ok) == "ok"  # no new task: local from now on
+    assert not async_pipeline.strategies[0]._controller.core.shared  # type: ignore[attr-defined]
+    sync_store = RedisCircuitStateStore(client)
+    sync_pipeline = shared(sync_store, f"{key}-sync")
+    sync_store.close()
+    until(lambda: not sync_pipeline.strategies[0]._controller.core.shared)  # type: ignore[attr-defined]
     await async_client.aclose()
