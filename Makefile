@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/classic.py
 	$(BIN)/python benchmarks/plots.py
 	$(BIN)/python benchmarks/telemetry.py
+	$(BIN)/python benchmarks/chaos_registry.py
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py

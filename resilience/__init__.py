@@ -21,6 +21,7 @@ Inside a lock, `get_lock_token()` is the lease's fencing token. Options are vali
 
 Public modules:
     resilience.strategies  the strategies' factories, options and callback arguments
+    resilience.primitives  lock() and semaphore() for code without a pipeline
     resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)

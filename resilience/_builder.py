@@ -9,6 +9,7 @@ from resilience._time import SYSTEM_TIME, TimeProvider
 from resilience._validation import Duration, Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+from resilience.strategies._chaos_builder import ChaosShortcuts  # the add_chaos_* shortcuts (issue #18)
 
 # -- lock (issue #4) --------------------------------------------------------------------------
 from resilience.strategies._lock import lock_strategy
@@ -100,6 +101,8 @@ class PipelineBuilder:
         if problems.items:
             raise ValidationError(problems.items)
         strategies = [entry[0].create(entry[1]) if isinstance(entry, tuple) else entry for entry in planned]
+        # A strategy that can never act (switched-off chaos) is left out: it then costs nothing.
+        strategies = [strategy for strategy in strategies if not getattr(strategy, "inert", False)]
         return ResiliencePipeline(
             strategies,
             name=self._name,
@@ -109,7 +112,7 @@ class PipelineBuilder:
         )
 
 
-class ResiliencePipelineBuilder(PipelineBuilder):
+class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
     """`PipelineBuilder` with Polly-style shortcuts: `add_retry`, `add_timeout`, ... .
 
     Each shortcut is exactly `.add(x_strategy(...))` with the same signature.

@@ -1,4 +1,4 @@
-"""The lock and the semaphore for code that holds a Redis client but no pipeline (DESIGN §2.9).
+"""The lock and the semaphore for code that holds a Redis client but no pipeline.
 
     from resilience.primitives import lock
 

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 __all__ = ["Listener", "SeverityProvider", "TelemetryOptions"]
 
 Listener = Callable[[TelemetryEvent], object]
+"""A telemetry listener: called with every event, on the emitting thread; its result is ignored."""
 SeverityProvider = Callable[[TelemetryEvent], Severity]
+"""Chooses an event's severity before anything is produced; `Severity.NONE` suppresses it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,12 +111,11 @@ class TelemetrySource:
             and not self._listeners
             and not CAPTURES.listeners
             and not LOGGER.isEnabledFor(severity._level)
-            and not _otel.exports(name, self.options)
         ):
-            # `enabled(severity)`, except that OpenTelemetry counts only if it would record
-            # this event: with an SDK installed, building `PipelineExecuting` (which no metric
-            # records) cost about a fifth of an execution.
-            return Severity.NONE
+            # Only OpenTelemetry can hear it.
+            heard = self._to_opentelemetry_only(name, severity, operation_key, outcome, arguments)
+            if heard is not None:
+                return heard
         event = TelemetryEvent(
             name=name,
             severity=severity,
@@ -144,6 +143,56 @@ class TelemetrySource:
         except Exception:
             LOGGER.exception("exporting %s to OpenTelemetry failed", name)
         return event.severity
+
+    def _to_opentelemetry_only(
+        self,
+        name: str,
+        severity: Severity,
+        operation_key: str | None,
+        outcome: Outcome[Any] | None,
+        arguments: object | None,
+    ) -> Severity | None:
+        """Emit an event that only OpenTelemetry can hear; None when a span records (build it whole).
+
+        The common production case, a meter provider and no recording span, buffers the
+        measurements without building the event.
+        """
+        instruments = _otel.metrics_only(self.options)
+        if instruments is None:
+            return None if _otel.exports(name, self.options) else Severity.NONE
+        if name in _otel.SPAN_ONLY:
+            return Severity.NONE  # no metric records it (building it cost a fifth of an execution)
+        fields = _Fields(self, name, severity)
+        fields.operation_key = operation_key
+        fields.outcome = outcome
+        fields.arguments = arguments
+        _otel.record(instruments, fields, self.options)
+        return severity
+
+
+class _Fields:
+    """An event's fields for the metrics-only path: plain attributes, no frozen dataclass to build."""
+
+    __slots__ = (
+        "arguments",
+        "name",
+        "operation_key",
+        "outcome",
+        "pipeline_instance",
+        "pipeline_name",
+        "severity",
+        "strategy_name",
+    )
+
+    def __init__(self, source: TelemetrySource, name: str, severity: Severity) -> None:
+        self.name = name
+        self.severity = severity
+        self.pipeline_name = source.pipeline_name
+        self.pipeline_instance = source.pipeline_instance
+        self.strategy_name = source.strategy_name
+        self.operation_key: str | None = None
+        self.outcome: Outcome[Any] | None = None
+        self.arguments: object | None = None
 
 
 def _ask(provider: SeverityProvider, event: TelemetryEvent) -> Severity:

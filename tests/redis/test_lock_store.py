@@ -112,7 +112,7 @@ async def test_expiry_frees_the_lock_and_renew_never_reacquires(locks: Flavour, 
 async def test_ttl_is_rounded_up_to_whole_milliseconds(locks: Flavour, key: str, sync_redis: Any) -> None:
     """0.1 ms becomes 1 ms; 1.2004 s becomes 1201 ms."""
     await locks.acquire(key, "alice", 1.2004)
-    assert 1190 < sync_redis.pttl(locks.store.key(key)) <= 1201
+    assert 1000 < sync_redis.pttl(locks.store.key(key)) <= 1201  # the lower bound allows a slow machine
     await locks.renew(key, "alice", 0.0001)
     assert sync_redis.pttl(locks.store.key(key)) <= 1
 

@@ -148,7 +148,14 @@ def test_processes_contending_through_a_restart_keep_fencing_and_resume(
         )
         for _ in range(2)
     ]
-    time.sleep(2.5)
+    # Restart once every key has seen work (a loaded machine can take seconds to start Python).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = {Record.loads(line).key for line in client.lrange(log, 0, -1)}
+        if seen >= set(keys):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
     before_restart = server_us(client)
     fresh_redis_server.restart()
     after_restart = server_us(client)

@@ -1,0 +1,558 @@
+"""The chaos strategies (Polly's Simmy): inject faults, latency, outcomes or behaviors on purpose.
+
+Each one asks the shared `Injection` (see `_chaos_injection`) whether this execution gets
+chaos; if not, it calls the inner pipeline unchanged. When it injects it emits its event
+(Information) and runs its `on_*_injected` callback, then:
+
+- fault: raises the fault instead of calling the inner pipeline;
+- latency: waits on the time provider (ending at once, with the signal's reason, when the
+  signal aborts), then calls the inner pipeline;
+- outcome: returns `Ok(v)`'s value or raises `Err(e)`'s error instead of calling it;
+- behavior: runs the behavior, then calls the inner pipeline.
+
+Options that can never inject (`enabled=False` or `injection_rate=0` without the matching
+generator) build an inert strategy that `build()` leaves out of the pipeline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from resilience._outcome import Err, Ok, Outcome
+from resilience._validation import Duration, to_seconds
+from resilience.exceptions import ValidationError
+from resilience.strategies._chaos_injection import (
+    ChaosStrategyBase,
+    EnabledGeneratorArguments,
+    InjectionRateGeneratorArguments,
+    chaos_problems,
+    check_fault,
+    fresh_fault,
+)
+from resilience.strategies._common import call_back, call_back_async, wait, wait_async
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._time import TimeProvider
+    from resilience.strategies._base import StrategyBuildContext
+
+__all__ = [
+    "BehaviorGeneratorArguments",
+    "ChaosBehaviorStrategyOptions",
+    "ChaosFaultStrategyOptions",
+    "ChaosLatencyStrategyOptions",
+    "ChaosOutcomeStrategyOptions",
+    "EnabledGeneratorArguments",
+    "FaultGeneratorArguments",
+    "InjectionRateGeneratorArguments",
+    "LatencyGeneratorArguments",
+    "OnBehaviorInjectedArguments",
+    "OnFaultInjectedArguments",
+    "OnLatencyInjectedArguments",
+    "OnOutcomeInjectedArguments",
+    "OutcomeGeneratorArguments",
+    "chaos_behavior_strategy",
+    "chaos_fault_strategy",
+    "chaos_latency_strategy",
+    "chaos_outcome_strategy",
+]
+
+T = TypeVar("T")
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FaultGeneratorArguments:
+    """What `fault_generator` receives when an execution is chosen for a fault."""
+
+    context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class OnFaultInjectedArguments:
+    """What `on_fault_injected` receives: the exception about to be raised."""
+
+    context: ResilienceContext
+    fault: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyGeneratorArguments:
+    """What `latency_generator` receives when an execution is chosen for latency."""
+
+    context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class OnLatencyInjectedArguments:
+    """What `on_latency_injected` receives before the wait: its length in seconds."""
+
+    context: ResilienceContext
+    latency: float
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeGeneratorArguments:
+    """What `outcome_generator` receives when an execution is chosen for an outcome."""
+
+    context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class OnOutcomeInjectedArguments:
+    """What `on_outcome_injected` receives: the outcome that replaces the call."""
+
+    context: ResilienceContext
+    outcome: Outcome[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BehaviorGeneratorArguments:
+    """What a chaos `behavior` receives, before the callable runs."""
+
+    context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class OnBehaviorInjectedArguments:
+    """What `on_behavior_injected` receives, before the behavior runs."""
+
+    context: ResilienceContext
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ChaosOptions:
+    injection_rate: float = 0.001
+    injection_rate_generator: Callable[[InjectionRateGeneratorArguments], float | Awaitable[float]] | None = None
+    enabled: bool = True
+    enabled_generator: Callable[[EnabledGeneratorArguments], bool | Awaitable[bool]] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosFaultStrategyOptions(_ChaosOptions):
+    """Options of the fault chaos strategy (`chaos_fault_strategy(...)`); validated at `build()`."""
+
+    fault: Exception | type[Exception] | None = None
+    fault_generator: Callable[[FaultGeneratorArguments], Exception | Awaitable[Exception | None] | None] | None = None
+    on_fault_injected: Callable[[OnFaultInjectedArguments], object] | None = None
+    name: str = "ChaosFault"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = chaos_problems(self)
+        if self.fault is None and self.fault_generator is None:
+            problems.add("fault", "give fault or fault_generator")
+        elif self.fault is not None:
+            check_fault(problems, "fault", self.fault)
+        problems.callable("fault_generator", self.fault_generator)
+        problems.callable("on_fault_injected", self.on_fault_injected)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> ChaosFaultStrategy:
+        """A fault chaos strategy for one built pipeline."""
+        return ChaosFaultStrategy(self, context)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosLatencyStrategyOptions(_ChaosOptions):
+    """Options of the latency chaos strategy (`chaos_latency_strategy(...)`); validated at `build()`."""
+
+    latency: Duration
+    latency_generator: (
+        Callable[[LatencyGeneratorArguments], float | dt.timedelta | Awaitable[float | dt.timedelta | None] | None]
+        | None
+    ) = None
+    on_latency_injected: Callable[[OnLatencyInjectedArguments], object] | None = None
+    name: str = "ChaosLatency"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = chaos_problems(self)
+        problems.duration("latency", self.latency)
+        problems.callable("latency_generator", self.latency_generator)
+        problems.callable("on_latency_injected", self.on_latency_injected)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> ChaosLatencyStrategy:
+        """A latency chaos strategy for one built pipeline."""
+        return ChaosLatencyStrategy(self, context)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosOutcomeStrategyOptions(_ChaosOptions):
+    """Options of the outcome chaos strategy (`chaos_outcome_strategy(...)`); validated at `build()`."""
+
+    outcome: Outcome[Any] | None = None
+    outcome_generator: (
+        Callable[[OutcomeGeneratorArguments], Outcome[Any] | Awaitable[Outcome[Any] | None] | None] | None
+    ) = None
+    on_outcome_injected: Callable[[OnOutcomeInjectedArguments], object] | None = None
+    name: str = "ChaosOutcome"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = chaos_problems(self)
+        outcome: object = self.outcome
+        if outcome is None and self.outcome_generator is None:
+            problems.add("outcome", "give outcome or outcome_generator")
+        elif outcome is not None and not isinstance(outcome, Outcome):
+            problems.add("outcome", f"must be an Outcome (Ok(value) or Err(exception)), got {outcome!r}")
+        elif isinstance(outcome, Err):
+            check_fault(problems, "outcome", outcome.error)
+        problems.callable("outcome_generator", self.outcome_generator)
+        problems.callable("on_outcome_injected", self.on_outcome_injected)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> ChaosOutcomeStrategy:
+        """An outcome chaos strategy for one built pipeline."""
+        return ChaosOutcomeStrategy(self, context)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosBehaviorStrategyOptions(_ChaosOptions):
+    """Options of the behavior chaos strategy (`chaos_behavior_strategy(...)`); validated at `build()`."""
+
+    behavior: Callable[[BehaviorGeneratorArguments], object]
+    on_behavior_injected: Callable[[OnBehaviorInjectedArguments], object] | None = None
+    name: str = "ChaosBehavior"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = chaos_problems(self)
+        problems.callable("behavior", self.behavior, allow_none=False)
+        problems.callable("on_behavior_injected", self.on_behavior_injected)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> ChaosBehaviorStrategy:
+        """A behavior chaos strategy for one built pipeline."""
+        return ChaosBehaviorStrategy(self, context)
+
+
+# -- factories --------------------------------------------------------------------------------
+
+
+def chaos_fault_strategy(
+    *,
+    injection_rate: float = 0.001,
+    injection_rate_generator: Callable[[InjectionRateGeneratorArguments], float | Awaitable[float]] | None = None,
+    fault: Exception | type[Exception] | None = None,
+    fault_generator: Callable[[FaultGeneratorArguments], Exception | Awaitable[Exception | None] | None] | None = None,
+    enabled: bool = True,
+    enabled_generator: Callable[[EnabledGeneratorArguments], bool | Awaitable[bool]] | None = None,
+    on_fault_injected: Callable[[OnFaultInjectedArguments], object] | None = None,
+    name: str = "ChaosFault",
+) -> ChaosFaultStrategyOptions:
+    """Raise a fault instead of calling the inner pipeline, for a share of executions.
+
+    `fault` is an exception (each injection raises a copy) or an exception class (each
+    injection raises a new instance); `fault_generator(args)` may make one per injection
+    (None: no injection). `injection_rate` (0 to 1) or `injection_rate_generator` sets the
+    share; `enabled` or `enabled_generator` (which wins) switches it at run time.
+    """
+    return ChaosFaultStrategyOptions(
+        injection_rate=injection_rate,
+        injection_rate_generator=injection_rate_generator,
+        fault=fault,
+        fault_generator=fault_generator,
+        enabled=enabled,
+        enabled_generator=enabled_generator,
+        on_fault_injected=on_fault_injected,
+        name=name,
+    )
+
+
+def chaos_latency_strategy(
+    *,
+    latency: Duration,
+    latency_generator: (
+        Callable[[LatencyGeneratorArguments], float | dt.timedelta | Awaitable[float | dt.timedelta | None] | None]
+        | None
+    ) = None,
+    injection_rate: float = 0.001,
+    injection_rate_generator: Callable[[InjectionRateGeneratorArguments], float | Awaitable[float]] | None = None,
+    enabled: bool = True,
+    enabled_generator: Callable[[EnabledGeneratorArguments], bool | Awaitable[bool]] | None = None,
+    on_latency_injected: Callable[[OnLatencyInjectedArguments], object] | None = None,
+    name: str = "ChaosLatency",
+) -> ChaosLatencyStrategyOptions:
+    """Wait `latency` seconds before calling the inner pipeline, for a share of executions.
+
+    The wait runs on the time provider and ends at once when the execution's signal aborts
+    (the signal's reason is raised; the callable does not run). `latency_generator(args)` may
+    choose each latency (None: `latency`; zero or less: no injection).
+    """
+    return ChaosLatencyStrategyOptions(
+        latency=latency,
+        latency_generator=latency_generator,
+        injection_rate=injection_rate,
+        injection_rate_generator=injection_rate_generator,
+        enabled=enabled,
+        enabled_generator=enabled_generator,
+        on_latency_injected=on_latency_injected,
+        name=name,
+    )
+
+
+def chaos_outcome_strategy(
+    *,
+    outcome: Outcome[Any] | None = None,
+    outcome_generator: (
+        Callable[[OutcomeGeneratorArguments], Outcome[Any] | Awaitable[Outcome[Any] | None] | None] | None
+    ) = None,
+    injection_rate: float = 0.001,
+    injection_rate_generator: Callable[[InjectionRateGeneratorArguments], float | Awaitable[float]] | None = None,
+    enabled: bool = True,
+    enabled_generator: Callable[[EnabledGeneratorArguments], bool | Awaitable[bool]] | None = None,
+    on_outcome_injected: Callable[[OnOutcomeInjectedArguments], object] | None = None,
+    name: str = "ChaosOutcome",
+) -> ChaosOutcomeStrategyOptions:
+    """Replace the call with an outcome, for a share of executions.
+
+    `Ok(value)` returns `value` without calling the inner pipeline; `Err(exception)` raises a
+    copy of `exception`. `outcome_generator(args)` may choose one per injection (None: no
+    injection).
+    """
+    return ChaosOutcomeStrategyOptions(
+        outcome=outcome,
+        outcome_generator=outcome_generator,
+        injection_rate=injection_rate,
+        injection_rate_generator=injection_rate_generator,
+        enabled=enabled,
+        enabled_generator=enabled_generator,
+        on_outcome_injected=on_outcome_injected,
+        name=name,
+    )
+
+
+def chaos_behavior_strategy(
+    *,
+    behavior: Callable[[BehaviorGeneratorArguments], object],
+    injection_rate: float = 0.001,
+    injection_rate_generator: Callable[[InjectionRateGeneratorArguments], float | Awaitable[float]] | None = None,
+    enabled: bool = True,
+    enabled_generator: Callable[[EnabledGeneratorArguments], bool | Awaitable[bool]] | None = None,
+    on_behavior_injected: Callable[[OnBehaviorInjectedArguments], object] | None = None,
+    name: str = "ChaosBehavior",
+) -> ChaosBehaviorStrategyOptions:
+    """Run `behavior(args)` before the callable, for a share of executions.
+
+    The behavior may do anything a real incident does (drop a cache, restart a dependency,
+    fill a disk); an awaitable it returns is awaited in async executions; if it raises, the
+    exception propagates and the callable does not run.
+    """
+    return ChaosBehaviorStrategyOptions(
+        behavior=behavior,
+        injection_rate=injection_rate,
+        injection_rate_generator=injection_rate_generator,
+        enabled=enabled,
+        enabled_generator=enabled_generator,
+        on_behavior_injected=on_behavior_injected,
+        name=name,
+    )
+
+
+# -- strategies -------------------------------------------------------------------------------
+
+
+def _checked_fault(value: object) -> Exception | None:
+    if value is None or isinstance(value, Exception):
+        return value
+    msg = f"fault_generator returned {value!r}: return an Exception instance, or None for no fault"
+    raise ValidationError(msg)
+
+
+class ChaosFaultStrategy(ChaosStrategyBase):
+    """The built fault chaos strategy."""
+
+    __slots__ = ("_fault", "_generator")
+
+    def __init__(self, options: ChaosFaultStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context, event="OnFaultInjected", on_injected=options.on_fault_injected)
+        self._fault = options.fault
+        self._generator = options.fault_generator
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Raise a fault or call `callback` (sync)."""
+        if self._injection.decide(context):
+            generator = self._generator
+            if generator is None:
+                fault: Exception | None = fresh_fault(self._fault)  # type: ignore[arg-type] # validated: one of two
+            else:
+                fault = _checked_fault(call_back(generator, FaultGeneratorArguments(context)))
+            if fault is not None:
+                self._injected(context, OnFaultInjectedArguments(context, fault), Err(fault))
+                raise fault
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Raise a fault or await `callback` (async)."""
+        if await self._injection.decide_async(context):
+            generator = self._generator
+            if generator is None:
+                fault: Exception | None = fresh_fault(self._fault)  # type: ignore[arg-type] # validated: one of two
+            else:
+                fault = _checked_fault(await call_back_async(generator, FaultGeneratorArguments(context)))
+            if fault is not None:
+                await self._injected_async(context, OnFaultInjectedArguments(context, fault), Err(fault))
+                raise fault
+        return await callback(context)
+
+    def __repr__(self) -> str:
+        return f"<ChaosFaultStrategy rate={self._injection.rate!r}>"
+
+
+def _generated_latency(value: object, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        msg = f"latency_generator returned {value!r}: return seconds (int, float or timedelta), or None"
+        raise ValidationError(msg)
+    return float(value)
+
+
+class ChaosLatencyStrategy(ChaosStrategyBase):
+    """The built latency chaos strategy."""
+
+    __slots__ = ("_generator", "_latency", "_time")
+
+    def __init__(self, options: ChaosLatencyStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context, event="OnLatencyInjected", on_injected=options.on_latency_injected)
+        self._latency = to_seconds(options.latency)
+        self._generator = options.latency_generator
+        self._time: TimeProvider = context.time_provider
+        if self._generator is None and self._latency <= 0:
+            self.inert = True  # a latency of 0 without a generator never injects anything
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Wait, then call `callback` (sync)."""
+        if self._injection.decide(context):
+            latency = self._latency
+            if self._generator is not None:
+                latency = _generated_latency(call_back(self._generator, LatencyGeneratorArguments(context)), latency)
+            if latency > 0:
+                self._injected(context, OnLatencyInjectedArguments(context, latency))
+                if wait(self._time, latency, context.signal):
+                    context._raise_if_aborted()
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Wait, then await `callback` (async)."""
+        if await self._injection.decide_async(context):
+            latency = self._latency
+            if self._generator is not None:
+                generated = await call_back_async(self._generator, LatencyGeneratorArguments(context))
+                latency = _generated_latency(generated, latency)
+            if latency > 0:
+                await self._injected_async(context, OnLatencyInjectedArguments(context, latency))
+                if await wait_async(self._time, latency, context.signal):
+                    context._raise_if_aborted()
+        return await callback(context)
+
+    def __repr__(self) -> str:
+        return f"<ChaosLatencyStrategy rate={self._injection.rate!r} latency={self._latency!r}>"
+
+
+def _checked_outcome(value: object) -> Outcome[Any] | None:
+    if value is None or isinstance(value, Outcome):
+        return value
+    msg = f"outcome_generator returned {value!r}: return Ok(value), Err(exception), or None for no injection"
+    raise ValidationError(msg)
+
+
+class ChaosOutcomeStrategy(ChaosStrategyBase):
+    """The built outcome chaos strategy."""
+
+    __slots__ = ("_generator", "_outcome")
+
+    def __init__(self, options: ChaosOutcomeStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context, event="OnOutcomeInjected", on_injected=options.on_outcome_injected)
+        self._outcome = options.outcome
+        self._generator = options.outcome_generator
+
+    def _fixed(self) -> Outcome[Any]:
+        outcome = self._outcome
+        if isinstance(outcome, Err):
+            return Err(fresh_fault(outcome.error))  # each injection raises its own copy
+        return outcome  # type: ignore[return-value] # validated: outcome or outcome_generator
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Return or raise an outcome, or call `callback` (sync)."""
+        if self._injection.decide(context):
+            generator = self._generator
+            if generator is None:
+                outcome: Outcome[Any] | None = self._fixed()
+            else:
+                outcome = _checked_outcome(call_back(generator, OutcomeGeneratorArguments(context)))
+            if outcome is not None:
+                self._injected(context, OnOutcomeInjectedArguments(context, outcome), outcome)
+                return _unwrap(outcome)  # type: ignore[no-any-return] # the injected value stands in for T
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Return or raise an outcome, or await `callback` (async)."""
+        if await self._injection.decide_async(context):
+            generator = self._generator
+            if generator is None:
+                outcome: Outcome[Any] | None = self._fixed()
+            else:
+                outcome = _checked_outcome(await call_back_async(generator, OutcomeGeneratorArguments(context)))
+            if outcome is not None:
+                await self._injected_async(context, OnOutcomeInjectedArguments(context, outcome), outcome)
+                return _unwrap(outcome)  # type: ignore[no-any-return] # the injected value stands in for T
+        return await callback(context)
+
+    def __repr__(self) -> str:
+        return f"<ChaosOutcomeStrategy rate={self._injection.rate!r}>"
+
+
+def _unwrap(outcome: Outcome[Any]) -> Any:
+    if isinstance(outcome, Ok):
+        return outcome.value
+    raise outcome.error  # type: ignore[misc] # an Err: its error is an exception
+
+
+class ChaosBehaviorStrategy(ChaosStrategyBase):
+    """The built behavior chaos strategy."""
+
+    __slots__ = ("_behavior",)
+
+    def __init__(self, options: ChaosBehaviorStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context, event="OnBehaviorInjected", on_injected=options.on_behavior_injected)
+        self._behavior = options.behavior
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run the behavior, then call `callback` (sync)."""
+        if self._injection.decide(context):
+            self._injected(context, OnBehaviorInjectedArguments(context))
+            call_back(self._behavior, BehaviorGeneratorArguments(context))
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Run the behavior, then await `callback` (async)."""
+        if await self._injection.decide_async(context):
+            await self._injected_async(context, OnBehaviorInjectedArguments(context))
+            await call_back_async(self._behavior, BehaviorGeneratorArguments(context))
+        return await callback(context)
+
+    def __repr__(self) -> str:
+        return f"<ChaosBehaviorStrategy rate={self._injection.rate!r}>"
