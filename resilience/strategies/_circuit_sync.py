@@ -49,6 +49,8 @@ __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitCon
 _CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
+_IDLE = 5.0
+"""A store's sync thread ends after this long without a circuit to serve (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +118,8 @@ class CircuitSync:
 
     __slots__ = (
         "__weakref__",
-        "_controller",
         "_failing",
+        "_ref",
         "_store",
         "_task",
         "_worker",
@@ -130,7 +132,9 @@ class CircuitSync:
     def __init__(
         self, controller: SharedCircuitController, store: RedisCircuitStateStore, key: str, interval: float
     ) -> None:
-        self._controller = controller
+        # Weakly: the controller holds this sync, and a cycle would keep a dropped pipeline
+        # syncing until the next full garbage collection.
+        self._ref = weakref.ref(controller)
         self._store = store
         self.key = key
         self.interval = interval
@@ -160,10 +164,17 @@ class CircuitSync:
 
     # -- one exchange ----------------------------------------------------------------------------
 
-    def _prepare(self) -> tuple[object, float]:
+    @property
+    def alive(self) -> bool:
+        """Whether the circuit still exists (its pipeline was not dropped)."""
+        return self._ref() is not None
+
+    def _prepare(self) -> object | None:
         from resilience.stores._redis_circuit import CircuitExchange
 
-        controller = self._controller
+        controller = self._ref()
+        if controller is None:
+            return None
         core = controller.core
         now = controller._time.monotonic()
         with controller.lock:
@@ -171,7 +182,7 @@ class CircuitSync:
             state, left = core.known(now)
             epoch = core.remote_epoch
         options = controller._options
-        exchange = CircuitExchange(
+        return CircuitExchange(
             successes,
             failures,
             float(options.failure_ratio),
@@ -184,11 +195,12 @@ class CircuitSync:
             state,
             remaining if command else left,
         )
-        return exchange, now
 
     def answered(self, reply: CircuitReply) -> None:
         """Apply the fleet's state (the store answered)."""
-        controller = self._controller
+        controller = self._ref()
+        if controller is None:
+            return
         core = controller.core
         now = controller._time.monotonic()
         with controller.lock:
@@ -211,7 +223,9 @@ class CircuitSync:
 
     def failed(self, error: Exception) -> None:
         """The store could not be reached: local state, and say so once per outage."""
-        controller = self._controller
+        controller = self._ref()
+        if controller is None:
+            return
         now = controller._time.monotonic()
         with controller.lock:
             first = self._failing == 0 and controller.core.shared
@@ -229,7 +243,9 @@ class CircuitSync:
 
     def run_once(self) -> None:
         """One exchange through the sync client (on the worker thread)."""
-        exchange, _ = self._prepare()
+        exchange = self._prepare()
+        if exchange is None:
+            return
         watchdog = TIMER_THREAD.call_later(self.stall_after, self.stalled)
         try:
             reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
@@ -242,7 +258,9 @@ class CircuitSync:
 
     async def run_once_async(self) -> None:
         """One exchange through the asyncio client."""
-        exchange, _ = self._prepare()
+        exchange = self._prepare()
+        if exchange is None:
+            return
         try:
             async with asyncio.timeout(self.stall_after):
                 reply = await self._store.exchange_async(self.key, exchange)  # type: ignore[arg-type]
@@ -267,7 +285,9 @@ class CircuitSync:
 
     def detach(self) -> None:
         """The store was closed: this circuit decides alone from now on."""
-        controller = self._controller
+        controller = self._ref()
+        if controller is None:
+            return
         now = controller._time.monotonic()
         with controller.lock:
             controller.core.go_local(now)
@@ -277,7 +297,7 @@ async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
     """Exchange every interval while the circuit lives (a task holds it weakly)."""
     while True:
         sync = ref()
-        if sync is None:
+        if sync is None or not sync.alive:
             return
         if sync._store.closed:
             sync.detach()
@@ -324,15 +344,18 @@ class SyncWorker:
             else:
                 self._cond.notify()
 
-    def _next(self) -> CircuitSync:
+    def _next(self) -> CircuitSync | None:
+        """The next sync when due; None when there was nothing to do for `_IDLE` (the thread ends)."""
         with self._cond:
             while True:
                 if not self._heap:
-                    self._cond.wait()
+                    if not self._cond.wait(_IDLE) and not self._heap:
+                        self._thread = None  # a schedule() starts a new one
+                        return None
                     continue
                 due, _, ref = self._heap[0]
                 sync = ref()
-                if sync is None or sync.due != due:  # gone, or rescheduled since
+                if sync is None or sync.due != due or not sync.alive:  # gone, or rescheduled since
                     heapq.heappop(self._heap)
                     continue
                 wait = due - time.monotonic()
@@ -346,6 +369,8 @@ class SyncWorker:
     def _serve(self) -> None:
         while True:
             sync = self._next()
+            if sync is None:
+                return
             if sync._store.closed:
                 sync.detach()  # and no longer scheduled
             else:

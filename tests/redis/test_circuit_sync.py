@@ -21,13 +21,14 @@ import redis.asyncio
 
 from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder, ValidationError
 from resilience.stores import RedisCircuitStateStore
+from resilience.stores._redis_circuit import CircuitReply
 from resilience.strategies import (
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
     CircuitState,
     OnCircuitStateSyncFailedArguments,
 )
-from resilience.strategies._circuit_sync import _WORKERS, SyncWorker
+from resilience.strategies._circuit_sync import _WORKERS, SyncWorker, _serve_async
 from resilience.testing import capture_events
 
 if TYPE_CHECKING:
@@ -304,3 +305,18 @@ async def test_closing_the_store_stops_its_circuits_syncing(redis_server: RedisS
     sync_store.close()
     until(lambda: not sync_pipeline.strategies[0]._controller.core.shared)  # type: ignore[attr-defined]
     await async_client.aclose()
+
+
+async def test_a_sync_outliving_its_circuit_does_nothing(client: Any, key: str) -> None:
+    """A sync whose pipeline was dropped (the worker may still hold it) neither sends nor applies."""
+    pipeline = shared(RedisCircuitStateStore(client), key)
+    sync = pipeline.strategies[0]._controller.sync  # type: ignore[attr-defined]
+    del pipeline
+    gc.collect()
+    assert not sync.alive
+    sync.run_once()
+    await sync.run_once_async()
+    sync.answered(CircuitReply(1, 9, 1.0, False, False))
+    sync.failed(ConnectionError("gone"))
+    sync.detach()
+    await _serve_async(weakref.ref(sync))  # returns at once
