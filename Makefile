@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
 	$(BIN)/python benchmarks/circuit_fleet.py
+	$(BIN)/python benchmarks/rate_limit.py
 
 # The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.
 soak: $(STAMP)

@@ -23,6 +23,7 @@ Public modules:
     resilience.strategies  the strategies' factories, options and callback arguments
     resilience.primitives  lock() and semaphore() for code without a pipeline
     resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
+    resilience.limiters    rate-limit stores: memory, Redis (standalone and Cluster)
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
     resilience.testing     FakeTimeProvider, capture_events
@@ -40,6 +41,7 @@ from resilience._context import (
 )
 from resilience._outcome import Err, Ok, Outcome
 from resilience._pipeline import PipelineExecutedArguments, ResiliencePipeline
+from resilience._registry import ResiliencePipelineRegistry
 from resilience._signal import CancelScope, Signal
 from resilience._time import SystemTimeProvider, TimeProvider, TimerHandle
 from resilience._validation import Duration
@@ -50,6 +52,7 @@ from resilience.exceptions import (
     LockLostError,
     LockNotAcquiredError,
     OperationAbortedError,
+    RateLimiterRejectedError,
     RejectedError,
     ResilienceError,
     SemaphoreLeaseLostError,
@@ -73,11 +76,13 @@ __all__ = [
     "Outcome",
     "PipelineBuilder",
     "PipelineExecutedArguments",
+    "RateLimiterRejectedError",
     "RejectedError",
     "ResilienceContext",
     "ResilienceError",
     "ResiliencePipeline",
     "ResiliencePipelineBuilder",
+    "ResiliencePipelineRegistry",
     "ResilienceProperties",
     "ResiliencePropertyKey",
     "SemaphoreLeaseLostError",

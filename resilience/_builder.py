@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from resilience._context import ResilienceContext
+    from resilience.limiters._algorithms import RateLimitAlgorithm
+    from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
     from resilience.stores._protocols import AsyncLockStore, LockStore
     from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._circuit_controller import (
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     )
     from resilience.strategies._common import Handle
     from resilience.strategies._lock import OnLockLostArguments
+    from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
     from resilience.strategies._retry_core import Backoff
     from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
@@ -231,6 +234,39 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
                 store=store,
                 on_lock_lost=on_lock_lost,
                 cancel_on_lost=cancel_on_lost,
+                name=name,
+            )
+        )
+
+    # -- rate limiter (issue #16) -------------------------------------------------------------
+
+    def add_rate_limiter(
+        self,
+        limit: int,
+        /,
+        *,
+        per: Duration = 1.0,
+        burst: int | None = None,
+        algorithm: RateLimitAlgorithm = "token_bucket",
+        key: str | Callable[[ResilienceContext], str] = "",
+        store: RateLimitStore | AsyncRateLimitStore | None = None,
+        wait: Duration = 0.0,
+        on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None,
+        name: str = "RateLimiter",
+    ) -> Self:
+        """`.add(rate_limiter_strategy(limit, ...))`: at most `limit` executions per `per` seconds, per key."""
+        from resilience.strategies._rate_limiter import rate_limiter_strategy
+
+        return self.add(
+            rate_limiter_strategy(
+                limit,
+                per=per,
+                burst=burst,
+                algorithm=algorithm,
+                key=key,
+                store=store,
+                wait=wait,
+                on_rejected=on_rejected,
                 name=name,
             )
         )

@@ -101,6 +101,21 @@ def is_async_callable(fn: object) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+class _Plan:
+    """What a pipeline runs: its strategies and the misuse they refuse, swapped as one reference.
+
+    An execution reads `pipeline._plan` once, so a registry's `reload` (one attribute write)
+    never shows it half of one configuration and half of another, and needs no lock.
+    """
+
+    __slots__ = ("async_problem", "strategies", "sync_problem")
+
+    def __init__(self, strategies: tuple[Strategy, ...]) -> None:
+        self.strategies = strategies
+        self.sync_problem: str | None = next((p for s in strategies if (p := getattr(s, "sync_problem", None))), None)
+        self.async_problem: str | None = next((p for s in strategies if (p := getattr(s, "async_problem", None))), None)
+
+
 class ResiliencePipeline:
     """A built pipeline: `execute`/`settle` a callable through its strategies, or decorate one.
 
@@ -109,11 +124,9 @@ class ResiliencePipeline:
     """
 
     __slots__ = (
-        "_async_problem",
         "_listened",
+        "_plan",
         "_source",
-        "_strategies",
-        "_sync_problem",
         "instance_name",
         "name",
         "time_provider",
@@ -128,7 +141,7 @@ class ResiliencePipeline:
         time_provider: TimeProvider,
         telemetry: TelemetrySource,
     ) -> None:
-        self._strategies = tuple(strategies)
+        self._plan = _Plan(tuple(strategies))
         self.name = name
         self.instance_name = instance_name
         self.time_provider = time_provider
@@ -141,17 +154,11 @@ class ResiliencePipeline:
             or options.meter_provider is not None
             or options.tracer_provider is not None
         )
-        self._sync_problem: str | None = next(
-            (p for s in self._strategies if (p := getattr(s, "sync_problem", None))), None
-        )
-        self._async_problem: str | None = next(
-            (p for s in self._strategies if (p := getattr(s, "async_problem", None))), None
-        )
 
     @property
     def strategies(self) -> tuple[Strategy, ...]:
         """The built strategies, outermost first."""
-        return self._strategies
+        return self._plan.strategies
 
     def _executing(self, context: ResilienceContext) -> float:
         self._source.emit("PipelineExecuting", Severity.DEBUG, operation_key=context.operation_key)
@@ -171,8 +178,9 @@ class ResiliencePipeline:
 
     def execute(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
-        if self._sync_problem is not None:
-            raise ValidationError(self._sync_problem)
+        plan = self._plan  # read once: a reload swaps it for the executions that start later
+        if plan.sync_problem is not None:
+            raise ValidationError(plan.sync_problem)
         parent = _CURRENT.get()
         # The execution shares its caller's signal: nothing aborts an execution on its own,
         # and the strategies that can abort (timeout, lock) derive child signals.
@@ -183,9 +191,9 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return self._execute_observed(context, fn, args, kwargs)
-        if self._strategies:
-            return self._run(context, fn, args, kwargs)
+            return self._execute_observed(plan.strategies, context, fn, args, kwargs)
+        if plan.strategies:
+            return self._run(plan.strategies, context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
             parent._raise_if_aborted()
@@ -216,21 +224,27 @@ class ResiliencePipeline:
             attributes["operation.key"] = context.operation_key
         return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
 
-    def _execute_observed(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _execute_observed(
+        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
+    ) -> T:
         with self._span(context):
-            return self._observe(context, fn, args, kwargs)
+            return self._observe(strategies, context, fn, args, kwargs)
 
-    def _observe(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _observe(
+        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
+    ) -> T:
         started = self._executing(context)
         try:
-            result = self._run(context, fn, args, kwargs)
+            result = self._run(strategies, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         self._executed(context, started, Ok(result))
         return result
 
-    def _run(self, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _run(
+        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
+    ) -> T:
         def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
             token = _CURRENT.set(inner)
@@ -243,7 +257,7 @@ class ResiliencePipeline:
             return result
 
         chain: Callable[[ResilienceContext], T] = call
-        for strategy in reversed(self._strategies):
+        for strategy in reversed(strategies):
             chain = functools.partial(strategy.execute, chain)
         return chain(context)
 
@@ -261,8 +275,9 @@ class ResiliencePipeline:
 
     async def execute_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Await `fn(*args, **kwargs)` through the pipeline and return its result (or raise)."""
-        if self._async_problem is not None:
-            raise ValidationError(self._async_problem)
+        plan = self._plan  # read once: a reload swaps it for the executions that start later
+        if plan.async_problem is not None:
+            raise ValidationError(plan.async_problem)
         parent = _CURRENT.get()
         context = _new_object(ResilienceContext) if parent is None else parent.derive()
         if (
@@ -271,9 +286,9 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return await self._execute_observed_async(context, fn, args, kwargs)
-        if self._strategies:
-            return await self._run_async(context, fn, args, kwargs)
+            return await self._execute_observed_async(plan.strategies, context, fn, args, kwargs)
+        if plan.strategies:
+            return await self._run_async(plan.strategies, context, fn, args, kwargs)
         if parent is not None:
             parent._raise_if_aborted()
         token = _CURRENT.set(context)
@@ -286,17 +301,27 @@ class ResiliencePipeline:
             _CURRENT.reset(token)
 
     async def _execute_observed_async(
-        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+        self,
+        strategies: tuple[Strategy, ...],
+        context: ResilienceContext,
+        fn: Callable[..., Awaitable[T]],
+        args: Any,
+        kwargs: Any,
     ) -> T:
         with self._span(context):
-            return await self._observe_async(context, fn, args, kwargs)
+            return await self._observe_async(strategies, context, fn, args, kwargs)
 
     async def _observe_async(
-        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+        self,
+        strategies: tuple[Strategy, ...],
+        context: ResilienceContext,
+        fn: Callable[..., Awaitable[T]],
+        args: Any,
+        kwargs: Any,
     ) -> T:
         started = self._executing(context)
         try:
-            result = await self._run_async(context, fn, args, kwargs)
+            result = await self._run_async(strategies, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
@@ -304,7 +329,12 @@ class ResiliencePipeline:
         return result
 
     def _run_async(
-        self, context: ResilienceContext, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any
+        self,
+        strategies: tuple[Strategy, ...],
+        context: ResilienceContext,
+        fn: Callable[..., Awaitable[T]],
+        args: Any,
+        kwargs: Any,
     ) -> Awaitable[T]:
         async def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
@@ -318,7 +348,7 @@ class ResiliencePipeline:
                 _CURRENT.reset(token)
 
         chain: Callable[[ResilienceContext], Awaitable[T]] = call
-        for strategy in reversed(self._strategies):
+        for strategy in reversed(strategies):
             chain = functools.partial(strategy.execute_async, chain)
         return chain(context)
 
@@ -355,6 +385,13 @@ class ResiliencePipeline:
 
         return functools.update_wrapper(run, fn)
 
+    def _adopt(self, other: ResiliencePipeline) -> None:
+        """Run `other`'s strategies from now on (the registry's reload; same name and telemetry).
+
+        One reference write: executions already running keep the plan they read.
+        """
+        self._plan = other._plan
+
     def __repr__(self) -> str:
-        names = ", ".join(type(s).__name__ for s in self._strategies)
+        names = ", ".join(type(s).__name__ for s in self._plan.strategies)
         return f"<ResiliencePipeline name={self.name!r} strategies=[{names}]>"

@@ -6,8 +6,9 @@ ResilienceError(Exception)
 ├── OperationAbortedError(ResilienceError)         default reason of Signal.abort()
 ├── RejectedError(ResilienceError)                 the callable never ran
 │   ├── LockNotAcquiredError                       .key, .retry_after: float | None
-│   └── BrokenCircuitError                         .retry_after: float | None
-│       └── IsolatedCircuitError
+│   ├── BrokenCircuitError                         .retry_after: float | None
+│   │   └── IsolatedCircuitError
+│   └── RateLimiterRejectedError                   .key, .retry_after: float | None
 ├── TimeoutRejectedError(ResilienceError, TimeoutError)   .timeout
 └── LockLostError                                  .key, .token   (alias: LockLeaseLostError)
     └── SemaphoreLeaseLostError
@@ -31,6 +32,7 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "OperationAbortedError",
+    "RateLimiterRejectedError",
     "RejectedError",
     "ResilienceError",
     "SemaphoreLeaseLostError",
@@ -117,6 +119,27 @@ class IsolatedCircuitError(BrokenCircuitError):
 
     def __init__(self, message: str = "the circuit is isolated", *, retry_after: float | None = None) -> None:
         super().__init__(message, retry_after=retry_after)
+
+
+class RateLimiterRejectedError(RejectedError):
+    """A rate limiter or a concurrency limiter refused the call: it never ran.
+
+    `key` is the limiter's partition. `retry_after` is how long until a permit is free when
+    the limiter knows it (exact for the rate limiter's algorithms; None for a concurrency
+    limiter, whose permits free up when a holder finishes).
+    """
+
+    key: str
+    retry_after: float | None
+
+    def __init__(self, key: str, retry_after: float | None = None, *, message: str | None = None) -> None:
+        self.key = key
+        self.retry_after = retry_after
+        if message is None:
+            message = f"the limiter rejected the call (key {key!r})"
+            if retry_after is not None:
+                message += f"; a permit is free in {retry_after:.6g}s"
+        super().__init__(message)
 
 
 class TimeoutRejectedError(ResilienceError, TimeoutError):

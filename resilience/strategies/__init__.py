@@ -1,6 +1,7 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy` and `lock_strategy` return immutable options
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy` and `rate_limiter_strategy`
+return immutable options
 objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
@@ -41,6 +42,11 @@ from resilience.strategies._lock import (
     LockStrategyOptions,
     OnLockLostArguments,
     lock_strategy,
+)
+from resilience.strategies._rate_limiter import (
+    OnRateLimiterRejectedArguments,
+    RateLimiterStrategyOptions,
+    rate_limiter_strategy,
 )
 from resilience.strategies._retry import (
     ExecutionAttemptArguments,
@@ -83,9 +89,11 @@ __all__ = [
     "OnLatencyInjectedArguments",
     "OnLockLostArguments",
     "OnOutcomeInjectedArguments",
+    "OnRateLimiterRejectedArguments",
     "OnRetryArguments",
     "OnTimeoutArguments",
     "OutcomeGeneratorArguments",
+    "RateLimiterStrategyOptions",
     "RetryDelayArguments",
     "RetryStrategyOptions",
     "Strategy",
@@ -99,6 +107,7 @@ __all__ = [
     "chaos_outcome_strategy",
     "circuit_breaker_strategy",
     "lock_strategy",
+    "rate_limiter_strategy",
     "retry_strategy",
     "timeout_strategy",
 ]

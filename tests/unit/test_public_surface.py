@@ -9,6 +9,7 @@ import pytest
 PUBLIC_MODULES = [
     "resilience",
     "resilience.exceptions",
+    "resilience.limiters",
     "resilience.primitives",
     "resilience.strategies",
     "resilience.stores",

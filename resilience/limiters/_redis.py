@@ -1,0 +1,101 @@
+"""`RedisRateLimitStore`: rate limits shared by every process that talks to one Redis (or Cluster).
+
+One decision is one `EVALSHA` of the algorithm's script (`_redis_scripts.py`) on one key, run
+by the same script runner as the lock stores (`EVAL` once per script and server after a
+NOSCRIPT answer). redis-py is never imported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from resilience.exceptions import ValidationError
+from resilience.limiters._algorithms import RateLimitAlgorithm, check_take
+from resilience.limiters._redis_scripts import SCRIPTS
+from resilience.stores._redis import _RedisStore
+
+__all__ = ["RedisRateLimitStore"]
+
+
+class RedisRateLimitStore(_RedisStore):
+    """A rate-limit store over Redis: one key per partition, one script call per decision.
+
+    Args:
+        client: a sync client (`redis.Redis`, `redis.cluster.RedisCluster`, valkey alike) or a
+            zero-argument factory of one; enables `take`.
+        async_client: an asyncio client, an awaitable of one, or a sync or async zero-argument
+            factory of one; enables `take_async`.
+        prefix: the key namespace: a partition's key is `<prefix>:<algorithm>:<key>`.
+
+    Only the server's clock decides (`TIME`), so the fleet's clocks need not agree. Each key
+    expires when its state would no longer matter (a full bucket, a window's end), so idle
+    partitions cost nothing. Decisions are atomic: no process can over-admit. The clients
+    stay yours (`close()` closes nothing of them).
+    """
+
+    _kind = "RedisRateLimitStore"
+    _sync_methods = ("take",)
+    _async_methods = ("take_async",)
+
+    def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> None:
+        super().__init__(client, async_client, prefix)
+        self._prepared: dict[tuple[object, ...], tuple[Any, list[object]]] = {}
+
+    def key(self, key: str, algorithm: str = "token_bucket") -> str:
+        """The Redis key of partition `key` under `algorithm`."""
+        return f"{self._prefix}:{algorithm}:{key}"
+
+    def _arguments(self, key: object, arguments: tuple[object, ...]) -> tuple[Any, list[object]]:
+        """The script and its ARGV for these `take` arguments (checked once, then remembered)."""
+        problem = check_take(key, *arguments)
+        if problem is not None:
+            raise ValidationError(problem)
+        limit, per, burst, algorithm, permits = arguments
+        assert isinstance(limit, int)
+        assert isinstance(per, int | float)
+        assert isinstance(algorithm, str)
+        per_us = per * 1_000_000
+        argv: list[object]
+        if algorithm == "token_bucket":
+            argv = [per_us / limit, limit if burst is None else burst, permits]
+        else:
+            argv = [per_us, limit, permits]
+        prepared = (SCRIPTS[algorithm], argv)
+        if len(self._prepared) < 256:
+            self._prepared[arguments] = prepared
+        return prepared
+
+    def take(  # noqa: PLR0917 - the protocol's positional signature
+        self,
+        key: str,
+        limit: int,
+        per: float,
+        burst: int | None = None,
+        algorithm: RateLimitAlgorithm = "token_bucket",
+        permits: int = 1,
+    ) -> float:
+        """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
+        arguments = (limit, per, burst, algorithm, permits)
+        prepared = self._prepared.get(arguments)
+        if prepared is None or type(key) is not str:
+            prepared = self._arguments(key, arguments)
+        runner = self._sync if self._sync is not None else self._sync_client("take")
+        return int(runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])) / 1_000_000
+
+    async def take_async(  # noqa: PLR0917 - the protocol's positional signature
+        self,
+        key: str,
+        limit: int,
+        per: float,
+        burst: int | None = None,
+        algorithm: RateLimitAlgorithm = "token_bucket",
+        permits: int = 1,
+    ) -> float:
+        """See `take`."""
+        arguments = (limit, per, burst, algorithm, permits)
+        prepared = self._prepared.get(arguments)
+        if prepared is None or type(key) is not str:
+            prepared = self._arguments(key, arguments)
+        runner = self._async if self._async is not None else self._async_client("take_async")
+        reply = await runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])
+        return int(reply) / 1_000_000

@@ -1,0 +1,299 @@
+"""The rate limiter strategy: at most `limit` executions per `per` seconds, per partition key.
+
+Each execution asks the store for one permit of its key (`take`): granted, the callable runs
+under the caller's context unchanged; refused, the strategy waits the exact retry-after the
+store answered (while `wait` allows, ending at once if the signal aborts) and asks again, or
+rejects with `RateLimiterRejectedError` and the `OnRateLimiterRejected` event. The decisions
+are pure code (`resilience/limiters/_algorithms.py`) or one Lua script per decision (Redis).
+
+Without a store each built strategy has its own in-process limits: a `MemoryRateLimitStore`
+on the pipeline's clock, whose decision the strategy calls directly (arguments checked once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from resilience._validation import Duration, Problems, to_seconds
+from resilience.exceptions import RateLimiterRejectedError, ValidationError
+from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm
+from resilience.limiters._memory import MemoryRateLimitStore
+from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
+from resilience.strategies._common import call_back, call_back_async, wait, wait_async
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._time import TimeProvider
+    from resilience.strategies._base import StrategyBuildContext
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = [
+    "OnRateLimiterRejectedArguments",
+    "RateLimiterStrategy",
+    "RateLimiterStrategyOptions",
+    "rate_limiter_strategy",
+    "reject",
+    "resolve_key",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class OnRateLimiterRejectedArguments:
+    """What `on_rejected` receives when a rate or concurrency limiter rejects an execution."""
+
+    context: ResilienceContext
+    key: str
+    """The limiter's partition key."""
+    retry_after: float | None
+    """Seconds until a permit is free, when the limiter knows it (None for concurrency limits)."""
+
+
+def check_key(problems: Problems, key: object) -> None:
+    """Record what is wrong with a limiter's `key` option (a str, possibly empty, or a callable)."""
+    if not isinstance(key, str) and not callable(key):
+        problems.add("key", f"must be a str or a callable taking the context, got {key!r}")
+
+
+def resolve_key(name: str, key: str | Callable[[ResilienceContext], str], context: ResilienceContext) -> str:
+    """The partition key of one execution."""
+    if isinstance(key, str):
+        return key
+    resolved: object = key(context)
+    if not isinstance(resolved, str):
+        msg = f"{name}.key: the key function returned {resolved!r}; it must return a str"
+        raise ValidationError(msg)
+    return resolved
+
+
+def reject(
+    telemetry: TelemetrySource, context: ResilienceContext, key: str, retry_after: float | None
+) -> tuple[RateLimiterRejectedError, OnRateLimiterRejectedArguments]:
+    """Emit `OnRateLimiterRejected`; the error to raise and the arguments for `on_rejected`."""
+    arguments = OnRateLimiterRejectedArguments(context, key, retry_after)
+    telemetry.emit("OnRateLimiterRejected", Severity.ERROR, operation_key=context.operation_key, arguments=arguments)
+    return RateLimiterRejectedError(key, retry_after), arguments
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimiterStrategyOptions:
+    """Options of the rate limiter (see `rate_limiter_strategy`); validated at `build()`."""
+
+    limit: int
+    per: Duration = 1.0
+    burst: int | None = None
+    algorithm: RateLimitAlgorithm = "token_bucket"
+    key: str | Callable[[ResilienceContext], str] = ""
+    store: RateLimitStore | AsyncRateLimitStore | None = None
+    wait: Duration = 0.0
+    on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None
+    name: str = "RateLimiter"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with the options, as `"<option>: <what is wrong>"`."""
+        problems = Problems()
+        problems.integer("limit", self.limit, minimum=1)
+        problems.duration("per", self.per, positive=True)
+        algorithm: object = self.algorithm
+        if algorithm not in ALGORITHMS:
+            problems.add("algorithm", f"must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+        if self.burst is not None:
+            problems.integer("burst", self.burst, minimum=1)
+            if algorithm in ALGORITHMS and algorithm != "token_bucket":
+                problems.add("burst", f"applies to the token bucket only; the {algorithm} grants `limit` per window")
+        check_key(problems, self.key)
+        store: object = self.store
+        if store is not None:
+            if not isinstance(store, RateLimitStore | AsyncRateLimitStore):
+                problems.add("store", f"must implement RateLimitStore or AsyncRateLimitStore, got {store!r}")
+            elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
+                problems.add(
+                    "store",
+                    "a MemoryRateLimitStore must use the pipeline's time provider (limits run on its clock): "
+                    "create it with MemoryRateLimitStore(time_provider) or leave store=None",
+                )
+        problems.duration("wait", self.wait)
+        problems.callable("on_rejected", self.on_rejected)
+        problems.name("name", self.name)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> RateLimiterStrategy:
+        """A rate limiter for one pipeline (with its own in-process limits when no store is given)."""
+        return RateLimiterStrategy(self, context)
+
+
+def rate_limiter_strategy(
+    limit: int,
+    /,
+    *,
+    per: Duration = 1.0,
+    burst: int | None = None,
+    algorithm: RateLimitAlgorithm = "token_bucket",
+    key: str | Callable[[ResilienceContext], str] = "",
+    store: RateLimitStore | AsyncRateLimitStore | None = None,
+    wait: Duration = 0.0,
+    on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None,
+    name: str = "RateLimiter",
+) -> RateLimiterStrategyOptions:
+    """Options of a rate limiter: at most `limit` executions per `per` seconds, per key.
+
+    Args:
+        limit: permits per `per` seconds (int >= 1).
+        per: the period, in seconds (> 0).
+        burst: the token bucket's capacity: how many executions may run back to back after a
+            quiet spell (default `limit`). Only for `algorithm="token_bucket"`.
+        algorithm: `"token_bucket"` (GCRA: smooth, exact retry-after), `"sliding_window"`
+            (at most `limit` in any `per` seconds) or `"fixed_window"` (`limit` per window
+            opened by the first request).
+        key: the partition: a str, or a function of the execution's context returning one
+            (e.g. `lambda ctx: f"tenant:{ctx.operation_key}"`); each key has its own limit.
+        store: where the limits live. Default: in-process, one set of limits per `build()`.
+            Pass `RedisRateLimitStore` to share them across processes.
+        wait: how long an execution may wait for a permit before it is rejected (0: reject at
+            once). A wait ends at once when the context's signal aborts.
+        on_rejected: called with `OnRateLimiterRejectedArguments` before the rejection is raised.
+        name: the strategy's name (problems, telemetry).
+
+    A rejected execution raises `RateLimiterRejectedError` with the partition `key` and the
+    exact `retry_after`; the callable never ran.
+    """
+    return RateLimiterStrategyOptions(
+        limit,
+        per=per,
+        burst=burst,
+        algorithm=algorithm,
+        key=key,
+        store=store,
+        wait=wait,
+        on_rejected=on_rejected,
+        name=name,
+    )
+
+
+class RateLimiterStrategy:
+    """The built rate limiter (see the module docstring)."""
+
+    __slots__ = (
+        "_algorithm",
+        "_burst",
+        "_decide",
+        "_key",
+        "_limit",
+        "_on_rejected",
+        "_per",
+        "_store",
+        "_telemetry",
+        "_time",
+        "_wait",
+        "async_problem",
+        "name",
+        "sync_problem",
+    )
+
+    def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        self.name = options.name
+        self._limit = options.limit
+        self._per = to_seconds(options.per)
+        self._burst = options.burst
+        self._algorithm: RateLimitAlgorithm = options.algorithm
+        self._key = options.key
+        self._wait = to_seconds(options.wait)
+        self._on_rejected = options.on_rejected
+        self._telemetry = context.telemetry
+        self._time: TimeProvider = context.time_provider
+        store = options.store if options.store is not None else MemoryRateLimitStore(context.time_provider)
+        self._store: RateLimitStore | AsyncRateLimitStore = store
+        # An in-process store decides without a call through `take` (arguments checked here, once).
+        self._decide: Callable[[str], float] | None = (
+            store._decider(self._limit, self._per, self._burst, self._algorithm)
+            if isinstance(store, MemoryRateLimitStore)
+            else None
+        )
+        self.sync_problem: str | None = None
+        self.async_problem: str | None = None
+        if not isinstance(store, RateLimitStore):
+            self.sync_problem = (
+                f"{self.name}: the rate-limit store {store!r} has no sync client: run this pipeline with "
+                "execute_async/settle_async, or give the store a sync client (e.g. RedisRateLimitStore(redis.Redis()))"
+            )
+        if not isinstance(store, AsyncRateLimitStore):
+            self.async_problem = (
+                f"{self.name}: the rate-limit store {store!r} has no asyncio client: run this pipeline with "
+                "execute/settle, or give the store an async client "
+                "(e.g. RedisRateLimitStore(async_client=redis.asyncio.Redis()))"
+            )
+
+    def _take(self, key: str) -> float:
+        decide = self._decide
+        if decide is not None:
+            return decide(key)
+        store = self._store
+        assert isinstance(store, RateLimitStore)
+        return store.take(key, self._limit, self._per, self._burst, self._algorithm)
+
+    async def _take_async(self, key: str) -> float:
+        decide = self._decide
+        if decide is not None:
+            return decide(key)
+        store = self._store
+        assert isinstance(store, AsyncRateLimitStore)
+        return await store.take_async(key, self._limit, self._per, self._burst, self._algorithm)
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        decide = self._decide
+        retry_after = decide(key) if decide is not None else self._take(key)
+        if retry_after:
+            time_provider = self._time
+            deadline = time_provider.monotonic() + self._wait
+            while retry_after:
+                if retry_after > deadline - time_provider.monotonic():
+                    error, arguments = reject(self._telemetry, context, key, retry_after)
+                    if self._on_rejected is not None:
+                        call_back(self._on_rejected, arguments)
+                    raise error
+                signal = context.signal
+                if wait(time_provider, retry_after, signal):
+                    assert signal.reason is not None
+                    raise signal.reason
+                retry_after = self._take(key)
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """The asyncio twin of `execute`."""
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        decide = self._decide
+        retry_after = decide(key) if decide is not None else await self._take_async(key)
+        if retry_after:
+            time_provider = self._time
+            deadline = time_provider.monotonic() + self._wait
+            while retry_after:
+                if retry_after > deadline - time_provider.monotonic():
+                    error, arguments = reject(self._telemetry, context, key, retry_after)
+                    if self._on_rejected is not None:
+                        await call_back_async(self._on_rejected, arguments)
+                    raise error
+                signal = context.signal
+                if await wait_async(time_provider, retry_after, signal):
+                    assert signal.reason is not None
+                    raise signal.reason
+                retry_after = await self._take_async(key)
+        return await callback(context)
+
+    def __repr__(self) -> str:
+        return (
+            f"<RateLimiterStrategy name={self.name!r} limit={self._limit} per={self._per:g} "
+            f"algorithm={self._algorithm!r} key={self._key!r}>"
+        )
