@@ -48,7 +48,7 @@ def build(args: argparse.Namespace, provider: CircuitBreakerStateProvider) -> Re
 
 def ready(args: argparse.Namespace, control: redis.Redis, provider: CircuitBreakerStateProvider) -> None:
     """Wait for the first sync (the key exists and a few intervals passed), then say so."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not control.exists(f"circuit:{args.key}") and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(3 * args.interval)
@@ -91,7 +91,7 @@ def hammer(args: argparse.Namespace, control: redis.Redis) -> None:
     provider = CircuitBreakerStateProvider()
     pipeline = build(args, provider)
     ready(args, control, provider)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the other workers may be slow to start
     while not control.exists(f"{args.log}:go") and time.monotonic() < deadline:
         time.sleep(0.005)
 

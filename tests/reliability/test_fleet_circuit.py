@@ -52,7 +52,19 @@ class Fleet:
         self.processes.append(process)
         return process
 
-    def wait(self, timeout: float = 30) -> None:
+    def ready(self, count: int, client: Any, timeout: float = 60) -> None:
+        """Wait until `count` workers said ready (slow to start on a loaded machine); a dead one fails at once."""
+
+        def check() -> bool:
+            for process in self.processes:
+                if process.poll() not in (None, 0):
+                    _, errors = process.communicate()
+                    pytest.fail(f"worker {process.pid} died: {errors.decode(errors='replace')[-3000:]}")
+            return bool(client.llen(f"{self.log}:ready") >= count)
+
+        wait_for(check, timeout=timeout)
+
+    def wait(self, timeout: float = 60) -> None:
         for process in self.processes:
             _, errors = process.communicate(timeout=timeout)
             assert process.returncode == 0, errors.decode(errors="replace")[-3000:]
@@ -145,8 +157,8 @@ def test_an_opening_in_one_process_rejects_calls_in_the_others(
     """Four failures here open the fleet's circuit; two other processes reject within the interval."""
     fleet = make_fleet(fleet_factory, redis_server, uid)
     for _ in range(2):
-        fleet.start("observe", duration=20)
-    wait_for(lambda: client.llen(f"{fleet.log}:ready") == 2, timeout=20)
+        fleet.start("observe", duration=60)
+    fleet.ready(2, client)
     events: list[tuple[float, TelemetryEvent]] = []
     pipeline = member(redis_server, fleet.key, events, break_duration=30)
     fail_until_open(pipeline, lambda: any(event.name == "OnCircuitOpened" for _, event in events))
@@ -172,7 +184,7 @@ def test_one_probe_at_a_time_for_the_whole_fleet(
     duration = 3.0
     for _ in range(3):
         fleet.start("hammer", duration=duration, break_duration=0.3, hold=0.05)
-    wait_for(lambda: client.llen(f"{fleet.log}:ready") == 3, timeout=20)
+    fleet.ready(3, client)
     states = {line.split()[1] for line in client.lrange(f"{fleet.log}:ready", 0, -1)}
     assert states == {"OPEN"}
     client.set(f"{fleet.log}:go", 1)
@@ -190,8 +202,8 @@ def test_an_isolation_from_one_process_holds_every_process(
     """isolate() here: the others reject with IsolatedCircuitError; close() here: they flow again."""
     fleet = make_fleet(fleet_factory, redis_server, uid)
     for _ in range(2):
-        fleet.start("observe", duration=20)
-    wait_for(lambda: client.llen(f"{fleet.log}:ready") == 2, timeout=20)
+        fleet.start("observe", duration=60)
+    fleet.ready(2, client)
     control = CircuitBreakerManualControl()
     pipeline = member(redis_server, fleet.key, control=control)
     time.sleep(2 * INTERVAL)
@@ -224,8 +236,8 @@ def test_a_redis_restart_keeps_the_fleet_open(
     client = redis.Redis(port=server.port, decode_responses=True)
     fleet = make_fleet(fleet_factory, server, uid)
     for _ in range(2):
-        fleet.start("observe", duration=25, break_duration=30)
-    wait_for(lambda: client.llen(f"{fleet.log}:ready") == 2, timeout=20)
+        fleet.start("observe", duration=60, break_duration=30)
+    fleet.ready(2, client)
     provider = CircuitBreakerStateProvider()
     pipeline = member(server, fleet.key, provider=provider, break_duration=30)
     fail_until_open(pipeline, lambda: provider.state is CircuitState.OPEN)
@@ -236,8 +248,8 @@ def test_a_redis_restart_keeps_the_fleet_open(
     assert client.exists(f"circuit:{fleet.key}") == 0 or client.hget(f"circuit:{fleet.key}", "st") == "1"
     wait_for(lambda: client.hget(f"circuit:{fleet.key}", "st") == "1", timeout=10)
     assert client.pttl(f"circuit:{fleet.key}") > 0
-    late = fleet.start("observe", duration=25, break_duration=30)
-    wait_for(lambda: client.llen(f"{fleet.log}:ready") == 1, timeout=20)  # the restart emptied the list
+    late = fleet.start("observe", duration=60, break_duration=30)
+    fleet.ready(1, client)  # the restart emptied the list
     assert client.lrange(f"{fleet.log}:ready", -1, -1)[0].split()[1] == "OPEN"
     time.sleep(3 * INTERVAL)
     client.set(f"{fleet.log}:stop", 1)
