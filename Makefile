@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip  # dependency groups (--group) need pip >= 25.1
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,16 +35,19 @@ demo: $(STAMP)
 		echo "== $$example"; $(BIN)/python $$example || exit 1; done
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev --group bench
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/classic.py
 	$(BIN)/python benchmarks/plots.py
 	$(BIN)/python benchmarks/telemetry.py
 	$(BIN)/python benchmarks/chaos_registry.py
+	$(BIN)/python benchmarks/fallback.py
+	$(BIN)/python benchmarks/hedging.py
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
 	$(BIN)/python benchmarks/circuit_fleet.py
+	$(BIN)/python benchmarks/postgres_lock.py
 	$(BIN)/python benchmarks/rate_limit.py
 
 # The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.

@@ -1,6 +1,6 @@
 """Success-path overhead of retry + circuit breaker + timeout, side by side with the peers.
 
-Not a test: run `python benchmarks/classic.py` (after `pip install -e '.[dev,bench]'`). Each
+Not a test: run `python benchmarks/classic.py` (after `make install` and `pip install --group bench`, or `make bench`). Each
 case calls a trivial function many times; each number is the median over several runs of the
 mean time per call. The ratios compare our stack with what a user would pick instead:
 

@@ -9,7 +9,7 @@ per operation:
 - a raw redis-py loop of the same two round trips: EVALSHA acquire (SET NX PX + INCR of a
   fencing counter) and EVALSHA compare-and-delete — the floor a hand-written lock sits on;
 - redis-py's own `Lock` (SET NX PX, then a compare-and-delete script; no fencing token);
-- python-redis-lock and pottery's `Redlock` when installed (`pip install -e '.[bench]'`).
+- python-redis-lock and pottery's `Redlock` when installed (`pip install --group bench`, or `make bench`).
 
     python benchmarks/redis_lock.py [--ops 300] [--runs 25] [--write docs/performance.md]
 """

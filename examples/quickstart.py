@@ -27,6 +27,8 @@ def show(event: TelemetryEvent) -> None:
     detail = ""
     if event.outcome is not None and event.outcome.error is not None:
         detail = f" after {type(event.outcome.error).__name__}"
+        if event.name == "ExecutionAttempt" and not getattr(event.arguments, "handled", True):
+            detail += " (not handled: passed on, not retried)"
     print(f"    [{event.severity.value:<11}] {event.strategy_name}: {event.name}{detail}")
 
 

@@ -1,9 +1,12 @@
 """Telemetry to Prometheus: a pipeline's events and timings on a /metrics endpoint.
 
-Run it, then open the /metrics address it prints (or point Prometheus and the Grafana
-dashboard in docs/dashboards/resilience.json at it):
+Run it with --serve, then open the /metrics address it prints (or point Prometheus and the
+Grafana dashboard in docs/dashboards/resilience.json at it); it repeats the workload every few
+seconds, so the dashboard moves, until you press Ctrl-C:
 
-    .venv/bin/python examples/telemetry_prometheus.py --port 9464 --serve-seconds 60
+    .venv/bin/python examples/telemetry_prometheus.py --port 9464 --serve
+
+Without --serve it runs the workload once, prints the address and exits (what `make demo` does).
 """
 
 from __future__ import annotations
@@ -89,12 +92,24 @@ def workload() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=0, help="0 (the default): any free port")
-    parser.add_argument("--serve-seconds", type=float, default=0.0, help="keep serving /metrics this long")
+    parser.add_argument("--serve", action="store_true", help="keep serving, repeating the workload, until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between workloads with --serve")
+    parser.add_argument("--serve-seconds", type=float, default=0.0, help="without --serve: keep serving this long")
     args = parser.parse_args()
     port = install_prometheus(args.port)
     workload()
     print(f"workload done; metrics at http://127.0.0.1:{port}/metrics", flush=True)
-    time.sleep(args.serve_seconds)
+    if not args.serve:
+        time.sleep(args.serve_seconds)
+        return
+    print("serving; press Ctrl-C to stop", flush=True)
+    try:
+        for round_number in itertools.count(2):
+            time.sleep(args.interval)
+            workload()
+            print(f"workload {round_number} done", flush=True)
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,26 +3,39 @@
 Compose strategies with a builder (the first added is the outermost), then run callables
 through the pipeline, from sync code or asyncio:
 
-    from resilience import ResiliencePipelineBuilder, get_lock_token
+    import redis
+    from resilience import ResiliencePipelineBuilder, get_lock_token, use_context
+    from resilience.stores import RedisLockStore
 
     pipeline = (
         ResiliencePipelineBuilder(name="orders")
-        .add_lock(lambda ctx: f"order:{ctx.operation_key}", ttl=30)  # a lease, renewed in the background
+        # one lease per order, in Redis, renewed in the background (without store=: this process only)
+        .add_lock(lambda ctx: f"order:{ctx.operation_key}", ttl=30, store=RedisLockStore(redis.Redis()))
         .add_retry(max_retries=3, delay=0.2, backoff="exponential", handle=ConnectionError)
         .add_circuit_breaker(failure_ratio=0.5, minimum_throughput=10)
         .add_timeout(10)
         .build()
     )
-    receipt = pipeline.execute(charge, order_id)          # or settle(...) -> Ok | Err
-    receipt = await pipeline.execute_async(acharge, order_id)
+
+    @pipeline(operation_key=lambda order_id: order_id)  # each call locks order:<its order_id>
+    def charge(order_id: str) -> str:
+        return f"charged {order_id} with fencing token {get_lock_token()}"
+
+    def refund(order_id: str) -> str:
+        return f"refunded {order_id}"
+
+    charge("42")
+    with use_context(operation_key="43"):  # the same for execute, settle and their _async twins
+        pipeline.execute(refund, "43")
 
 Inside a lock, `get_lock_token()` is the lease's fencing token. Options are validated at
-`build()` (one `ValidationError` listing every problem).
+`build()` (one `ValidationError` listing every problem). `settle(...)` returns `Ok | Err`
+instead of raising; `execute_outcome(...)` runs a function that itself returns `Ok | Err`.
 
 Public modules:
     resilience.strategies  the strategies' factories, options and callback arguments
     resilience.primitives  lock() and semaphore() for code without a pipeline
-    resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster)
+    resilience.stores      lock and semaphore stores: memory, Redis (standalone and Cluster), PostgreSQL
     resilience.limiters    rate-limit stores: memory, Redis (standalone and Cluster)
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
@@ -45,6 +58,7 @@ from resilience._registry import ResiliencePipelineRegistry
 from resilience._signal import CancelScope, Signal
 from resilience._time import SystemTimeProvider, TimeProvider, TimerHandle
 from resilience._validation import Duration
+from resilience._version import __version__ as __version__
 from resilience.exceptions import (
     BrokenCircuitError,
     IsolatedCircuitError,

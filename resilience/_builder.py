@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.limiters._algorithms import RateLimitAlgorithm
     from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
-    from resilience.stores._protocols import AsyncLockStore, LockStore
+    from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
     from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._circuit_controller import (
         BreakDurationGeneratorArguments,
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
         OnCircuitOpenedArguments,
     )
     from resilience.strategies._common import Handle
+    from resilience.strategies._fallback import FallbackArguments, OnFallbackArguments
+    from resilience.strategies._hedging import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
     from resilience.strategies._lock import OnLockLostArguments
     from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
     from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
@@ -267,6 +269,75 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
                 store=store,
                 wait=wait,
                 on_rejected=on_rejected,
+                name=name,
+            )
+        )
+
+    def add_concurrency_limiter(
+        self,
+        limit: int,
+        /,
+        *,
+        key: str | Callable[[ResilienceContext], str] = "",
+        store: SemaphoreStore | AsyncSemaphoreStore | None = None,
+        ttl: Duration = 30.0,
+        wait: Duration = 0.0,
+        queue: int = 0,
+        on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None,
+        name: str = "ConcurrencyLimiter",
+    ) -> Self:
+        """`.add(concurrency_limiter_strategy(limit, ...))`: at most `limit` executions at once, per key."""
+        from resilience.strategies._concurrency_limiter import concurrency_limiter_strategy
+
+        return self.add(
+            concurrency_limiter_strategy(
+                limit, key=key, store=store, ttl=ttl, wait=wait, queue=queue, on_rejected=on_rejected, name=name
+            )
+        )
+
+    # -- fallback and hedging (issue #15) -----------------------------------------------------
+
+    def add_fallback(
+        self,
+        fallback: Callable[[FallbackArguments], Any],
+        /,
+        *,
+        handle: Handle = None,
+        handle_result: Callable[[Any], bool] | None = None,
+        on_fallback: Callable[[OnFallbackArguments], object] | None = None,
+        name: str = "Fallback",
+    ) -> Self:
+        """`.add(fallback_strategy(...))`: a substitute for handled outcomes (see `fallback_strategy`)."""
+        from resilience.strategies._fallback import fallback_strategy
+
+        return self.add(
+            fallback_strategy(fallback, handle=handle, handle_result=handle_result, on_fallback=on_fallback, name=name)
+        )
+
+    def add_hedging(
+        self,
+        *,
+        max_hedged_attempts: int = 1,
+        delay: Duration = 2.0,
+        delay_generator: Callable[[HedgingDelayArguments], float | dt.timedelta | None] | None = None,
+        action_generator: Callable[[HedgingActionArguments], Callable[..., Any] | None] | None = None,
+        handle: Handle = None,
+        handle_result: Callable[[Any], bool] | None = None,
+        on_hedging: Callable[[OnHedgingArguments], object] | None = None,
+        name: str = "Hedging",
+    ) -> Self:
+        """`.add(hedging_strategy(...))`: extra attempts, the first acceptable outcome wins (see `hedging_strategy`)."""
+        from resilience.strategies._hedging import hedging_strategy
+
+        return self.add(
+            hedging_strategy(
+                max_hedged_attempts=max_hedged_attempts,
+                delay=delay,
+                delay_generator=delay_generator,
+                action_generator=action_generator,
+                handle=handle,
+                handle_result=handle_result,
+                on_hedging=on_hedging,
                 name=name,
             )
         )

@@ -17,8 +17,8 @@ R = TypeVar("R")
 class Outcome(Generic[T_co]):
     """The result of a call: either `Ok` (`.value`) or `Err` (`.error`).
 
-    Use `match(ok=..., err=...)`, `unwrap()`, or a `match` statement with `case Ok(value)` /
-    `case Err(error)`.
+    Use `match(ok=..., err=...)`, `unwrap()`, `value_or(default)`, `map(fn)`, or a `match`
+    statement with `case Ok(value)` / `case Err(error)`.
     """
 
     __slots__ = ()
@@ -49,6 +49,14 @@ class Outcome(Generic[T_co]):
 
     def match(self, *, ok: Callable[[T_co], R], err: Callable[[Exception], R]) -> R:
         """Call `ok(value)` or `err(error)` and return what it returns."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    def value_or(self, default: V, /) -> T_co | V:
+        """The value of an `Ok`, or `default` for an `Err` (the error is dropped)."""
+        raise NotImplementedError  # pragma: no cover - overridden by both subclasses
+
+    def map(self, fn: Callable[[T_co], R], /) -> Ok[R] | Err:
+        """`Ok(fn(value))` for an `Ok`; an `Err` is returned as it is (`fn` is not called)."""
         raise NotImplementedError  # pragma: no cover - overridden by both subclasses
 
     @staticmethod
@@ -90,6 +98,14 @@ class Ok(Outcome[T_co]):
     def match(self, *, ok: Callable[[T_co], R], err: Callable[[Exception], R]) -> R:  # noqa: ARG002
         """`ok(value)`."""
         return ok(self._value)
+
+    def value_or(self, default: object, /) -> T_co:  # noqa: ARG002
+        """The value."""
+        return self._value
+
+    def map(self, fn: Callable[[T_co], R], /) -> Ok[R]:
+        """`Ok(fn(value))`."""
+        return Ok(fn(self._value))
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = "Ok is immutable"
@@ -142,6 +158,14 @@ class Err(Outcome[Never]):
     def match(self, *, ok: Callable[[Never], R], err: Callable[[Exception], R]) -> R:  # noqa: ARG002
         """`err(error)`."""
         return err(self._error)
+
+    def value_or(self, default: V, /) -> V:
+        """`default`."""
+        return default
+
+    def map(self, fn: Callable[[Never], object], /) -> Err:  # noqa: ARG002
+        """This `Err` itself."""
+        return self
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = "Err is immutable"

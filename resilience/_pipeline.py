@@ -11,9 +11,11 @@ import contextlib
 import functools
 import inspect
 import sys
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
-from resilience._context import _CURRENT, ResilienceContext
+from resilience._context import _CURRENT, ResilienceContext, use_context
+from resilience._invocation import INVOCATION, Invocation
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.telemetry import _otel
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.strategies._base import Strategy
 
-__all__ = ["PipelineExecutedArguments", "ResiliencePipeline"]
+__all__ = ["Decorator", "KeyedDecorator", "PipelineExecutedArguments", "ResiliencePipeline"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -91,6 +93,31 @@ def _name_of(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+# A plain `def` is told apart by its code flags (a tenth of `inspect.iscoroutinefunction`).
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _refuse_before_running(fn: object) -> None:
+    """Refuse a callable a sync execution cannot run, before any strategy sees the call.
+
+    Checked before the strategies so that an open circuit or a held lock cannot hide the
+    mistake behind a rejection, and a retry never retries it.
+    """
+    if type(fn) is FunctionType:
+        if not fn.__code__.co_flags & _ASYNC_FLAGS:
+            return
+    elif not callable(fn):
+        raise _not_callable(fn, "execute")
+    elif not is_async_callable(fn):
+        return
+    msg = f"{_name_of(fn)} is an async function: run it with execute_async/settle_async (or decorate it)"
+    raise ValidationError(msg)
+
+
+def _not_callable(fn: object, method: str) -> ValidationError:
+    return ValidationError(f"{method}: the first argument must be a callable, got {type(fn).__name__}")
+
+
 def is_async_callable(fn: object) -> bool:
     """True for coroutine functions, partials of them, and objects with an `async __call__`."""
     while isinstance(fn, functools.partial):
@@ -101,6 +128,103 @@ def is_async_callable(fn: object) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+class Decorator(Protocol):
+    """What `@pipeline(operation_key="param")` returns: a decorator that keeps the signature."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]], /) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+
+class KeyedDecorator(Protocol[P]):
+    """What `@pipeline(operation_key=fn)` returns: a decorator for functions taking `fn`'s parameters."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]], /) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+
+def _operation_key_of(key: Callable[..., object], args: Any, kwargs: Any) -> str:
+    resolved = key(*args, **kwargs)
+    if not isinstance(resolved, str) or not resolved:
+        msg = f"operation_key: {_name_of(key)} returned {resolved!r:.60}; it must return a non-empty str"
+        raise ValidationError(msg)
+    return resolved
+
+
+def _argument_picker(fn: Callable[..., Any], name: str) -> Callable[..., str]:
+    """A key function that returns the call's argument `name` as a string (`@pipeline(operation_key="order_id")`)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    parameter = None if signature is None else signature.parameters.get(name)
+    if signature is None or parameter is None or parameter.kind in {parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD}:
+        msg = f"operation_key: {_name_of(fn)} has no parameter named {name!r} to take the operation key from"
+        raise ValidationError(msg)
+    positional = parameter.kind in {parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD}
+    index = list(signature.parameters).index(name) if positional else -1
+    by_keyword = parameter.kind is not parameter.POSITIONAL_ONLY
+
+    def pick(*args: Any, **kwargs: Any) -> str:
+        if by_keyword and name in kwargs:
+            value = kwargs[name]
+        elif 0 <= index < len(args):
+            value = args[index]
+        else:  # a default, or a missing argument: the call's own binding says which
+            value = signature.bind(*args, **kwargs).arguments.get(name, parameter.default)
+        if value is None or value is parameter.empty:
+            msg = f"operation_key: the argument {name!r} of {_name_of(fn)} is None; it cannot identify the call"
+            raise ValidationError(msg)
+        return str(value)
+
+    pick.__qualname__ = f"<argument {name!r}>"
+    return pick
+
+
+def _unwrapping(fn: Callable[P, Outcome[T]]) -> Callable[P, T]:
+    """`fn`, with an `Err` it returns raised so that the strategies handle it like an exception."""
+
+    def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
+        outcome = fn(*args, **kwargs)
+        if not isinstance(outcome, Outcome):
+            _refuse_non_outcome(fn, outcome)
+        return outcome.unwrap()
+
+    return functools.update_wrapper(unwrap, fn)
+
+
+def _unwrapping_async(fn: Callable[P, Awaitable[Outcome[T]]]) -> Callable[P, Awaitable[T]]:
+    async def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
+        awaitable = fn(*args, **kwargs)
+        if not _is_awaitable(awaitable):
+            raise _refuse_non_awaitable(fn, awaitable)
+        outcome = await awaitable
+        if not isinstance(outcome, Outcome):
+            _refuse_non_outcome(fn, outcome)
+        return outcome.unwrap()
+
+    return functools.update_wrapper(unwrap, fn)
+
+
+def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
+    if _is_awaitable(result):
+        raise _refuse_awaitable(fn, result)
+    msg = f"{_name_of(fn)} returned {type(result).__name__}, not an Outcome: return Ok(value) or Err(error)"
+    raise ValidationError(msg)
+
+
+async def _invoked_async(invocation: Invocation, chain: Awaitable[T]) -> T:
+    """Await the strategies' chain with `invocation` visible to them (see `_invocation.py`)."""
+    token = INVOCATION.set(invocation)
+    try:
+        return await chain
+    finally:
+        INVOCATION.reset(token)
+
+
 class _Plan:
     """What a pipeline runs: its strategies and the misuse they refuse, swapped as one reference.
 
@@ -108,10 +232,13 @@ class _Plan:
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("async_problem", "strategies", "sync_problem")
+    __slots__ = ("async_problem", "invoked", "strategies", "sync_problem")
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
+        # A strategy that may call another callable in place of the user's (hedging's
+        # action_generator) needs to see the call: see resilience/_invocation.py.
+        self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
         self.sync_problem: str | None = next((p for s in strategies if (p := getattr(s, "sync_problem", None))), None)
         self.async_problem: str | None = next((p for s in strategies if (p := getattr(s, "async_problem", None))), None)
 
@@ -191,15 +318,19 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return self._execute_observed(plan.strategies, context, fn, args, kwargs)
+            return self._execute_observed(plan, context, fn, args, kwargs)
         if plan.strategies:
-            return self._run(plan.strategies, context, fn, args, kwargs)
+            return self._run(plan, context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
             parent._raise_if_aborted()
         token = _CURRENT.set(context)
         try:
             result = fn(*args, **kwargs)
+        except TypeError:
+            if not callable(fn):  # costs nothing unless the call failed
+                raise _not_callable(fn, "execute") from None
+            raise
         finally:
             _CURRENT.reset(token)
         if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
@@ -225,41 +356,48 @@ class ResiliencePipeline:
         return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
 
     def _execute_observed(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
+        self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
     ) -> T:
         with self._span(context):
-            return self._observe(strategies, context, fn, args, kwargs)
+            return self._observe(plan, context, fn, args, kwargs)
 
-    def _observe(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
-    ) -> T:
+    def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         started = self._executing(context)
         try:
-            result = self._run(strategies, context, fn, args, kwargs)
+            result = self._run(plan, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         self._executed(context, started, Ok(result))
         return result
 
-    def _run(
-        self, strategies: tuple[Strategy, ...], context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
-    ) -> T:
+    def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        _refuse_before_running(fn)
+
+        invocation = Invocation(fn) if plan.invoked else None
+
         def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                result = fn(*args, **kwargs)
+                result = target(*args, **kwargs)
             finally:
                 _CURRENT.reset(token)
             if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
-                raise _refuse_awaitable(fn, result)
+                raise _refuse_awaitable(target, result)
             return result
 
         chain: Callable[[ResilienceContext], T] = call
-        for strategy in reversed(strategies):
+        for strategy in reversed(plan.strategies):
             chain = functools.partial(strategy.execute, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        token = INVOCATION.set(invocation)
+        try:
+            return chain(context)
+        finally:
+            INVOCATION.reset(token)
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
@@ -270,6 +408,20 @@ class ResiliencePipeline:
             return Ok(self.execute(fn, *args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - settling every Exception is the point
             return Err(exc)
+
+    def execute_outcome(self, fn: Callable[P, Outcome[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
+        """Run `fn`, which returns an `Outcome`, through the pipeline; return the final `Outcome`.
+
+        An `Err(error)` that `fn` returns is handled by the strategies exactly like `error`
+        raised (retried, counted by the circuit breaker), and so is an exception `fn` raises.
+        Like `settle`, it never raises an `Exception`. Polly's `ExecuteOutcomeAsync`, for code
+        that reports failures as values.
+        """
+        try:
+            _refuse_before_running(fn)
+        except ValidationError as exc:
+            return Err(exc)
+        return self.settle(_unwrapping(fn), *args, **kwargs)
 
     # -- async --------------------------------------------------------------------------------
 
@@ -286,14 +438,19 @@ class ResiliencePipeline:
             or CAPTURES.listeners
             or (_OTEL in _MODULES and self._otel_active())
         ):
-            return await self._execute_observed_async(plan.strategies, context, fn, args, kwargs)
+            return await self._execute_observed_async(plan, context, fn, args, kwargs)
         if plan.strategies:
-            return await self._run_async(plan.strategies, context, fn, args, kwargs)
+            return await self._run_async(plan, context, fn, args, kwargs)
         if parent is not None:
             parent._raise_if_aborted()
         token = _CURRENT.set(context)
         try:
-            awaitable = fn(*args, **kwargs)
+            try:
+                awaitable = fn(*args, **kwargs)
+            except TypeError:
+                if not callable(fn):  # costs nothing unless the call failed
+                    raise _not_callable(fn, "execute_async") from None
+                raise
             if not _is_awaitable(awaitable):
                 raise _refuse_non_awaitable(fn, awaitable)
             return await awaitable
@@ -302,18 +459,18 @@ class ResiliencePipeline:
 
     async def _execute_observed_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
         kwargs: Any,
     ) -> T:
         with self._span(context):
-            return await self._observe_async(strategies, context, fn, args, kwargs)
+            return await self._observe_async(plan, context, fn, args, kwargs)
 
     async def _observe_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
@@ -321,7 +478,7 @@ class ResiliencePipeline:
     ) -> T:
         started = self._executing(context)
         try:
-            result = await self._run_async(strategies, context, fn, args, kwargs)
+            result = await self._run_async(plan, context, fn, args, kwargs)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
@@ -330,27 +487,35 @@ class ResiliencePipeline:
 
     def _run_async(
         self,
-        strategies: tuple[Strategy, ...],
+        plan: _Plan,
         context: ResilienceContext,
         fn: Callable[..., Awaitable[T]],
         args: Any,
         kwargs: Any,
     ) -> Awaitable[T]:
+        if not callable(fn):
+            raise _not_callable(fn, "execute_async")
+
+        invocation = Invocation(fn) if plan.invoked else None
+
         async def call(inner: ResilienceContext) -> T:
             inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
-                awaitable = fn(*args, **kwargs)
+                awaitable = target(*args, **kwargs)
                 if not _is_awaitable(awaitable):
-                    raise _refuse_non_awaitable(fn, awaitable)
+                    raise _refuse_non_awaitable(target, awaitable)
                 return await awaitable
             finally:
                 _CURRENT.reset(token)
 
         chain: Callable[[ResilienceContext], Awaitable[T]] = call
-        for strategy in reversed(strategies):
+        for strategy in reversed(plan.strategies):
             chain = functools.partial(strategy.execute_async, chain)
-        return chain(context)
+        if invocation is None:
+            return chain(context)
+        return _invoked_async(invocation, chain(context))
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""
@@ -359,29 +524,89 @@ class ResiliencePipeline:
         except Exception as exc:  # noqa: BLE001 - settling every Exception is the point
             return Err(exc)
 
+    async def execute_outcome_async(
+        self, fn: Callable[P, Awaitable[Outcome[T]]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Ok[T] | Err:
+        """The async twin of `execute_outcome`: `fn` returns an awaitable of an `Outcome`."""
+        candidate: object = fn  # the types say callable; a caller without them may pass anything
+        if not callable(candidate):
+            return Err(_not_callable(fn, "execute_outcome_async"))
+        return await self.settle_async(_unwrapping_async(fn), *args, **kwargs)
+
     # -- decorator ----------------------------------------------------------------------------
 
     @overload
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]], /) -> Callable[P, Coroutine[Any, Any, T]]: ...
     @overload
     def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
-    def __call__(self, fn: Callable[P, Any], /) -> Callable[P, Any]:
-        """Decorate a function (sync or async) so that every call runs through the pipeline."""
+    @overload
+    def __call__(self, fn: None = None, /, *, operation_key: str) -> Decorator: ...
+    @overload
+    def __call__(self, fn: None = None, /, *, operation_key: Callable[P, str]) -> KeyedDecorator[P]: ...
+    def __call__(self, fn: Callable[..., Any] | None = None, /, *, operation_key: object = None) -> Any:
+        """Decorate a function (sync or async) so that every call runs through the pipeline.
+
+        `@pipeline(operation_key="order_id")` also gives each call its operation key: the
+        call's `order_id` argument, as a string. For a key made of several arguments pass a
+        function taking the same parameters as the decorated one:
+        `@pipeline(operation_key=lambda tenant, order_id: f"{tenant}/{order_id}")`. Either is
+        the same as wrapping each call in `use_context(operation_key=...)`; a lock whose key
+        function reads it (`add_lock(lambda ctx: f"order:{ctx.operation_key}")`) then takes one
+        lease per order.
+        """
+        if fn is None:
+            if isinstance(operation_key, str) and operation_key:
+                return functools.partial(self._decorate_by_argument, name=operation_key)
+            if not callable(operation_key):
+                msg = (
+                    "operation_key: must be a parameter name or a function of the call's arguments, "
+                    f"got {operation_key!r:.60}"
+                )
+                raise ValidationError(msg)
+            return functools.partial(self._decorate, key=operation_key)
+        if operation_key is not None:
+            msg = "pass either a function or operation_key=, not both: @pipeline(operation_key=...)"
+            raise ValidationError(msg)
+        return self._decorate(fn, key=None)
+
+    def _decorate_by_argument(self, fn: Callable[P, Any], /, *, name: str) -> Callable[P, Any]:
+        if not callable(fn):
+            raise _not_callable(fn, "the decorator")
+        return self._decorate(fn, key=_argument_picker(fn, name))
+
+    def _decorate(self, fn: Callable[P, Any], /, *, key: Callable[..., object] | None) -> Callable[P, Any]:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             msg = (
                 f"{_name_of(fn)} is a generator function: a pipeline runs a call to completion; "
                 "decorate a function that returns (or awaits) a value instead"
             )
             raise ValidationError(msg)
+        if not callable(fn):
+            raise _not_callable(fn, "the decorator")
         if is_async_callable(fn):
+            if key is None:
 
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self.execute_async(fn, *args, **kwargs)
+                async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    return await self.execute_async(fn, *args, **kwargs)
+
+            else:
+
+                async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    with use_context(_CURRENT.get(), operation_key=_operation_key_of(key, args, kwargs)):
+                        return await self.execute_async(fn, *args, **kwargs)
 
             return functools.update_wrapper(run_async, fn)
 
-        def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return self.execute(fn, *args, **kwargs)
+        if key is None:
+
+            def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return self.execute(fn, *args, **kwargs)
+
+        else:
+
+            def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+                with use_context(_CURRENT.get(), operation_key=_operation_key_of(key, args, kwargs)):
+                    return self.execute(fn, *args, **kwargs)
 
         return functools.update_wrapper(run, fn)
 

@@ -27,6 +27,8 @@ def to_seconds(value: Duration) -> float:
 
 
 def _describe(value: object) -> str:
+    if isinstance(value, dt.timedelta):  # its repr normalises: timedelta(days=-1, seconds=86395) for -5 s
+        return f"timedelta(seconds={value.total_seconds():g})"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -170,7 +170,7 @@ class LockLostError(ResilienceError):
 
 
 LockLeaseLostError = LockLostError
-"""The name the lock primitive's documentation uses (seed document 000)."""
+"""Another name for `LockLostError` (the primitives' name for it): one class, printed as `LockLostError`."""
 
 
 class SemaphoreLeaseLostError(LockLostError):

@@ -20,6 +20,16 @@ def auto_clock() -> FakeTimeProvider:
 
 
 # Redis: throwaway redis-server processes started by the tests (tests/redis_support.py).
+# PostgreSQL: throwaway clusters started by the tests (tests/postgres_support.py).
+from tests.postgres_support import fresh_postgres_server, postgres_server  # noqa: E402
 from tests.redis_support import fresh_redis_server, redis_cluster, redis_server  # noqa: E402
 
-__all__ = ["auto_clock", "clock", "fresh_redis_server", "redis_cluster", "redis_server"]
+__all__ = [
+    "auto_clock",
+    "clock",
+    "fresh_postgres_server",
+    "fresh_redis_server",
+    "postgres_server",
+    "redis_cluster",
+    "redis_server",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -110,6 +111,50 @@ def test_prometheus_example_exports_every_metric_the_dashboard_queries() -> None
     assert not missing, f"the dashboard queries metrics the example does not export: {missing}"
     for event in ("OnRetry", "OnCircuitOpened", "OnTimeout", "OnLockRejected", "OnLockAcquired", "OnLockReleased"):
         assert f'event_name="{event}"' in exported
+
+
+def _retries_exported(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        exported = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in exported.splitlines()
+        if line.startswith("resilience_strategy_events_total{") and 'event_name="OnRetry"' in line
+    )
+
+
+def test_prometheus_example_keeps_serving_with_serve_until_interrupted() -> None:
+    """`--serve` keeps the endpoint up and the workload going (counters grow) until Ctrl-C."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "telemetry_prometheus.py"),
+            "--port",
+            str(port),
+            "--serve",
+            "--interval",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert "workload done" in process.stdout.readline()
+        first = _retries_exported(port)
+        assert process.stdout.readline().startswith("serving")
+        assert process.stdout.readline().startswith("workload 2 done")
+        assert _retries_exported(port) > first > 0
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert out.rstrip().endswith("stopped")
 
 
 def test_http_client_honours_retry_after_and_opens_the_circuit() -> None:

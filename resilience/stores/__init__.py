@@ -1,6 +1,7 @@
 """Stores: leases for the lock strategy and the primitives, and shared circuit state."""
 
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
+from resilience.stores._postgres import PostgresLockStore, PostgresSemaphoreStore
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
@@ -22,6 +23,8 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
+    "PostgresLockStore",
+    "PostgresSemaphoreStore",
     "RedisCircuitStateStore",
     "RedisLockStore",
     "RedisSemaphoreStore",

@@ -1,7 +1,7 @@
 """Strategies: the `Strategy` protocol, the built-in strategies' factories and their options.
 
-`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy` and `rate_limiter_strategy`
-return immutable options
+`retry_strategy`, `timeout_strategy`, `circuit_breaker_strategy`, `lock_strategy`, `rate_limiter_strategy`,
+`concurrency_limiter_strategy`, `fallback_strategy` and `hedging_strategy` return immutable options
 objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
@@ -37,6 +37,23 @@ from resilience.strategies._circuit_controller import (
 )
 from resilience.strategies._circuit_core import CircuitState
 from resilience.strategies._circuit_sync import OnCircuitStateSyncFailedArguments
+from resilience.strategies._concurrency_limiter import (
+    ConcurrencyLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+)
+from resilience.strategies._fallback import (
+    FallbackArguments,
+    FallbackStrategyOptions,
+    OnFallbackArguments,
+    fallback_strategy,
+)
+from resilience.strategies._hedging import (
+    HedgingActionArguments,
+    HedgingDelayArguments,
+    HedgingStrategyOptions,
+    OnHedgingArguments,
+    hedging_strategy,
+)
 from resilience.strategies._lock import (
     LockEventArguments,
     LockStrategyOptions,
@@ -73,9 +90,15 @@ __all__ = [
     "CircuitBreakerStateProvider",
     "CircuitBreakerStrategyOptions",
     "CircuitState",
+    "ConcurrencyLimiterStrategyOptions",
     "EnabledGeneratorArguments",
     "ExecutionAttemptArguments",
+    "FallbackArguments",
+    "FallbackStrategyOptions",
     "FaultGeneratorArguments",
+    "HedgingActionArguments",
+    "HedgingDelayArguments",
+    "HedgingStrategyOptions",
     "InjectionRateGeneratorArguments",
     "LatencyGeneratorArguments",
     "LockEventArguments",
@@ -85,7 +108,9 @@ __all__ = [
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
     "OnCircuitStateSyncFailedArguments",
+    "OnFallbackArguments",
     "OnFaultInjectedArguments",
+    "OnHedgingArguments",
     "OnLatencyInjectedArguments",
     "OnLockLostArguments",
     "OnOutcomeInjectedArguments",
@@ -106,6 +131,9 @@ __all__ = [
     "chaos_latency_strategy",
     "chaos_outcome_strategy",
     "circuit_breaker_strategy",
+    "concurrency_limiter_strategy",
+    "fallback_strategy",
+    "hedging_strategy",
     "lock_strategy",
     "rate_limiter_strategy",
     "retry_strategy",

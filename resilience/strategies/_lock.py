@@ -1,4 +1,4 @@
-"""The lock strategy (DESIGN §2.7): run the callable only while holding a lease on a key.
+"""The lock strategy: run the callable only while holding a lease on a key.
 
 The five steps — acquire, run, renew, lose, release — are performed by the lease engine
 (`resilience._lease`); this module resolves the key, refuses re-entry, derives the context the
@@ -25,9 +25,10 @@ from resilience._lease import (
 )
 from resilience._outcome import Err
 from resilience._validation import Problems, to_seconds
-from resilience.exceptions import LockLostError, LockNotAcquiredError, ValidationError
+from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, default_lock_store
 from resilience.stores._protocols import AsyncLockStore, LockStore
+from resilience.strategies._lock_key import check_key, check_store_kind, note_default_store, resolve_key
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -101,12 +102,7 @@ class LockStrategyOptions:
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with the options, as `"<option>: <what is wrong>"`."""
         problems = Problems()
-        key: object = self.key
-        if isinstance(key, str):
-            if not key:
-                problems.add("key", "must be a non-empty string or a callable taking the context")
-        elif not callable(key):
-            problems.add("key", f"must be a non-empty string or a callable taking the context, got {key!r}")
+        check_key(problems, self.key)
         problems.duration("ttl", self.ttl, minimum=0.001)
         problems.duration("wait", self.wait)
         store: object = self.store
@@ -114,7 +110,7 @@ class LockStrategyOptions:
             if isinstance(store, MemorySemaphoreStore):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
             elif not isinstance(store, LockStore | AsyncLockStore):
-                problems.add("store", f"must implement LockStore or AsyncLockStore, got {store!r}")
+                check_store_kind(problems, store)
             elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",
@@ -147,11 +143,16 @@ def lock_strategy(
     """Options of a lock strategy: run the callable only while holding a lease on `key`.
 
     Args:
-        key: the lock's key, or a function of the execution's context returning it.
+        key: the lock's key (`"nightly-report"`), or a function of the execution's context
+            returning it: `lambda ctx: f"order:{ctx.operation_key}"`, with each call's
+            operation key set by `use_context(operation_key=...)` or
+            `@pipeline(operation_key=...)` (a key built from a missing operation key is refused).
         ttl: lease length (>= 1 ms); renewed every ttl/3 while the callable runs.
         wait: how long to wait for a held lock before `LockNotAcquiredError` (0: fail fast).
-        store: where leases live; default: the process's `MemoryLockStore` for the pipeline's
-            clock. Pass a distributed store (`RedisLockStore`) to lock across processes.
+        store: where leases live. Pass `RedisLockStore(redis.Redis(...))` to lock across
+            processes and machines. The default (`None`) is the process's `MemoryLockStore` for
+            the pipeline's clock: it excludes executions of **this process only** (`build()`
+            logs that once, at INFO).
         on_lock_lost: called with `OnLockLostArguments` when the lease is lost (after the
             callable's signal aborted); its exceptions are logged.
         cancel_on_lost: also cancel an async callable when the lease is lost.
@@ -294,6 +295,8 @@ class LockStrategy:
         self._async_params = LeaseParams(
             ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost_async, on_renew_error=self._renew_failed
         )
+        if options.store is None:
+            note_default_store(self.name)
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = LockOps(store)
         self._store_id = id(store)
@@ -316,13 +319,7 @@ class LockStrategy:
 
     def _resolve_key(self, context: ResilienceContext) -> str:
         key = self._key
-        if isinstance(key, str):
-            return key
-        resolved: object = key(context)
-        if not isinstance(resolved, str) or not resolved:
-            msg = f"{self.name}.key: the key function returned {resolved!r}; it must return a non-empty str"
-            raise ValidationError(msg)
-        return resolved
+        return key if isinstance(key, str) else resolve_key(self.name, key, context)
 
     def _held(self, context: ResilienceContext) -> frozenset[tuple[int, str]]:
         props = context._properties

@@ -104,7 +104,9 @@ class Instruments:
         meter.create_observable_gauge(_FLUSH_HOOK, callbacks=[self._flush_on_collect])
 
     def _flush_on_collect(self, _options: object) -> list[Any]:
-        self.batch.flush()
+        # Wait (briefly) for a flush another thread is in the middle of, so that this
+        # collection holds everything recorded before it started.
+        self.batch.flush(wait=_COLLECT_WAIT)
         return []
 
 
@@ -112,6 +114,9 @@ _FLUSH_HOOK = "resilience.internal.flush"
 # Measurements held between collections before the recording thread flushes them itself:
 # bounds the buffer's memory when a provider collects rarely (or never).
 _FLUSH_AT = 4096
+# How long a collection waits for another thread's flush to finish before it goes on without
+# the values that flush holds (they are then part of the next collection).
+_COLLECT_WAIT = 1.0
 
 # A measurement's identity in the buffer: the instrument and everything its tags are made of.
 _Key = tuple[Any, ...]
@@ -120,10 +125,11 @@ _Key = tuple[Any, ...]
 class Batch:
     """Counts and durations waiting for the next collection, grouped by instrument and tags."""
 
-    __slots__ = ("_counts", "_durations", "_flushing", "_lock", "_pending", "limit")
+    __slots__ = ("_counts", "_durations", "_flush_lock", "_flushing", "_lock", "_pending", "limit")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the buffer; held for a few operations only
+        self._flush_lock = threading.Lock()  # held by a flush from its swap to its last record
         self._counts: dict[_Key, list[Any]] = {}  # key -> [counter, tags, total]
         self._durations: dict[_Key, tuple[Histogram, dict[str, Any], list[float]]] = {}
         self._pending = 0
@@ -179,14 +185,29 @@ class Batch:
             with self._lock:
                 self._flushing = False
 
-    def flush(self) -> None:
-        """Hand everything buffered to the instruments (safe from any thread, at any time)."""
-        with self._lock:
-            if not self._pending:
-                return
-            counts, self._counts = self._counts, {}
-            durations, self._durations = self._durations, {}
-            self._pending = 0
+    def flush(self, wait: float = -1) -> None:
+        """Hand everything buffered to the instruments (safe from any thread, at any time).
+
+        Flushes run one at a time, so a flush that returns has seen every earlier flush
+        finish; `wait` bounds how long to wait for one in progress (-1: as long as it takes).
+        """
+        if not self._flush_lock.acquire(timeout=wait):
+            return
+        try:
+            with self._lock:
+                if not self._pending:
+                    return
+                counts, self._counts = self._counts, {}
+                durations, self._durations = self._durations, {}
+                self._pending = 0
+            self._hand_on(counts, durations)
+        finally:
+            self._flush_lock.release()
+
+    @staticmethod
+    def _hand_on(
+        counts: dict[_Key, list[Any]], durations: dict[_Key, tuple[Histogram, dict[str, Any], list[float]]]
+    ) -> None:
         try:
             for counter, attributes, total in counts.values():
                 counter.add(total, attributes)

@@ -219,14 +219,18 @@ def _log(event: TelemetryEvent) -> None:
         result = ", result: ok"
     else:
         result = f", result: {_otel.exception_type(outcome.error)}: {outcome.error}"
+    if event.name == "ExecutionAttempt":
+        # Polly's attempt log: a failed attempt at Information is one the strategy did not handle.
+        arguments = event.arguments
+        result += f", attempt: {getattr(arguments, 'attempt', '?')}, handled: {getattr(arguments, 'handled', '?')}"
     key = getattr(event.arguments, "key", None) if event.name.startswith("OnLock") else None
+    # Only the parts that are set: 'nightly/Lock', 'nightly/eu-1/Lock', never 'nightly//Lock'.
+    source = "/".join(part for part in (event.pipeline_name, event.pipeline_instance, event.strategy_name) if part)
     LOGGER.log(
         level,
-        "Resilience event occurred. EventName: '%s', Source: '%s/%s/%s', Operation Key: '%s'%s",
+        "Resilience event occurred. EventName: '%s', Source: '%s', Operation Key: '%s'%s",
         event.name,
-        event.pipeline_name or "",
-        event.pipeline_instance or "",
-        event.strategy_name or "",
+        source,
         event.operation_key or "",
         result,
         extra={

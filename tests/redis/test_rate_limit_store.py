@@ -138,10 +138,11 @@ def test_missing_flavour_says_which_client_to_pass(sync_redis: Any, async_redis:
 def test_threads_never_over_admit(deployment: Deployment, key: str) -> None:
     """Eight threads with their own clients on one partition of 30 per minute: exactly 30 granted, per algorithm."""
     granted = dict.fromkeys(ALGORITHMS, 0)
+    errors: list[Exception] = []
     lock = threading.Lock()
 
     def hammer() -> None:
-        client = deployment.sync_client()
+        client = deployment.sync_client(socket_timeout=30)
         store = RedisRateLimitStore(client)
         try:
             for _ in range(12):
@@ -149,6 +150,8 @@ def test_threads_never_over_admit(deployment: Deployment, key: str) -> None:
                     if store.take(key, 30, 60.0, None, algorithm) == 0.0:  # type: ignore[arg-type]
                         with lock:
                             granted[algorithm] += 1
+        except Exception as exc:  # a loaded machine: reported, never counted as a grant
+            errors.append(exc)
         finally:
             client.close()
 
@@ -157,6 +160,7 @@ def test_threads_never_over_admit(deployment: Deployment, key: str) -> None:
         thread.start()
     for thread in threads:
         thread.join(60)
+    assert errors == []
     assert granted == dict.fromkeys(ALGORITHMS, 30)
 
 

@@ -21,11 +21,20 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 @pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window", "fixed_window"])
 def test_exact_across_processes(redis_server: RedisServer, algorithm: str) -> None:
-    """2.5 s per algorithm: never over the bound, at least 98% of it used."""
-    report = run(redis_server.port, f"exact:{uuid.uuid4().hex}", algorithm, seconds=2.5)
-    assert not report.over_admitted, report.summary()
+    """2.5 s per algorithm: never over the bound, at least 98% of it used.
+
+    Over-admission fails at once. A run that used less than 98% is run once more before
+    failing: on a machine loaded by other test suites a worker process can be left unscheduled
+    for longer than the period, so permits free up with nobody asking (`make soak` runs the
+    10 s version without a second chance).
+    """
+    for attempt in range(2):
+        report = run(redis_server.port, f"exact:{uuid.uuid4().hex}", algorithm, seconds=2.5)
+        assert not report.over_admitted, report.summary()
+        assert report.refusals > 0, "the limit was never contended"
+        if report.utilization >= 0.98 or attempt == 1:
+            break
     assert report.utilization >= 0.98, report.summary()
-    assert report.refusals > 0, "the limit was never contended"
 
 
 @pytest.mark.soak

@@ -111,3 +111,47 @@ def test_a_failing_instrument_is_logged_not_raised(caplog: pytest.LogCaptureFixt
         batch.flush()
     assert "recording metrics in OpenTelemetry failed" in caplog.text
     batch.flush()  # nothing pending: a no-op
+
+
+class Slow:
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.totals: list[int] = []
+
+    def add(self, amount: int, attributes: dict[str, Any]) -> None:
+        self.entered.set()
+        self.release.wait(5)
+        self.totals.append(amount)
+
+
+def test_a_collection_waits_for_a_flush_in_progress() -> None:
+    """A flush that returns has seen every earlier flush finish: a collection misses nothing recorded before it."""
+    batch = Batch()
+    slow = Slow()
+    batch.count(("a",), slow, dict)  # type: ignore[arg-type]
+    background = threading.Thread(target=batch.flush)
+    background.start()
+    assert slow.entered.wait(5)
+    batch.count(("b",), slow, dict)  # type: ignore[arg-type]
+    threading.Timer(0.05, slow.release.set).start()
+    batch.flush(wait=5)  # as a collection does
+    assert slow.totals == [1, 1]
+    background.join()
+
+
+def test_a_collection_does_not_wait_forever_for_a_stuck_flush() -> None:
+    """The wait is bounded: a stuck flush delays a collection, never blocks it."""
+    batch = Batch()
+    slow = Slow()
+    batch.count(("a",), slow, dict)  # type: ignore[arg-type]
+    background = threading.Thread(target=batch.flush)
+    background.start()
+    assert slow.entered.wait(5)
+    batch.count(("b",), slow, dict)  # type: ignore[arg-type]
+    batch.flush(wait=0.01)
+    assert batch._pending == 1  # left for the next collection
+    slow.release.set()
+    background.join()
+    batch.flush()
+    assert slow.totals == [1, 1]

@@ -1,0 +1,249 @@
+"""Release notifications for the PostgreSQL stores: one `LISTEN` connection per store and loop.
+
+A release statement calls `pg_notify(<table>, md5(key))`, delivered when it commits. A waiter
+registers for the key's digest, makes sure the listener's `LISTEN` has been executed, and only
+then asks whether the key is free (`is_free`, one read): a key that is free answers True at
+once, and a release after the check is delivered to a `LISTEN` that already exists, so none
+slips through between the two. A notification is only a hint that the key may be free: a
+waiter that misses one (the connection dropped, the server is down) sleeps out its timeout and
+the caller tries again. When the listening connection breaks, every waiter is woken (a hint
+to try now) and the next wait connects again.
+
+A release wakes the longest-waiting waiter of the key in each store (FIFO within a process);
+there is no queue across processes: docs/postgres.md says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["AsyncReleaseListener", "SyncReleaseListener", "digest"]
+
+_log = logging.getLogger("resilience")
+
+_POLL = 0.2
+"""How long one read of the notifications blocks: bounds how late the listener sees a close."""
+_RETRY_AFTER = 1.0
+"""After the listening connection failed, waits poll for this long before it is tried again."""
+
+
+def digest(key: str) -> str:
+    """The notification payload of `key` (what `md5(key)` gives in SQL)."""
+    return hashlib.md5(key.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
+
+
+def _first(waiters: dict[str, dict[Any, None]], name: str) -> Any:
+    """The longest-waiting event of key digest `name`, taken off its queue (None: nobody waits).
+
+    One release wakes one waiter of this process, the first that arrived: waiters of one store
+    take the key in turn instead of racing for it (and there is no herd to wake).
+    """
+    events = waiters.get(name)
+    if not events:
+        return None
+    event = next(iter(events))
+    del events[event]
+    if not events:
+        del waiters[name]
+    return event
+
+
+def _checked(is_free: Callable[[], bool]) -> bool:
+    try:
+        return is_free()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+async def _checked_async(is_free: Callable[[], Awaitable[bool]]) -> bool:
+    try:
+        return await is_free()
+    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
+        _log.debug("release check failed", exc_info=True)
+        return False
+
+
+class SyncReleaseListener:
+    """Wakes sync waiters: a daemon thread reads one `LISTEN` connection."""
+
+    def __init__(self, connect: Callable[[], Any], channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._waiters: dict[str, dict[threading.Event, None]] = {}  # per key, in arrival order
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._listening = False
+        self._failed_at = -_RETRY_AFTER
+        self._closed = False
+
+    def wait(self, key: str, timeout: float, is_free: Callable[[], bool]) -> bool:
+        """True when `key` is free now or released within `timeout`; False after `timeout`."""
+        name = digest(key)
+        event = threading.Event()
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            self._waiters.setdefault(name, {})[event] = None
+            ready = self._start()
+        try:
+            if ready is not None:
+                ready.wait(max(0.0, deadline - time.monotonic()))
+            if _checked(is_free):
+                return True
+            if not self._listening:  # no hint can come: the wait is a plain poll interval
+                threading.Event().wait(max(0.0, deadline - time.monotonic()))
+                return False
+            return event.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._lock:
+                events = self._waiters.get(name)
+                if events is not None:
+                    events.pop(event, None)
+                    if not events:
+                        del self._waiters[name]
+
+    def _start(self) -> threading.Event | None:
+        # Under the lock: the listener thread, started when none runs (not again within
+        # _RETRY_AFTER of a failure, so a broken LISTEN cannot turn waits into a connect loop).
+        if self._thread is None:
+            if self._closed or time.monotonic() < self._failed_at + _RETRY_AFTER:
+                return None
+            self._ready = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._ready,), name=f"resilience-pg-{self._channel}", daemon=True
+            )
+            self._thread.start()
+        return self._ready
+
+    def _run(self, ready: threading.Event) -> None:
+        conn: Any = None
+        try:
+            conn = self._connect()
+            conn.execute(f'LISTEN "{self._channel}"')
+            self._listening = True
+            ready.set()
+            while not self._closed:
+                for notify in conn.notifies(timeout=_POLL):
+                    self._wake(notify.payload)
+        except Exception:  # noqa: BLE001 -- a broken listener only costs waiters their hint
+            _log.debug("release listener on %s stopped", self._channel, exc_info=True)
+            self._failed_at = time.monotonic()
+        finally:
+            with self._lock:
+                self._thread = None
+                was_listening, self._listening = self._listening, False
+                woken = [event for events in self._waiters.values() for event in events]
+            ready.set()
+            if was_listening:  # the broken connection may have lost a release: try again now
+                for event in woken:
+                    event.set()
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _wake(self, name: str) -> None:
+        with self._lock:
+            event = _first(self._waiters, name)
+        if event is not None:
+            event.set()
+
+    def close(self) -> None:
+        """Stop the thread (within one poll) and close its connection."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5 * _POLL)
+
+
+class AsyncReleaseListener:
+    """Wakes async waiters of one event loop: a task reads one `LISTEN` connection."""
+
+    def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._waiters: dict[str, dict[asyncio.Event, None]] = {}  # per key, in arrival order
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._listening = False
+        self._failed_at = -_RETRY_AFTER
+
+    async def wait(self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
+        """See `SyncReleaseListener.wait`."""
+        name = digest(key)
+        event = asyncio.Event()
+        self._waiters.setdefault(name, {})[event] = None
+        ready = self._start()
+        scope = asyncio.timeout(max(0.0, timeout))
+        try:
+            async with scope:
+                if ready is not None:
+                    await ready.wait()
+                if await _checked_async(is_free):
+                    return True
+                if not self._listening:  # no hint can come: the wait is a plain poll interval
+                    await asyncio.Event().wait()
+                await event.wait()
+                return True
+        except TimeoutError:
+            if scope.expired():
+                return False
+            raise
+        finally:
+            events = self._waiters.get(name)
+            if events is not None:
+                events.pop(event, None)
+                if not events:
+                    del self._waiters[name]
+
+    def _start(self) -> asyncio.Event | None:
+        if self._task is None:
+            if time.monotonic() < self._failed_at + _RETRY_AFTER:
+                return None
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(self._ready))
+        return self._ready
+
+    async def _run(self, ready: asyncio.Event) -> None:
+        conn: Any = None
+        try:
+            conn = await self._connect()
+            await conn.execute(f'LISTEN "{self._channel}"')
+            self._listening = True
+            ready.set()
+            async for notify in conn.notifies():
+                event = _first(self._waiters, notify.payload)
+                if event is not None:
+                    event.set()
+        except Exception:  # noqa: BLE001 -- a broken listener only costs waiters their hint
+            _log.debug("release listener on %s stopped", self._channel, exc_info=True)
+            self._failed_at = time.monotonic()
+        finally:
+            self._task = None
+            was_listening, self._listening = self._listening, False
+            ready.set()
+            if was_listening:  # the broken connection may have lost a release: try again now
+                for events in self._waiters.values():
+                    for event in events:
+                        event.set()
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(conn.close())
+
+    async def aclose(self) -> None:
+        """Stop the task and close its connection."""
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

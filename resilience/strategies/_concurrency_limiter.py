@@ -1,0 +1,181 @@
+"""The concurrency limiter strategy: at most `limit` executions at once per partition key.
+
+Without a store the permits are in-process (`_permits.LocalPermits`, Polly's
+`ConcurrencyLimiter`): a caller that finds every permit taken joins the key's FIFO queue if it
+has room (`queue`) and waits up to `wait`; a released permit goes to the first in line. Each
+built strategy has its own permits. Rejection — queue full, or the wait ran out — raises
+`RateLimiterRejectedError` (as in Polly, the rate limiter's error) with `retry_after=None`,
+after the `OnRateLimiterRejected` event and `on_rejected`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from resilience._validation import Duration, Problems, to_seconds
+from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
+from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
+from resilience.stores._redis import RedisLockStore
+from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._leased_permits import LeasedPermits
+from resilience.strategies._permits import LocalPermits
+from resilience.strategies._rate_limiter import (
+    OnRateLimiterRejectedArguments,
+    check_key,
+    reject,
+    resolve_key,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience.strategies._base import StrategyBuildContext
+
+__all__ = ["ConcurrencyLimiterStrategy", "ConcurrencyLimiterStrategyOptions", "concurrency_limiter_strategy"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyLimiterStrategyOptions:
+    """Options of the concurrency limiter (see `concurrency_limiter_strategy`); validated at `build()`."""
+
+    limit: int
+    key: str | Callable[[ResilienceContext], str] = ""
+    store: SemaphoreStore | AsyncSemaphoreStore | None = None
+    ttl: Duration = 30.0
+    wait: Duration = 0.0
+    queue: int = 0
+    on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None
+    name: str = "ConcurrencyLimiter"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
+        """Every problem with the options, as `"<option>: <what is wrong>"`."""
+        problems = Problems()
+        problems.integer("limit", self.limit, minimum=1)
+        check_key(problems, self.key)
+        store: object = self.store
+        if store is not None:
+            if isinstance(store, MemoryLockStore | RedisLockStore) or not isinstance(
+                store, SemaphoreStore | AsyncSemaphoreStore
+            ):
+                problems.add("store", f"must implement SemaphoreStore or AsyncSemaphoreStore, got {store!r}")
+            elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
+                problems.add(
+                    "store",
+                    "a MemorySemaphoreStore must use the pipeline's time provider (leases expire on its clock): "
+                    "create it with MemorySemaphoreStore(time_provider)",
+                )
+        problems.duration("ttl", self.ttl, minimum=0.001)
+        wait = problems.duration("wait", self.wait)
+        queue = problems.integer("queue", self.queue, minimum=0)
+        if store is not None and queue:
+            problems.add("queue", "applies to the in-process limiter; with a store, waiters queue in the store, fairly")
+        elif store is None and wait is not None and queue is not None:
+            if queue > 0 and wait == 0:
+                problems.add("queue", "queued callers wait up to `wait`: set wait > 0, or queue=0 to reject at once")
+            if wait > 0 and queue == 0:
+                problems.add("wait", "an in-process limiter's callers wait in its queue: set queue > 0")
+        problems.callable("on_rejected", self.on_rejected)
+        problems.name("name", self.name)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> ConcurrencyLimiterStrategy | LeasedPermits:
+        """A concurrency limiter: its own in-process permits, or leases on the store's."""
+        if self.store is not None:
+            return LeasedPermits(self, context)
+        return ConcurrencyLimiterStrategy(self, context)
+
+
+def concurrency_limiter_strategy(
+    limit: int,
+    /,
+    *,
+    key: str | Callable[[ResilienceContext], str] = "",
+    store: SemaphoreStore | AsyncSemaphoreStore | None = None,
+    ttl: Duration = 30.0,
+    wait: Duration = 0.0,
+    queue: int = 0,
+    on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None = None,
+    name: str = "ConcurrencyLimiter",
+) -> ConcurrencyLimiterStrategyOptions:
+    """Options of a concurrency limiter: at most `limit` executions at once, per key.
+
+    Args:
+        limit: executions at once per key (int >= 1).
+        key: the partition: a str, or a function of the execution's context returning one.
+        store: None: the permits are in-process, one set per `build()`. A semaphore store
+            (`RedisSemaphoreStore` for a fleet): each permit is a lease, renewed every ttl/3,
+            fenced (`get_lock_token()`), lost like a lock's lease.
+        ttl: the lease length of a store-backed permit (>= 1 ms; unused in process).
+        wait: how long a caller waits for a permit: in the queue (in process, > 0 when
+            `queue` > 0), or in the store's fair order, woken by releases (with a store).
+        queue: in process, how many callers per key may wait, admitted first come, first served
+            (Polly's `QueueLimit`); 0 rejects at once when every permit is taken. Not used with a
+            store (its waiters queue in the store).
+        on_rejected: called with `OnRateLimiterRejectedArguments` before the rejection is
+            raised (`retry_after`: None in process; with a store, when the first permit's lease
+            runs out, if the store says).
+        name: the strategy's name (problems, telemetry).
+
+    A rejected execution raises `RateLimiterRejectedError` with the key; the callable never ran.
+    """
+    return ConcurrencyLimiterStrategyOptions(
+        limit, key=key, store=store, ttl=ttl, wait=wait, queue=queue, on_rejected=on_rejected, name=name
+    )
+
+
+class ConcurrencyLimiterStrategy:
+    """The built concurrency limiter (see the module docstring)."""
+
+    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "name")
+
+    def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        self.name = options.name
+        self._limit = options.limit
+        self._key = options.key
+        self._wait = to_seconds(options.wait)
+        self._on_rejected = options.on_rejected
+        self._telemetry = context.telemetry
+        self._permits = LocalPermits(options.limit, options.queue, context.time_provider)
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` holding a permit of its key (waiting in the queue if allowed), else reject."""
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        permits = self._permits
+        if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
+            error, arguments = reject(self._telemetry, context, key, None)
+            if self._on_rejected is not None:
+                call_back(self._on_rejected, arguments)
+            raise error
+        try:
+            return callback(context)
+        finally:
+            permits.release(key)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """The asyncio twin of `execute`."""
+        key = self._key
+        if type(key) is not str:
+            key = resolve_key(self.name, key, context)
+        permits = self._permits
+        if not permits.try_acquire(key) and (
+            self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)
+        ):
+            error, arguments = reject(self._telemetry, context, key, None)
+            if self._on_rejected is not None:
+                await call_back_async(self._on_rejected, arguments)
+            raise error
+        try:
+            return await callback(context)
+        finally:
+            permits.release(key)
+
+    def __repr__(self) -> str:
+        return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self._limit} key={self._key!r}>"

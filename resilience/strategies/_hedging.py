@@ -1,0 +1,791 @@
+"""The hedging strategy: more attempts of the same call, the first acceptable outcome wins.
+
+`HedgingState` (`_hedging_core.py`) decides; the shells here start attempts, arm the delays
+and report. Each attempt runs under its own derived context (own child signal, `attempt` set
+to its number: 0 for the original, 1, 2, ... for the hedged ones).
+
+Who runs an attempt:
+
+- the caller runs attempt 0 itself, and any attempt that becomes due the moment one of its
+  own attempts ends with a handled outcome (so Polly's fallback mode, `delay=math.inf`, never
+  uses another thread or task);
+- an attempt whose delay passed while the others run starts elsewhere: a task of the caller's
+  loop (async) or a thread of the small shared pool (sync, `_hedging_pool.py`); that runner, in
+  turn, runs the next attempt made due by its own attempt's handled end.
+
+When the execution finishes (a winner, or the last handled outcome), every other attempt's
+signal aborts with `OperationAbortedError`: an async attempt is cancelled (its scope turns our
+cancellation into that error), a sync one sees its signal (cooperative), and an attempt still
+queued in the pool is withdrawn. The execution returns only once no attempt runs any more, so
+no attempt outlives it (nor a lock held around it) and a loser's result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import math
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+from resilience._invocation import INVOCATION, SUBSTITUTE
+from resilience._outcome import Err, Ok, Outcome
+from resilience._validation import Duration, Problems, to_seconds
+from resilience.exceptions import OperationAbortedError
+from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
+from resilience.strategies._hedging_core import HedgingState, generated_delay
+from resilience.strategies._hedging_pool import POOL
+from resilience.strategies._retry import ExecutionAttemptArguments
+from resilience.strategies._timeout import _AsyncDeadline
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from resilience._context import ResilienceContext
+    from resilience._invocation import Invocation
+    from resilience._time import TimeProvider, TimerHandle
+    from resilience.strategies._base import StrategyBuildContext
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = [
+    "HedgingActionArguments",
+    "HedgingDelayArguments",
+    "HedgingStrategy",
+    "HedgingStrategyOptions",
+    "OnHedgingArguments",
+    "hedging_strategy",
+]
+
+T = TypeVar("T")
+Context: TypeAlias = "ResilienceContext"
+MAX_HEDGED_ATTEMPTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class HedgingActionArguments:
+    """What `action_generator` receives for each hedged attempt (`attempt` >= 1)."""
+
+    context: ResilienceContext
+    """The hedged attempt's own context."""
+    attempt: int
+    callback: Callable[..., Any]
+    """The callable the pipeline was asked to run (the original call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HedgingDelayArguments:
+    """What `delay_generator` receives: the strategy's context and the attempt the delay precedes."""
+
+    context: ResilienceContext
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class OnHedgingArguments:
+    """What `on_hedging` (and the `OnHedging` event) receives as a hedged attempt starts."""
+
+    context: ResilienceContext
+    """The hedged attempt's own context."""
+    attempt: int
+    duration: float
+    """Seconds since the previous attempt started: its run time, or the delay it was given."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HedgingStrategyOptions:
+    """Options of the hedging strategy (`hedging_strategy(...)`); validated at `build()`."""
+
+    max_hedged_attempts: int = 1
+    delay: Duration = 2.0
+    delay_generator: Callable[[HedgingDelayArguments], float | dt.timedelta | None] | None = None
+    action_generator: Callable[[HedgingActionArguments], Callable[..., Any] | None] | None = None
+    handle: Handle = None
+    handle_result: Callable[[Any], bool] | None = None
+    on_hedging: Callable[[OnHedgingArguments], object] | None = None
+    name: str = "Hedging"
+
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+        """Every problem with these options, as `"<option>: <what>"`."""
+        problems = Problems()
+        count = problems.integer("max_hedged_attempts", self.max_hedged_attempts, minimum=1)
+        if count is not None and count > MAX_HEDGED_ATTEMPTS:
+            problems.add("max_hedged_attempts", f"must be <= {MAX_HEDGED_ATTEMPTS}, got {count}")
+        problems.duration("delay", self.delay, allow_inf=True)
+        problems.callable("delay_generator", self.delay_generator)
+        problems.callable("action_generator", self.action_generator)
+        check_handle(problems, self.handle)
+        problems.callable("handle_result", self.handle_result)
+        problems.callable("on_hedging", self.on_hedging)
+        problems.name("name", self.name)
+        return problems.items
+
+    def create(self, context: StrategyBuildContext, /) -> HedgingStrategy:
+        """A hedging strategy for one built pipeline."""
+        return HedgingStrategy(self, Handler(self.handle, self.handle_result), context)
+
+
+def hedging_strategy(
+    *,
+    max_hedged_attempts: int = 1,
+    delay: Duration = 2.0,
+    delay_generator: Callable[[HedgingDelayArguments], float | dt.timedelta | None] | None = None,
+    action_generator: Callable[[HedgingActionArguments], Callable[..., Any] | None] | None = None,
+    handle: Handle = None,
+    handle_result: Callable[[Any], bool] | None = None,
+    on_hedging: Callable[[OnHedgingArguments], object] | None = None,
+    name: str = "Hedging",
+) -> HedgingStrategyOptions:
+    """Run up to `max_hedged_attempts` (1-10) more attempts of the call; the first acceptable outcome wins.
+
+    A hedged attempt starts when the previous one has not finished within `delay`, or ended
+    with a handled outcome (`handle`/`handle_result` as in retry). `delay=0` starts them all at
+    once; `delay=math.inf` only after a handled outcome. `delay_generator` may choose each delay
+    (None: `delay`); `action_generator` may give a hedged attempt another callable, called with
+    the same arguments (None: the original). The other attempts are aborted, and in async
+    cancelled and awaited, before the execution returns. When every attempt is handled, the
+    last outcome is returned or raised. Sync executions run hedged attempts on a small shared
+    thread pool: see `docs/hedging.md`.
+    """
+    return HedgingStrategyOptions(
+        max_hedged_attempts=max_hedged_attempts,
+        delay=delay,
+        delay_generator=delay_generator,
+        action_generator=action_generator,
+        handle=handle,
+        handle_result=handle_result,
+        on_hedging=on_hedging,
+        name=name,
+    )
+
+
+class HedgingStrategy:
+    """The built hedging strategy."""
+
+    __slots__ = (
+        "_action_generator",
+        "_delay",
+        "_delay_generator",
+        "_handler",
+        "_heard",
+        "_max",
+        "_on_hedging",
+        "_telemetry",
+        "_time",
+        "wants_invocation",
+    )
+
+    def __init__(self, options: HedgingStrategyOptions, handler: Handler, context: StrategyBuildContext) -> None:
+        self._max = options.max_hedged_attempts
+        self._delay = to_seconds(options.delay)
+        self._delay_generator = options.delay_generator
+        self._action_generator = options.action_generator
+        self._handler = handler
+        self._on_hedging = options.on_hedging
+        self._time: TimeProvider = context.time_provider
+        self._telemetry: TelemetrySource = context.telemetry
+        options_ = context.telemetry.options
+        self._heard = bool(options_.listeners or options_.severity_provider)
+        self.wants_invocation = options.action_generator is not None
+        """The pipeline must expose the call (`_invocation.py`) for `action_generator`."""
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run the attempts; return or raise the winning outcome (sync)."""
+        context._raise_if_aborted()  # never start the callable under an aborted signal
+        run = _SyncRun(self, callback, context)
+        return run.execute()  # type: ignore[no-any-return]
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Run the attempts as tasks of the caller's loop; return or raise the winner (async)."""
+        context._raise_if_aborted()
+        if self._delay_generator is not None or self._delay <= 0:
+            return await _AsyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
+        # The success path: attempt 0 in this task with one timer; the run's bookkeeping is
+        # made only if the timer fires or attempt 0 is handled (`_AsyncStart.promote`).
+        start = _AsyncStart(self, callback, context)
+        scope = start.scope
+        delay = self._delay
+        timer = None if delay == math.inf else self._time.call_later(delay, start.fire)
+        result: Any = None
+        failure: Err | None = None
+        try:
+            # `_attempt`, inlined: one coroutine less on the path every execution takes.
+            scope.enter()
+            try:
+                result = await callback(start.inner)
+            except BaseException as exc:
+                await scope.exit_error(exc)
+                raise
+            if scope.exit_ok():
+                await scope.absorb()
+        except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
+            failure = Err(exc)
+        except BaseException as exc:
+            await start.interrupted(timer, exc)
+            raise
+        follow = start.after(timer, result, failure)
+        if isinstance(follow, Outcome):
+            return follow.unwrap()  # type: ignore[no-any-return]
+        return await follow[0].execute(follow[1])  # type: ignore[no-any-return]
+
+    def _judge(self, outcome: Outcome[Any]) -> bool:
+        """Whether `outcome` is handled (does not win)."""
+        error = outcome.error
+        if error is not None:
+            return self._handler.error(error, outcome)
+        return self._handler.result(outcome.value, outcome)
+
+    def __repr__(self) -> str:
+        return f"<HedgingStrategy max_hedged_attempts={self._max} delay={self._delay:g}>"
+
+
+class _Run:
+    """One hedged execution: the state, the attempts' contexts, and what both shells share."""
+
+    __slots__ = (
+        "_lock",
+        "_timers",
+        "callback",
+        "context",
+        "contexts",
+        "fatal",
+        "invocation",
+        "starts",
+        "state",
+        "strategy",
+        "vars",
+    )
+
+    def __init__(
+        self,
+        strategy: HedgingStrategy,
+        callback: Callable[[ResilienceContext], Any],
+        context: ResilienceContext,
+        vars_: contextvars.Context | None = None,
+    ) -> None:
+        self.strategy = strategy
+        self.callback = callback
+        self.context = context
+        self.state = HedgingState(strategy._max)
+        self._lock = threading.Lock()  # attempts end on pool threads; timers fire on others
+        self.contexts: dict[int, ResilienceContext] = {}
+        self.starts: dict[int, float] = {}
+        self._timers: list[TimerHandle] = []
+        self.fatal: BaseException | None = None
+        # The caller's contextvars, for attempts started elsewhere (a task, a pool thread).
+        self.vars = contextvars.copy_context() if vars_ is None else vars_
+        # Read from the caller's contextvars: a run made by a timer callback runs elsewhere.
+        self.invocation: Invocation | None = self.vars.get(INVOCATION) if strategy.wants_invocation else None
+
+    # -- decisions, under the lock --------------------------------------------------------------
+
+    def first(self) -> int:
+        with self._lock:
+            return self.state.launch()
+
+    def armed(self, attempt: int, delay: float) -> None:
+        """After `attempt` started: arm the delay before the next, or start it now (delay 0)."""
+        with self._lock:
+            wait = self.state.wait_after_launch(attempt, delay)
+            if wait is None:
+                return
+            if wait > 0:
+                timer = self.strategy._time.call_later(wait, functools.partial(self.delay_passed, attempt + 1))
+                self._timers.append(timer)
+                return
+            due = self.state.take_due()
+        if due is not None:
+            self.start_elsewhere(due)
+
+    def delay_passed(self, attempt: int) -> None:
+        """The delay before `attempt` passed (on a timer's thread)."""
+        with self._lock:
+            due = self.state.take_due() if self.state.delay_passed(attempt, aborted=self.aborted) else None
+        if due is not None:
+            self.start_elsewhere(due)
+
+    def ended(self, attempt: int, outcome: Outcome[Any], handled: bool) -> int | None:
+        """Attempt `attempt` ended: report it, finish if it decides, return the attempt due next."""
+        with self._lock:
+            state = self.state
+            loser = state.finished
+            finished = state.ended(attempt, outcome, handled=handled and not loser, aborted=self.aborted)
+            due = state.take_due()
+            settled = state.settled
+        started = self.starts.get(attempt, 0.0)
+        if loser:
+            severity = Severity.INFORMATION  # dropped: its outcome counts for nothing
+            handled = False
+        elif not handled:
+            severity = Severity.INFORMATION
+        else:
+            severity = Severity.ERROR if finished else Severity.WARNING
+        telemetry = self.strategy._telemetry
+        if self.strategy._heard or telemetry.enabled(severity):  # else build nothing
+            telemetry.emit(
+                "ExecutionAttempt",
+                severity,
+                operation_key=self.context.operation_key,
+                outcome=outcome,
+                arguments=ExecutionAttemptArguments(attempt, self.strategy._time.monotonic() - started, handled),
+            )
+        if finished:
+            self.abort_others(attempt)
+        if settled:
+            self.wake()
+        return due
+
+    def ended_fatally(self, attempt: int, error: BaseException) -> None:
+        """Attempt `attempt` ended with a `BaseException` (or a callback failed): it is the answer."""
+        with self._lock:
+            finished = self.state.ended_fatally(attempt)
+            if finished:
+                self.fatal = error
+            settled = self.state.settled
+        if finished:
+            self.abort_others(attempt)
+        if settled:
+            self.wake()
+
+    def abort_others(self, winner: int) -> None:
+        """Abort every attempt but `winner`, withdraw queued ones, stop the delays."""
+        with self._lock:
+            timers, self._timers = self._timers, []
+            running = [(n, self.contexts.get(n)) for n in self.state.running if n != winner]
+        for timer in timers:
+            timer.cancel()
+        for attempt, context in running:
+            if context is not None:
+                context.signal.abort(OperationAbortedError(f"hedged attempt {attempt} lost to attempt {winner}"))
+            else:
+                self.withdraw(attempt)
+
+    def abort_all(self) -> None:
+        """The caller is leaving (cancelled, interrupted): abort every attempt."""
+        with self._lock:
+            if not self.state.finished:
+                self.state._finish(None)
+        self.abort_others(-1)
+
+    @property
+    def aborted(self) -> bool:
+        return self.context._abort_reason() is not None
+
+    def result(self) -> Any:
+        fatal = self.fatal
+        if fatal is not None:
+            raise fatal
+        final = self.state.final
+        assert final is not None
+        return final.unwrap()
+
+    def begin(self, attempt: int) -> ResilienceContext | None:
+        """The context `attempt` runs under, or None if the execution finished before it started."""
+        context = self.new_context(attempt)
+        with self._lock:  # atomic with abort_others' snapshot: either it sees us, or we see it
+            if not self.state.finished:
+                self.contexts[attempt] = context
+                return context
+            self.state.abandoned(attempt)
+            settled = self.state.settled
+        self.end_scope(context)
+        if settled:
+            self.wake()
+        return None
+
+    def new_context(self, attempt: int) -> ResilienceContext:
+        raise NotImplementedError  # pragma: no cover - each shell makes its own
+
+    def end_scope(self, context: ResilienceContext) -> None:
+        raise NotImplementedError  # pragma: no cover - each shell ends its own
+
+    def withdraw(self, attempt: int) -> None:
+        """`attempt` was launched but has not started: make sure it never does."""
+
+    def wake(self) -> None:
+        """The execution settled: wake the caller if it waits."""
+
+    def start_elsewhere(self, attempt: int) -> None:
+        """Run `attempt` on another runner (a pool thread, a task)."""
+        raise NotImplementedError  # pragma: no cover
+
+    # -- helpers the shells share -----------------------------------------------------------------
+
+    def hedging_arguments(self, attempt: int, context: ResilienceContext) -> OnHedgingArguments:
+        now = self.strategy._time.monotonic()
+        self.starts[attempt] = now
+        arguments = OnHedgingArguments(context, attempt, now - self.starts.get(attempt - 1, now))
+        self.strategy._telemetry.emit(
+            "OnHedging", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
+        )
+        return arguments
+
+
+class _SyncRun(_Run):
+    """A sync hedged execution: attempt 0 on the caller's thread, later ones on the pool."""
+
+    __slots__ = ("_jobs", "_waiter")
+
+    def __init__(
+        self, strategy: HedgingStrategy, callback: Callable[[ResilienceContext], Any], context: ResilienceContext
+    ) -> None:
+        super().__init__(strategy, callback, context)
+        self._jobs: dict[int, Callable[[], object]] = {}
+        self._waiter: threading.Event | None = None
+
+    def execute(self) -> Any:
+        try:
+            self.run_from(self.first())
+        except BaseException:
+            self.abort_all()  # interrupted on the caller's own attempt: leave at once
+            raise
+        with self._lock:
+            if not self.state.settled:
+                self._waiter = threading.Event()
+        if self._waiter is not None:
+            try:
+                self._waiter.wait()
+            except BaseException:
+                self.abort_all()
+                raise
+        return self.result()
+
+    def new_context(self, attempt: int) -> ResilienceContext:
+        return self.context._derive_linked(attempt=attempt)  # its signal is made when read or aborted
+
+    def end_scope(self, context: ResilienceContext) -> None:
+        context._end_signal_scope()
+
+    def run_from(self, attempt: int | None) -> None:
+        """Run `attempt`, then every attempt its handled end makes due, on this thread."""
+        while attempt is not None:
+            context = self.begin(attempt)
+            if context is None:
+                return
+            substitute = None
+            try:
+                if attempt:
+                    arguments = self.hedging_arguments(attempt, context)
+                    if self.strategy._on_hedging is not None:
+                        call_back(self.strategy._on_hedging, arguments)
+                    substitute = self.action(attempt, context)
+                else:
+                    self.starts[0] = self.strategy._time.monotonic()
+                generator = self.strategy._delay_generator
+                self.armed(attempt, self.strategy._delay if generator is None else self.generated(attempt))
+            except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
+                context._end_signal_scope()
+                self.ended_fatally(attempt, exc)
+                return
+            token = SUBSTITUTE.set(substitute) if substitute is not None else None
+            try:
+                outcome: Outcome[Any] = Ok(self.callback(context))
+            except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
+                outcome = Err(exc)
+            except BaseException as exc:
+                self.ended_fatally(attempt, exc)
+                raise
+            finally:
+                if token is not None:
+                    SUBSTITUTE.reset(token)
+                context._end_signal_scope()
+            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+
+    def generated(self, attempt: int) -> float:
+        """The delay before attempt `attempt + 1` from `delay_generator`."""
+        if not self.state.can_launch:
+            return math.inf
+        generated = call_back(self.strategy._delay_generator, HedgingDelayArguments(self.context, attempt + 1))  # type: ignore[arg-type]
+        return generated_delay(generated, self.strategy._delay)
+
+    def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
+        generator = self.strategy._action_generator
+        invocation = self.invocation
+        if generator is None or invocation is None:
+            return None
+        other = call_back(generator, HedgingActionArguments(context, attempt, invocation.fn))
+        return None if other is None else (invocation, other)  # type: ignore[return-value]
+
+    def start_elsewhere(self, attempt: int) -> None:
+        job = functools.partial(self.vars.copy().run, self._job, attempt)
+        with self._lock:
+            self._jobs[attempt] = job
+        POOL.submit(job)
+
+    def _job(self, attempt: int) -> None:
+        with self._lock:
+            self._jobs.pop(attempt, None)
+        try:
+            self.run_from(attempt)
+        except BaseException:  # noqa: BLE001 - recorded as the answer by run_from; the caller raises it
+            return
+
+    def withdraw(self, attempt: int) -> None:
+        with self._lock:
+            job = self._jobs.pop(attempt, None)
+        if job is not None and POOL.withdraw(job):
+            with self._lock:
+                self.state.abandoned(attempt)
+                settled = self.state.settled
+            if settled:
+                self.wake()
+
+    def wake(self) -> None:
+        with self._lock:
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.set()
+
+
+class _AsyncRun(_Run):
+    """An async hedged execution: attempt 0 in the caller's task, later ones as tasks of its loop."""
+
+    __slots__ = ("_loop", "_tasks", "_thread", "_waiter")
+
+    def __init__(
+        self,
+        strategy: HedgingStrategy,
+        callback: Callable[[ResilienceContext], Any],
+        context: ResilienceContext,
+        vars_: contextvars.Context | None = None,
+    ) -> None:
+        super().__init__(strategy, callback, context, vars_)
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def execute(self, ended: tuple[int, Outcome[Any], bool] | None = None) -> Any:
+        """Run from attempt 0, or go on after attempt `ended[0]` ended in this task; then wait."""
+        try:
+            await self.run_from(self.first() if ended is None else self.ended(*ended))
+            if not self.state.settled:
+                self._waiter = self._loop.create_future()
+                await self._waiter
+        except BaseException:
+            # The caller was cancelled (an outer timeout, its own cancel) or interrupted.
+            await self.leave()
+            raise
+        return self.result()
+
+    async def leave(self) -> None:
+        """Abort every attempt and wait until each has ended (the caller is leaving)."""
+        self.abort_all()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        cancelled = False
+        while pending := [task for task in self._tasks if not task.done()]:
+            try:
+                await asyncio.wait(pending)
+            except asyncio.CancelledError:
+                cancelled = True  # cancelled again while cleaning up: finish cleaning first
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def new_context(self, attempt: int) -> ResilienceContext:
+        scope = _AsyncDeadline(math.inf)  # a child signal that cancels the attempt's task when aborted
+        self.context.signal._adopt(scope)
+        return self.context.derive(signal=scope, attempt=attempt)
+
+    def end_scope(self, context: ResilienceContext) -> None:
+        context.signal.detach()
+
+    async def run_from(self, attempt: int | None) -> None:
+        """Run `attempt`, then every attempt its handled end makes due, in this task."""
+        while attempt is not None:
+            context = self.begin(attempt)
+            if context is None:
+                return
+            scope = context.signal
+            assert isinstance(scope, _AsyncDeadline)
+            substitute = None
+            try:
+                if attempt:
+                    arguments = self.hedging_arguments(attempt, context)
+                    if self.strategy._on_hedging is not None:
+                        await call_back_async(self.strategy._on_hedging, arguments)
+                    substitute = await self.action(attempt, context)
+                else:
+                    self.starts[0] = self.strategy._time.monotonic()
+                generator = self.strategy._delay_generator
+                self.armed(attempt, self.strategy._delay if generator is None else await self.generated(attempt))
+            except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
+                scope.detach()
+                self.ended_fatally(attempt, exc)
+                return
+            token = SUBSTITUTE.set(substitute) if substitute is not None else None
+            try:
+                outcome = await _attempt(scope, self.callback, context)
+            except BaseException as exc:
+                self.ended_fatally(attempt, exc)
+                raise
+            finally:
+                if token is not None:
+                    SUBSTITUTE.reset(token)
+                scope.detach()
+            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+
+    async def generated(self, attempt: int) -> float:
+        """The delay before attempt `attempt + 1` from `delay_generator`."""
+        if not self.state.can_launch:
+            return math.inf
+        arguments = HedgingDelayArguments(self.context, attempt + 1)
+        generated = await call_back_async(self.strategy._delay_generator, arguments)  # type: ignore[arg-type]
+        return generated_delay(generated, self.strategy._delay)
+
+    async def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
+        generator = self.strategy._action_generator
+        invocation = self.invocation
+        if generator is None or invocation is None:
+            return None
+        other = await call_back_async(generator, HedgingActionArguments(context, attempt, invocation.fn))
+        return None if other is None else (invocation, other)  # type: ignore[return-value]
+
+    def start_elsewhere(self, attempt: int) -> None:
+        if threading.get_ident() != self._thread:  # a timer fired on another thread
+            self._loop.call_soon_threadsafe(self.start_elsewhere, attempt)
+            return
+        task = self._loop.create_task(self._job(attempt), context=self.vars.copy())
+        self._tasks.add(task)
+
+    async def _job(self, attempt: int) -> None:
+        try:
+            await self.run_from(attempt)
+        except BaseException:  # noqa: BLE001 - recorded as the answer by run_from; the caller raises it
+            return
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            if threading.get_ident() == self._thread:
+                waiter.set_result(None)
+            else:  # pragma: no cover - attempts end on the loop; kept for safety
+                self._loop.call_soon_threadsafe(_resolve, waiter)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _attempt(
+    scope: _AsyncDeadline, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
+) -> Outcome[Any]:
+    """Await one attempt under its scope: an abort of its signal cancels it and raises the reason."""
+    try:
+        scope.enter()
+        try:
+            result = await callback(context)
+        except BaseException as exc:
+            await scope.exit_error(exc)
+            raise
+        if scope.exit_ok():
+            await scope.absorb()
+    except Exception as exc:  # noqa: BLE001 - BaseExceptions propagate to the runner
+        return Err(exc)
+    return Ok(result)
+
+
+class _AsyncStart:
+    """Attempt 0 of an async execution before anything else happened (the success path).
+
+    The timer's `fire` (after `delay`) or a handled outcome of attempt 0 `promote`s it to a full
+    `_AsyncRun` that knows attempt 0 runs in the caller's task.
+    """
+
+    __slots__ = (
+        "callback",
+        "context",
+        "done",
+        "inner",
+        "loop",
+        "run",
+        "scope",
+        "started",
+        "strategy",
+        "thread",
+        "vars",
+    )
+
+    def __init__(
+        self, strategy: HedgingStrategy, callback: Callable[[ResilienceContext], Any], context: ResilienceContext
+    ) -> None:
+        self.strategy = strategy
+        self.callback = callback
+        self.context = context
+        scope = self.scope = _AsyncDeadline(math.inf)
+        context.signal._adopt(scope)
+        self.inner = context.derive(signal=scope, attempt=0)
+        self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
+        self.vars = contextvars.copy_context()
+        self.run: _AsyncRun | None = None
+        self.done = False
+        self.started = strategy._time.monotonic()
+
+    def fire(self) -> None:
+        """The delay passed while attempt 0 runs: start attempt 1."""
+        if threading.get_ident() != self.thread:  # a timer of another thread: go to the loop
+            self.loop.call_soon_threadsafe(self.fire)
+            return
+        if not self.done:
+            self.promote().delay_passed(1)
+
+    async def interrupted(self, timer: TimerHandle | None, error: BaseException) -> None:
+        """Attempt 0 ended with a `BaseException`: any hedged attempt ends before it propagates."""
+        self.done = True
+        if timer is not None:
+            timer.cancel()
+        self.scope.detach()
+        run = self.run
+        if run is not None:
+            run.ended_fatally(0, error)
+            await run.leave()
+
+    def after(
+        self, timer: TimerHandle | None, result: object, failure: Err | None
+    ) -> Outcome[Any] | tuple[_AsyncRun, tuple[int, Outcome[Any], bool]]:
+        """Attempt 0 ended: the answer, or the run that goes on (and how attempt 0 ended)."""
+        self.done = True
+        if timer is not None:
+            timer.cancel()
+        self.scope.detach()
+        strategy = self.strategy
+        outcome: Outcome[Any] = Ok(result) if failure is None else failure
+        run = self.run
+        handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
+        if run is None:
+            if not handled:
+                if strategy._heard or strategy._telemetry.enabled(Severity.INFORMATION):
+                    self.report(outcome)
+                return outcome
+            run = self.promote()
+        return run, (0, outcome, handled)
+
+    def report(self, outcome: Outcome[Any]) -> None:
+        """`ExecutionAttempt` of attempt 0 when it won alone."""
+        strategy = self.strategy
+        duration = strategy._time.monotonic() - self.started
+        strategy._telemetry.emit(
+            "ExecutionAttempt",
+            Severity.INFORMATION,
+            operation_key=self.context.operation_key,
+            outcome=outcome,
+            arguments=ExecutionAttemptArguments(0, duration, handled=False),
+        )
+
+    def promote(self) -> _AsyncRun:
+        """The full run, with attempt 0 running (or just ended) in the caller's task."""
+        run = self.run
+        if run is None:
+            run = self.run = _AsyncRun(self.strategy, self.callback, self.context, self.vars)
+            run.state.launch()
+            run.contexts[0] = self.inner
+            run.starts[0] = self.started
+        return run

@@ -1,0 +1,125 @@
+"""Store-backed permits of the concurrency limiter: each permit is a lease on a semaphore store.
+
+The lock strategy already performs the five steps of a lease — acquire (waiting fairly, woken
+by releases), run under the lease's signal and fencing token, renew every ttl/3, lose, release
+exactly once — through the lease engine. A store-backed concurrency limiter is that same
+strategy over a semaphore store: `LeasedPermits` is a `LockStrategy` whose store adapter is
+`SemaphoreOps(store, limit)`, whose loss error is `SemaphoreLeaseLostError`, and whose
+rejection is the limiter's (`RateLimiterRejectedError`, `OnRateLimiterRejected`,
+`on_rejected`). No lease logic lives here.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, TypeVar
+
+from resilience._lease import LeaseParams, SemaphoreOps
+from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
+from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._lock import LockStrategy, LockStrategyOptions
+from resilience.strategies._rate_limiter import reject
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from resilience._context import ResilienceContext
+    from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._concurrency_limiter import ConcurrencyLimiterStrategyOptions
+    from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
+
+__all__ = ["LeasedPermits"]
+
+T = TypeVar("T")
+
+# The rejection this execution's limiter just raised, with its arguments: the lock strategy
+# raises it from deep inside, where `on_rejected` (sync or awaited) cannot run.
+_REJECTED: contextvars.ContextVar[tuple[object, RateLimiterRejectedError, OnRateLimiterRejectedArguments] | None] = (
+    contextvars.ContextVar("resilience._permit_rejected", default=None)
+)
+
+
+class LeasedPermits(LockStrategy):
+    """The concurrency limiter over a `SemaphoreStore`/`AsyncSemaphoreStore` (see the module docstring)."""
+
+    def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        lock_options = LockStrategyOptions(options.key, ttl=options.ttl, wait=options.wait, name=options.name)
+        LockStrategy.__init__(self, lock_options, context)
+        store = options.store
+        self._ops = SemaphoreOps(store, options.limit)  # type: ignore[assignment] # the engine drives any StoreOps
+        self._store_id = id(store)
+        self._params = LeaseParams(
+            ttl=self._ttl,
+            renew_interval=self._ttl / 3,
+            error_type=SemaphoreLeaseLostError,
+            on_lost=self._lost,
+            on_renew_error=self._renew_failed,
+        )
+        self._async_params = LeaseParams(
+            ttl=self._ttl,
+            renew_interval=self._ttl / 3,
+            error_type=SemaphoreLeaseLostError,
+            on_lost=self._lost_async,
+            on_renew_error=self._renew_failed,
+        )
+        self.limit = options.limit
+        self.on_rejected = options.on_rejected
+        self.limiter_telemetry = context.telemetry
+        self.sync_problem = None
+        self.async_problem = None
+        if not self._ops.has_sync:
+            self.sync_problem = (
+                f"{self.name}: the semaphore store {store!r} has no sync client: run this pipeline with "
+                "execute_async/settle_async, or give the store a sync client "
+                "(e.g. RedisSemaphoreStore(redis.Redis(...)))"
+            )
+        if not self._ops.has_async:
+            self.async_problem = (
+                f"{self.name}: the semaphore store {store!r} has no asyncio client: run this pipeline with "
+                "execute/settle, or give the store an async client "
+                "(e.g. RedisSemaphoreStore(async_client=redis.asyncio.Redis(...)))"
+            )
+
+    def _reject(  # type: ignore[override]
+        self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
+    ) -> RateLimiterRejectedError:
+        del started
+        error, arguments = reject(self.limiter_telemetry, context, key, retry_after)
+        if reentrant:
+            error = RateLimiterRejectedError(
+                key, None, message=f"this execution already holds a permit of {key!r} (permits are not reentrant)"
+            )
+        _REJECTED.set((self, error, arguments))
+        return error
+
+    def _ours(self, error: RateLimiterRejectedError) -> OnRateLimiterRejectedArguments | None:
+        rejected = _REJECTED.get()
+        if rejected is None or rejected[0] is not self or rejected[1] is not error:
+            return None
+        _REJECTED.set(None)
+        return rejected[2]
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` holding a leased permit (the lock strategy's five steps), else reject."""
+        try:
+            return LockStrategy.execute(self, callback, context)
+        except RateLimiterRejectedError as error:
+            arguments = self._ours(error)
+            if arguments is not None and self.on_rejected is not None:
+                call_back(self.on_rejected, arguments)
+            raise
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """The asyncio twin of `execute`."""
+        try:
+            return await LockStrategy.execute_async(self, callback, context)
+        except RateLimiterRejectedError as error:
+            arguments = self._ours(error)
+            if arguments is not None and self.on_rejected is not None:
+                await call_back_async(self.on_rejected, arguments)
+            raise
+
+    def __repr__(self) -> str:
+        return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self.limit} key={self._key!r} ttl={self._ttl!r}>"

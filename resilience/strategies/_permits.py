@@ -1,0 +1,188 @@
+"""In-process permits for the local concurrency limiter: `limit` holders per key, a FIFO queue.
+
+State per key — holders and the queue of waiters — lives under one lock and only while the key
+is in use, so memory follows the keys in use, not every key ever seen. A released permit goes
+straight to the first waiter (no barging: a newcomer never overtakes the queue). Sync and
+asyncio waiters share the queue; each is woken through its own `wake` (an event set, or a
+future resolved on its loop), and decides under the lock what happened to it: granted, timed
+out, or aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from resilience._time import SystemTimeProvider
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience._signal import Signal
+    from resilience._time import TimeProvider
+
+__all__ = ["LocalPermits"]
+
+
+class _Waiter:
+    __slots__ = ("granted", "wake")
+
+    def __init__(self, wake: Callable[[], object]) -> None:
+        self.granted = False
+        self.wake = wake
+
+
+class _Partition:
+    __slots__ = ("held", "waiters")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.waiters: deque[_Waiter] = deque()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class LocalPermits:
+    """`limit` permits per key, up to `queue` waiters per key served first come, first served."""
+
+    __slots__ = ("_limit", "_lock", "_partitions", "_queue", "_time")
+
+    def __init__(self, limit: int, queue: int, time_provider: TimeProvider) -> None:
+        self._limit = limit
+        self._queue = queue
+        self._time = time_provider
+        self._lock = threading.Lock()
+        self._partitions: dict[str, _Partition] = {}
+
+    def try_acquire(self, key: str) -> bool:
+        """Take a permit of `key` at once if one is free and nobody queues for it."""
+        with self._lock:
+            partition = self._partitions.get(key)
+            if partition is None:
+                partition = self._partitions[key] = _Partition()
+            elif partition.held >= self._limit or partition.waiters:
+                return False
+            partition.held += 1
+            return True
+
+    def release(self, key: str) -> None:
+        """Give a permit back: to the first waiter, or to the pool (forgetting an idle key)."""
+        with self._lock:
+            partition = self._partitions[key]
+            waiters = partition.waiters
+            if waiters:
+                waiter = waiters.popleft()
+                waiter.granted = True  # the permit passes on: `held` stays
+                waiter.wake()
+                return
+            partition.held -= 1
+            if partition.held == 0:
+                del self._partitions[key]
+
+    def _enqueue(self, key: str, wake: Callable[[], object]) -> _Waiter | None:
+        """Join the queue of `key` (None when it is full); a permit freed meanwhile is taken at once."""
+        with self._lock:
+            partition = self._partitions.get(key)
+            if partition is None:
+                partition = self._partitions[key] = _Partition()
+            waiter = _Waiter(wake)
+            if partition.held < self._limit and not partition.waiters:
+                partition.held += 1
+                waiter.granted = True
+                return waiter
+            if len(partition.waiters) >= self._queue:
+                return None
+            partition.waiters.append(waiter)
+            return waiter
+
+    def _leave(self, key: str, waiter: _Waiter) -> bool:
+        """Stop waiting: True if the permit was granted meanwhile (then it is ours), else leave the queue."""
+        with self._lock:
+            if waiter.granted:
+                return True
+            # While anyone waits, all `limit` permits are held: the partition stays.
+            self._partitions[key].waiters.remove(waiter)
+            return False
+
+    def acquire(self, key: str, timeout: float, signal: Signal) -> bool | None:
+        """Wait up to `timeout` for a permit: True granted, False timed out, None queue full.
+
+        Raises the signal's reason if it aborts while waiting (the permit, if granted in the
+        same instant, is handed on).
+        """
+        woken = threading.Event()
+        waiter = self._enqueue(key, woken.set)
+        if waiter is None:
+            return None
+        if not waiter.granted:
+            remove = signal.add_callback(lambda _reason: woken.set())
+            try:
+                clock = self._time
+                if type(clock) is SystemTimeProvider:
+                    woken.wait(timeout)
+                elif getattr(clock, "auto_advance", False):
+                    clock.sleep(timeout)  # a clock moved by sleeping: nobody else would move it
+                else:
+                    timer = clock.call_later(timeout, woken.set)
+                    try:
+                        woken.wait()
+                    finally:
+                        timer.cancel()
+            finally:
+                remove()
+            if not self._leave(key, waiter):
+                signal.raise_if_aborted()
+                return False
+        if signal.aborted:
+            self.release(key)
+            signal.raise_if_aborted()
+        return True
+
+    async def acquire_async(self, key: str, timeout: float, signal: Signal) -> bool | None:
+        """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, future)
+
+        waiter = self._enqueue(key, wake)
+        if waiter is None:
+            return None
+        if not waiter.granted:
+            remove = signal.add_callback(lambda _reason: wake())
+            clock = self._time
+            timer = None
+            try:
+                if getattr(clock, "auto_advance", False):
+                    await clock.sleep_async(timeout)
+                else:
+                    timer = clock.call_later(timeout, wake)
+                    await future
+            except BaseException:
+                if self._leave(key, waiter):
+                    self.release(key)
+                raise
+            finally:
+                remove()
+                if timer is not None:
+                    timer.cancel()
+            if not self._leave(key, waiter):
+                signal.raise_if_aborted()
+                return False
+        if signal.aborted:
+            self.release(key)
+            signal.raise_if_aborted()
+        return True
+
+    def __len__(self) -> int:
+        """How many keys are in use (held or waited for)."""
+        with self._lock:
+            return len(self._partitions)

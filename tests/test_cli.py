@@ -1,0 +1,189 @@
+"""`python -m resilience locks` against the test Redis and the test PostgreSQL.
+
+The main flows run the command as a real subprocess (`python -m resilience` and the console
+script); the remaining branches call `resilience._cli.run` in-process, where coverage sees them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+
+from resilience._cli import run
+from resilience.stores import PostgresLockStore, RedisLockStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.postgres_support import PostgresServer
+    from tests.redis_support import RedisServer
+
+ROOT = Path(__file__).parent.parent
+
+
+def _cli(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "resilience")] if script else [sys.executable, "-m", "resilience"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, check=False, cwd=ROOT, env={**os.environ}
+    )
+
+
+class Target:
+    """One store behind the CLI: its arguments and a store to take leases with."""
+
+    def __init__(self, args: list[str], store: Any) -> None:
+        self.args = args
+        self.store = store
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    prefix = f"cli{uuid.uuid4().hex[:8]}"
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = redis.Redis(host=server.host, port=server.port)
+        store: Any = RedisLockStore(client, prefix=prefix)
+        yield Target(["--redis", server.url, "--prefix", prefix], store)
+        store.close()
+        client.close()
+        return
+    pg: PostgresServer = request.getfixturevalue("postgres_server")
+    table = f"{prefix}_locks"
+    store = PostgresLockStore(pg.dsn, table=table)
+    store.create_schema()
+    yield Target(["--postgres", pg.dsn, "--table", table], store)
+    store.close()
+
+
+def test_list_show_release_as_a_subprocess(target: Target) -> None:
+    """The operator's loop: list who holds what, show one, refuse a release without --force, then break it."""
+    held = target.store.acquire("order:42", "worker-1-0123456789abcdef", 30)
+    assert target.store.acquire("order:7", "worker-2", 30) is not None
+    assert target.store.acquire("gone", "worker-3", 30) is not None
+    assert target.store.release("gone", "worker-3")
+
+    listed = _cli("locks", *target.args, "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["KEY", "TOKEN", "OWNER", "LEFT", "WAITERS"]
+    assert [line.split()[0] for line in lines[1:3]] == ["order:42", "order:7"]
+    key, token, owner, left, waiters = lines[1].split()
+    assert (key, int(token), owner, waiters) == ("order:42", held, "…56789abcdef", "?")
+    assert 5 < float(left.rstrip("s")) <= 30  # the subprocess may start slowly on a loaded machine
+    assert lines[-1] == "2 held"
+
+    shown = _cli("locks", *target.args, "show", "order:42", script=True)
+    assert shown.returncode == 0, shown.stderr
+    assert f"token:   {held}" in shown.stdout
+    assert "owner:   worker-1-0123456789abcdef" in shown.stdout
+
+    refused = _cli("locks", *target.args, "release", "order:42")
+    assert refused.returncode == 2
+    assert "without --force" in refused.stderr
+    assert "fencing" in refused.stderr
+    assert target.store.acquire("order:42", "someone", 30) is None
+
+    forced = _cli("locks", *target.args, "release", "order:42", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "fencing" in forced.stdout
+    after = target.store.acquire("order:42", "someone", 30)
+    assert after is not None
+    assert after > held
+    assert target.store.renew("order:42", "worker-1-0123456789abcdef", 30) is False  # the stale holder is out
+
+
+def test_missing_keys_and_bad_addresses_exit_non_zero() -> None:
+    """Not held: 1; a URL that is not one: 2; nothing listening: 1; each with a message."""
+    not_redis = _cli("locks", "--redis", "http://example.invalid", "list")
+    assert not_redis.returncode == 2
+    assert "is not a Redis URL" in not_redis.stderr
+    unreachable = _cli("locks", "--postgres", "postgresql://u:hunter2@127.0.0.1:1/db", "list")
+    assert unreachable.returncode == 1
+    assert "cannot reach PostgreSQL" in unreachable.stderr
+    assert "hunter2" not in unreachable.stderr
+    usage = _cli("locks", "list")
+    assert usage.returncode == 2
+    assert "--redis" in usage.stderr
+
+
+def test_watch_refreshes(target: Target) -> None:
+    """`watch` prints the list again every interval (here twice, then stops)."""
+    assert target.store.acquire("job", "w", 30) is not None
+    out = io.StringIO()
+    assert run(["locks", *target.args, "watch", "--interval", "0.05", "--count", "2"], out) == 0
+    assert out.getvalue().count("KEY  ") == 2
+    assert out.getvalue().count("\njob ") == 2
+
+
+def test_show_and_release_of_a_free_key(target: Target, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["locks", *target.args, "show", "nothing"], io.StringIO()) == 1
+    assert "'nothing' is not held" in capsys.readouterr().err
+    assert run(["locks", *target.args, "release", "nothing", "--force"], io.StringIO()) == 1
+
+
+def test_a_lease_that_changes_hands_is_left_alone(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release is owner-checked with the owner just read: a new holder is not broken."""
+    assert target.store.acquire("k", "first", 30) is not None
+    from resilience import _cli
+
+    original = _cli.RedisInspector.lease if target.args[0] == "--redis" else _cli.PostgresInspector.lease
+
+    def stale(self: Any, key: str) -> Any:
+        lease = original(self, key)
+        return _cli.Lease(lease.key, "someone-else", lease.token, lease.left, None)
+
+    monkeypatch.setattr(_cli.RedisInspector, "lease", stale)
+    monkeypatch.setattr(_cli.PostgresInspector, "lease", stale)
+    assert run(["locks", *target.args, "release", "k", "--force"], io.StringIO()) == 1
+    assert target.store.renew("k", "first", 30) is True
+
+
+def test_bad_arguments(postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["locks", "--postgres", postgres_server.dsn, "--table", "Bad Name", "list"], io.StringIO()) == 2
+    assert "--table" in capsys.readouterr().err
+    assert run(["locks", "--postgres", postgres_server.dsn, "--table", "no_such_table", "list"], io.StringIO()) == 1
+    assert "create_schema" in capsys.readouterr().err
+    assert run(["locks", "--postgres", "host=x port", "list"], io.StringIO()) == 2
+    assert "is not a PostgreSQL DSN" in capsys.readouterr().err
+    assert run(["locks", "--postgres", postgres_server.dsn, "watch", "--interval", "0"], io.StringIO()) == 2
+    assert run(["locks", "--redis", "redis://:pw@127.0.0.1:1/0", "list"], io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach Redis at redis://:***@127.0.0.1:1/0" in err
+
+
+def test_ctrl_c_ends_watch_quietly(postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from resilience import _cli
+
+    def interrupted(*args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli, "_watch", interrupted)
+    assert run(["locks", "--postgres", postgres_server.dsn, "watch"], io.StringIO()) == 0
+
+
+def test_redis_keys_that_are_not_locks_are_skipped(redis_server: RedisServer) -> None:
+    """Other data under the prefix (a string, a tombstone hash, the glob characters in a prefix) is not listed."""
+    prefix = f"we*ird{uuid.uuid4().hex[:6]}"
+    client = redis.Redis(host=redis_server.host, port=redis_server.port)
+    client.set(f"{prefix}:plain", "x")
+    client.hset(f"{prefix}:tomb", "token", 5)
+    client.hset(f"{prefix}x:other", mapping={"owner": "o", "token": 1})
+    store = RedisLockStore(client, prefix=prefix)
+    assert store.acquire("real", "o", 30) is not None
+    out = io.StringIO()
+    assert run(["locks", "--redis", redis_server.url, "--prefix", prefix, "list"], out) == 0
+    assert [line.split()[0] for line in out.getvalue().splitlines()[1:-1]] == ["real"]
+    client.persist(store.key("real"))
+    out = io.StringIO()
+    assert run(["locks", "--redis", redis_server.url, "--prefix", prefix, "show", "real"], out) == 0
+    assert "left:    ?" in out.getvalue()
+    store.close()
+    client.close()
