@@ -1,10 +1,20 @@
 # The one test command is `make test` (README); CI runs it through .ci/run with CI=true.
-PYTHON ?= python3
+#
+# The suite runs on every supported interpreter: 3.11 in `.venv` (also lint, types, docs and the
+# coverage gate), 3.12 and 3.13 each in its own `.venv-3.x`, found under `pyenv root`. With
+# CI=true a missing interpreter fails the run; elsewhere it is skipped with a warning.
+PYENV_ROOT := $(shell pyenv root 2>/dev/null)
+# The newest installed patch release of a minor version under pyenv (empty when none).
+pyenv_python = $(shell ls -d $(PYENV_ROOT)/versions/$(1).*/bin/python 2>/dev/null | sort -V | tail -n 1)
+PYTHON ?= $(or $(call pyenv_python,3.11),python3)
+EXTRA_PYTHONS := 3.12 3.13
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Two workers: the machine CI runs on has two cores.
+XDIST := -n 2 -p no:cacheprovider
 
-.PHONY: test lint typecheck pytest docs demo bench soak clean install
+.PHONY: test lint typecheck pytest docs demo bench soak clean install pytest-3.11 $(addprefix pytest-,$(EXTRA_PYTHONS))
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +22,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev
 	touch $(STAMP)
 
-install: $(STAMP)
+# A test-only venv per extra interpreter (no linters or docs tools: those run once, on 3.11).
+.venv-%/.installed: pyproject.toml
+	@py="$(call pyenv_python,$*)"; \
+	if [ -z "$$py" ]; then \
+		echo "Python $* is not installed under pyenv ($(PYENV_ROOT)): 'pyenv install $*'"; \
+		if [ "$(CI)" = "true" ]; then echo "FAIL: CI runs the suite on 3.11, 3.12 and 3.13"; exit 1; fi; \
+		echo "WARNING: skipping Python $* (not CI)"; exit 0; \
+	fi; \
+	set -e; test -x .venv-$*/bin/python || "$$py" -m venv .venv-$*; \
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip; \
+	.venv-$*/bin/python -m pip install --quiet -e '.[redis]' --group test; \
+	touch $@
+
+install: $(STAMP) $(foreach v,$(EXTRA_PYTHONS),.venv-$(v)/.installed)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -22,8 +45,18 @@ typecheck: $(STAMP)
 	$(BIN)/mypy resilience tests/typing
 	$(BIN)/pyright tests/typing
 
-pytest: $(STAMP)
-	$(BIN)/pytest --cov --cov-report=term -q
+pytest: pytest-3.11 $(addprefix pytest-,$(EXTRA_PYTHONS))
+
+pytest-3.11: $(STAMP)
+	@$(BIN)/python -c 'import sys; print("== pytest with coverage on Python", sys.version.split()[0]); \
+		sys.exit("FAIL: CI runs 3.11 in $(VENV): install it under pyenv" if "$(CI)" == "true" and sys.version_info[:2] != (3, 11) else 0)'
+	$(BIN)/pytest --cov --cov-report=term -q $(XDIST)
+
+$(addprefix pytest-,$(EXTRA_PYTHONS)): pytest-%: .venv-%/.installed
+	@if [ -x .venv-$*/bin/pytest ]; then \
+		.venv-$*/bin/python -c 'import sys; print("== pytest on Python", sys.version.split()[0])' && \
+		.venv-$*/bin/pytest -q $(XDIST); \
+	fi
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
@@ -51,8 +84,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rate_limit.py
 
 # The long reliability runs (tests/reliability, marked soak); SOAK_SECONDS scales them.
-soak: $(STAMP)
+# They run on every interpreter (3.12 and 3.13 too when installed).
+soak: $(STAMP) $(foreach v,$(EXTRA_PYTHONS),.venv-$(v)/.installed)
 	$(BIN)/pytest tests/reliability -m soak -q -s -p no:cacheprovider
+	@for v in $(EXTRA_PYTHONS); do if [ -x .venv-$$v/bin/pytest ]; then \
+		echo "== soak on Python $$v"; .venv-$$v/bin/pytest tests/reliability -m soak -q -s -p no:cacheprovider || exit 1; \
+	fi; done
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist
+	rm -rf $(VENV) $(addprefix .venv-,$(EXTRA_PYTHONS)) .mypy_cache .pytest_cache .ruff_cache .coverage htmlcov dist

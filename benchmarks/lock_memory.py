@@ -19,7 +19,7 @@ import timeit
 import tracemalloc
 
 from resilience import ResiliencePipelineBuilder
-from resilience._lease import RENEWER, LeaseParams, LockOps, acquire_lease
+from resilience._lease import LeaseParams, LockOps, acquire_lease, wait_idle
 from resilience.stores import MemoryLockStore
 
 
@@ -113,7 +113,7 @@ def held_sync(leases: int, seconds: float, ttl: float) -> dict[str, float]:
     lost = sum(lease.lost for lease in held)
     for lease in held:
         lease.finish()
-    RENEWER.wait_idle(30)
+    wait_idle(30)
     return {
         "leases": leases,
         "extra threads": extra_threads,

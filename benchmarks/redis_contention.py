@@ -54,7 +54,7 @@ import itertools
 from redis_support import RedisServer
 
 from resilience import LockLostError, ResiliencePipelineBuilder
-from resilience._lease import RENEWER
+from resilience._lease import wait_idle
 from resilience.primitives import lock
 from resilience.stores import RedisLockStore
 
@@ -340,7 +340,7 @@ def many_leases(server: RedisServer, count: int, ttl: float, rounds: int) -> Man
     finally:
         if tracemalloc.is_tracing():
             tracemalloc.stop()
-        RENEWER.wait_idle()
+        wait_idle()
         locks.close()
         client.close()
     renewals = _server_renewals(server) - calls0

@@ -85,9 +85,44 @@ class Signal:
             for callback in callbacks.values():
                 try:
                     callback(reason)
-                except Exception:
+                except BaseException:
                     _logger.exception("a signal callback raised")
         return True
+
+    def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
+        """Abort now, but leave the callbacks to the caller: a function that runs them, or None.
+
+        This signal and its descendants read as aborted as soon as this returns; only the
+        callbacks (user code, and children of a subclass with its own `abort`) wait for the
+        returned function. The lease runtime runs it off its timer thread, so that a slow
+        callback never delays another lease. None if the signal had already aborted.
+        """
+        pending: list[Callable[[BaseException], object]] = []
+        with _LOCK:
+            if self._reason is not None:
+                return None
+            self._unlink()
+            stack = [self]
+            while stack:
+                signal = stack.pop()
+                signal._reason = reason
+                callbacks, signal._callbacks = signal._callbacks, None
+                if callbacks:
+                    for key, callback in callbacks.items():
+                        if type(key) is Signal and key._reason is None:
+                            key._parent = None
+                            stack.append(key)
+                        else:
+                            pending.append(callback)
+
+        def run() -> None:
+            for callback in pending:
+                try:
+                    callback(reason)
+                except BaseException:
+                    _logger.exception("a signal callback raised")
+
+        return run
 
     def raise_if_aborted(self) -> None:
         """Raise the reason if the signal has aborted."""
@@ -110,7 +145,7 @@ class Signal:
         if reason is not None:
             try:
                 callback(reason)
-            except Exception:
+            except BaseException:
                 _logger.exception("a signal callback raised")
             return _noop
         return lambda: self._remove(key)

@@ -12,7 +12,7 @@ from resilience._timers import TIMER_THREAD
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle"]
+__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle", "sync_call_later"]
 
 
 @runtime_checkable
@@ -103,3 +103,15 @@ class SystemTimeProvider:
 
 SYSTEM_TIME = SystemTimeProvider()
 """The process-wide default provider (a module singleton, so per-provider state is shared)."""
+
+
+def sync_call_later(time_provider: TimeProvider, delay: float, callback: Callable[[], object]) -> TimerHandle:
+    """`call_later` for sync code: never on the calling thread's event loop.
+
+    With the system clock it uses the shared timer thread (a sync call made from a coroutine
+    blocks that loop, so a loop timer would not fire while it runs); any other provider is
+    asked as usual.
+    """
+    if isinstance(time_provider, SystemTimeProvider):
+        return TIMER_THREAD.call_later(delay, callback)
+    return time_provider.call_later(delay, callback)

@@ -20,6 +20,17 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("resilience")
 _COMPACT_AT = 1024
+MAX_DELAY = 1e9
+"""Longer delays (infinity too) are clamped to this: about 31.7 years, never reached."""
+_MAX_WAIT = 3600.0
+"""The timer thread wakes at least this often: `Condition.wait` refuses more than TIMEOUT_MAX."""
+
+
+def clamp_delay(delay: float) -> float:
+    """A delay any timer accepts: NaN and negatives are 0, more than `MAX_DELAY` is `MAX_DELAY`."""
+    if not delay > 0:  # NaN included
+        return 0.0
+    return min(delay, MAX_DELAY)
 
 
 class ThreadTimerHandle:
@@ -48,7 +59,7 @@ class ThreadTimerHandle:
         if callback is not None:
             try:
                 callback()
-            except Exception:
+            except BaseException:
                 _logger.exception("a timer callback raised")
 
 
@@ -66,7 +77,7 @@ class TimerThread:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> ThreadTimerHandle:
         """Run `callback` on the timer thread after `delay` seconds of real time."""
-        handle = ThreadTimerHandle(self, time.monotonic() + max(delay, 0.0), callback)
+        handle = ThreadTimerHandle(self, time.monotonic() + clamp_delay(delay), callback)
         # The condition's own lock, entered directly: `with self._cond` goes through two
         # Python-level calls (Condition.__enter__/__exit__), 0.2 us of a 1.4 us schedule+cancel.
         with self._lock:
@@ -96,7 +107,7 @@ class TimerThread:
                     if wait <= 0:
                         handle = heapq.heappop(self._heap)[2]
                         break
-                    self._cond.wait(wait)
+                    self._cond.wait(min(wait, _MAX_WAIT))
             handle._run()
 
     def _after_fork_in_child(self) -> None:

@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING, TypeAlias
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Duration", "Problems", "to_seconds"]
+__all__ = ["MAX_DURATION", "Duration", "Problems", "to_seconds"]
 
 Duration: TypeAlias = "int | float | dt.timedelta"
 """A duration in: seconds as `int`/`float`, or a `timedelta` (never a `bool`)."""
+
+
+MAX_DURATION = 1e9
+"""The longest duration any option takes (about 31.7 years): every timer, wait and Redis expiry
+built from it stays far inside what `threading`, asyncio and `PEXPIRE` accept."""
 
 
 def to_seconds(value: Duration) -> float:
@@ -73,6 +78,9 @@ class Problems:
             return None
         if math.isinf(seconds) and not (allow_inf and seconds > 0):
             self.add(option, f"must be finite, got {_describe(value)}")
+            return None
+        if seconds > MAX_DURATION and not (allow_inf and math.isinf(seconds)):
+            self.add(option, f"must be at most {MAX_DURATION:g} seconds (about 31 years), got {_describe(value)}")
             return None
         if minimum is not None and seconds < minimum:
             self.add(option, f"must be >= {minimum:g} seconds, got {_describe(value)}")

@@ -42,7 +42,7 @@ from resilience._lease import (
 from resilience._time import SYSTEM_TIME
 from resilience._validation import Problems
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
-from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, _MemoryStore
+from resilience.stores._memory import _MemoryStore
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
 from resilience.strategies._lock import HELD_LOCKS, LockEvents
@@ -84,14 +84,20 @@ class _PrefixedStore:
     """A caller's store seen through the primitive's prefix: every key becomes `<prefix>:<key>`.
 
     It offers exactly the methods (and so the protocols) of the store it wraps: a method the
-    wrapped store lacks is None on the variant class, as `RedisLockStore` does for a flavour
-    without a client. The engine thus works on the caller's keys, and errors carry them.
+    wrapped store lacks is None on the variant class, and it reports the flavours the wrapped
+    store serves (`has_sync_client`, `has_async_client`). The engine thus works on the
+    caller's keys, and errors carry them.
     """
 
     def __init__(self, inner: Any, prefix: str) -> None:
         self.inner = inner
         self.prefix = prefix + ":"
         self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
+        self._answers_inline = getattr(inner, "_answers_inline", False)
+        self._pool_owner = getattr(inner, "_pool_owner", inner)
+        # The flavours the wrapped store serves, as it says (the Redis stores do).
+        self.has_sync_client: bool = getattr(inner, "has_sync_client", True)
+        self.has_async_client: bool = getattr(inner, "has_async_client", True)
 
     def acquire(self, key: str, *args: Any) -> Any:
         return self.inner.acquire(self.prefix + key, *args)
@@ -123,8 +129,8 @@ class _PrefixedStore:
     async def wait_released_async(self, key: str, *args: Any) -> Any:
         return await self.inner.wait_released_async(self.prefix + key, *args)
 
-    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner._add_release_listener
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner.add_release_listener
         return listen(self.prefix + key, callback)
 
     def __repr__(self) -> str:
@@ -137,7 +143,7 @@ def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (*_METHODS, "_add_release_listener")
+    names = (*_METHODS, "add_release_listener")
     missing = tuple(name for name in names if not callable(getattr(store, name, None)))
     return _prefixed_variant(missing)(store, prefix)
 
@@ -158,12 +164,11 @@ def _is_asyncio_client_class(cls: type) -> bool:
     return any(".asyncio" in klass.__module__ for klass in cls.__mro__)
 
 
-def _is_store(client: object, *, semaphore: bool) -> bool:
+def _is_store(client: object) -> bool:
+    """A lock or semaphore store (which kind is checked by `_check_store_kind`)."""
     if _is_client(client) or isinstance(client, type):
         return False
-    if semaphore:
-        return isinstance(client, SemaphoreStore | AsyncSemaphoreStore)
-    return isinstance(client, LockStore | AsyncLockStore)
+    return isinstance(client, LockStore | AsyncLockStore | SemaphoreStore | AsyncSemaphoreStore)
 
 
 # -- handles ----------------------------------------------------------------------------------
@@ -440,9 +445,8 @@ class Locks:
         assert seconds is not None
         self.ttl: float = seconds
         """The default lease length (seconds)."""
-        semaphore = self._error_type is SemaphoreLeaseLostError
         store: object
-        if _is_store(client, semaphore=semaphore):
+        if _is_store(client):
             self._check_store_kind(client)
             store = _prefixed(client, prefix)
             self.store: object = client
@@ -472,7 +476,7 @@ class Locks:
         """More option checks (the semaphore's `limit`)."""
 
     def _check_store_kind(self, store: object) -> None:
-        if isinstance(store, MemorySemaphoreStore | RedisSemaphoreStore):
+        if not isinstance(store, LockStore | AsyncLockStore):
             msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
             raise ValidationError(msg)
 
@@ -821,7 +825,7 @@ class Semaphores(Locks):
         problems.integer("limit", self.limit, minimum=1)
 
     def _check_store_kind(self, store: object) -> None:
-        if isinstance(store, MemoryLockStore | RedisLockStore):
+        if not isinstance(store, SemaphoreStore | AsyncSemaphoreStore):
             msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
             raise ValidationError(msg)
 

@@ -2,7 +2,8 @@
 
 - `_core`: the decisions, pure code taking `now` (acquisition backoff, deadline, renewal).
 - `_ops`: store adapters (lock and semaphore stores look alike to the engine).
-- `_runtime`: thread timers and the one shared renewer thread.
+- `_workers`: the sync runtime's threads: a small pool per store for store calls, one bounded
+  pool for user callbacks (each lease's in order), and the fork generation.
 - `_lease`: `LeaseParams`, the per-clock `Scheduler`, the sync `Lease` and `acquire_lease`.
 - `_async`: `AsyncLease` and `acquire_lease_async`.
 
@@ -31,11 +32,10 @@ from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_
 from resilience._lease._core import BackoffSchedule, LeaseTimeline, SpinSchedule, lease_deadline, safety_margin
 from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
 from resilience._lease._ops import LockOps, SemaphoreOps, StoreOps
-from resilience._lease._runtime import RENEWER, sync_call_later
+from resilience._lease._workers import wait_idle
 
 __all__ = [
     "RELEASE_TIMEOUT",
-    "RENEWER",
     "AsyncLease",
     "BackoffSchedule",
     "Lease",
@@ -51,5 +51,5 @@ __all__ = [
     "lease_deadline",
     "new_owner",
     "safety_margin",
-    "sync_call_later",
+    "wait_idle",
 ]

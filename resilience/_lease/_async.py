@@ -1,9 +1,10 @@
 """The asyncio shell of a lease: loop timers and one short task per renewal, no thread.
 
 Timers come from the time provider (`call_later`); a callback that fires on another thread (a
-fake clock advanced elsewhere) hops onto the lease's loop. A renewal runs as a task so that the
-deadline timer can cancel it: each renewal is bounded by the time left on the lease. The final
-release is shielded from cancellation and bounded by `RELEASE_TIMEOUT`.
+fake clock advanced elsewhere) hops onto the lease's loop. Each renewal is a task of its own on
+the lease's loop (never a step run outside a task), which the deadline event cancels: each
+renewal is bounded by the time left on the lease. The final release runs in its own task,
+shielded from the caller's cancellation and bounded by `RELEASE_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import contextlib
 import inspect
 import logging
 import threading
-import types
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease as _lease_module
 from resilience._lease._lease import _NEVER, LeaseBase, LeaseParams, new_owner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Generator
+    from collections.abc import Callable, Coroutine
 
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
@@ -34,8 +34,6 @@ _logger = logging.getLogger("resilience")
 
 RELEASE_TIMEOUT = 5.0
 """How long an async release may take before it is abandoned (the lease expires anyway)."""
-
-T = TypeVar("T")
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 """Tasks nobody awaits (notifications, abandoned releases): referenced until done."""
@@ -57,7 +55,9 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
         result = hook(*args)
         if inspect.isawaitable(result):
             await result
-    except Exception:
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
         _logger.exception("a lease callback raised")
 
 
@@ -102,14 +102,20 @@ class AsyncLease(LeaseBase):
             timer.cancel()
 
     def _start_renewal(self, ttl: float) -> None:
-        # The first step runs at once: a store that answers without suspending (the memory
-        # store) costs no task. One that suspends goes on in a task the deadline can cancel.
-        coro = self._renew_once(ttl)
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
+        if self._ops.inline:  # an in-process store answers at once: no task needed
+            sent = self._tp.monotonic()
+            try:
+                ok = self._ops.renew(self.key, self.owner, ttl)
+            except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
+                self._renewed(sent, ttl, ok=False, failure=exc)
+            else:
+                self._renewed(sent, ttl, ok=ok, failure=None)
             return
-        self._renew_task = self._loop.create_task(_finish(coro, yielded))
+        # Otherwise a task of its own on the lease's loop: a store call may enter
+        # `asyncio.timeout` (redis-py does on 3.11.3+), which needs a current task, and a step
+        # run outside one fails on 3.12+. The deadline event cancels it (`_after_loss`), so each
+        # renewal is bounded by the lease's time left, on the lease's own clock.
+        self._renew_task = _spawn(self._loop, self._renew_once(ttl))
 
     async def _renew_once(self, ttl: float) -> None:
         sent = self._tp.monotonic()
@@ -138,11 +144,11 @@ class AsyncLease(LeaseBase):
             # The deadline passed with a renewal in flight: it is bounded by the time left.
             self._on_loop(task.cancel)
 
-    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
-        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
+    def _deliver(self, run: Callable[[], None]) -> None:
+        self._on_loop(run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        _spawn(self._loop, _call_async_hook(hook, *args))
+        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""
@@ -164,58 +170,29 @@ class AsyncLease(LeaseBase):
         if self._stop() and not self._forked():
             self._check_deadline()
             if not await _release_bounded(self._ops, self.key, self.owner, self._tp):
-                self._lose()
+                self._lose(inline=True)
         self.signal.detach()
         return self._error
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
-    """Go on with a coroutine whose first step already ran and yielded `yielded`.
-
-    The manual form of `yield from`: what the task sends or throws goes to `coro`.
-    """
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:  # pragma: no cover - a task abandoned by a closing loop
-            coro.close()
-            raise
-        except BaseException as exc:  # noqa: BLE001 - everything thrown in goes to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-
-
-async def _finish(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
-    return await _resume(coro, yielded)
 
 
 async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:
     """Release, shielded from the caller's cancellation and abandoned after `RELEASE_TIMEOUT`.
 
-    The release's first step runs at once: a store that answers without suspending (the
-    memory store) needs no task, shield or timer. One that suspends goes on in a task the
-    caller awaits through a shield. Errors and the timeout count as "released" (ignored: the
+    An in-process store (`ops.inline`) answers at once: no task, shield or timer. Any other
+    release runs whole in a task of its own that the caller awaits through a shield (never a
+    first step in the caller's task: a store's `asyncio.timeout` entered there would later
+    cancel the caller). Errors and the timeout count as "released" (ignored: the
     lease expires anyway). If the caller is cancelled meanwhile, the release goes on in the
     background and the cancellation propagates.
     """
-    coro = ops.release_async(key, owner)
-    try:
-        yielded = coro.send(None)
-    except StopIteration as done:
-        return bool(done.value)
-    except Exception:
-        _logger.debug("a lease release failed", exc_info=True)
-        return True
+    if ops.inline:
+        try:
+            return ops.release(key, owner)
+        except Exception:
+            _logger.debug("a lease release failed", exc_info=True)
+            return True
     loop = asyncio.get_running_loop()
-    task = _spawn(loop, _finish(coro, yielded))
+    task = _spawn(loop, ops.release_async(key, owner))
     thread = threading.get_ident()
 
     def bound() -> None:

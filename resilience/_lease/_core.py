@@ -38,12 +38,14 @@ _RENEW_RETRY_FLOOR = 0.001
 
 
 def safety_margin(ttl: float) -> float:
-    """How much earlier than the store the holder gives up a lease: max(2 ms, 1% of ttl).
+    """How much earlier than the store the holder gives up a lease: max(2 ms, 1% of ttl), at most ttl/2.
 
     It absorbs clock-rate drift between the holder and the store (and the store's rounding of
-    the ttl up to whole milliseconds works in the holder's favour).
+    the ttl up to whole milliseconds works in the holder's favour). Never more than half the
+    ttl, so that even a 1-2 ms lease is held for an instant (half its ttl still covers a
+    drift of 50%).
     """
-    return max(0.002, ttl * 0.01)
+    return min(max(0.002, ttl * 0.01), ttl / 2)
 
 
 def lease_deadline(sent_at: float, ttl: float) -> float:
@@ -126,19 +128,26 @@ class LeaseTimeline:
     """The deadline and renewal schedule of one held lease.
 
     - `deadline`: send time of the last successful acquire/renew + ttl - `safety_margin(ttl)`.
-    - `renewed(sent_at)` after a successful renewal: returns when the next renewal is due
-      (`sent_at + interval`), or None without background renewal.
+    - `renewed(sent_at, now, ttl)` after a successful renewal or extend answered at `now`:
+      returns when the next renewal is due (`sent_at + interval`), or None without background
+      renewal. Replies can come back out of order (a renewal in flight while `extend` runs):
+      a success sent before the previous success was answered may have reached the store
+      before or after it, so the deadline is then the earlier of the two, never the later.
+      Only `extend` changes the ttl (and scales the renewal interval with it).
     - `failed(now)` after a renewal that raised: returns when to retry, with exponential backoff
       (first 50 ms, never more than ttl/10) and never at or after the deadline; None when no
       useful time is left (the deadline will declare the loss).
     """
 
-    __slots__ = ("deadline", "failures", "interval", "ttl")
+    __slots__ = ("_base_interval", "_base_ttl", "answered_at", "deadline", "failures", "interval", "ttl")
 
-    def __init__(self, ttl: float, interval: float | None, sent_at: float) -> None:
+    def __init__(self, ttl: float, interval: float | None, sent_at: float, answered_at: float | None = None) -> None:
         self.ttl = ttl
         self.interval = interval
+        self._base_ttl = ttl
+        self._base_interval = interval
         self.deadline = lease_deadline(sent_at, ttl)
+        self.answered_at = sent_at if answered_at is None else answered_at
         self.failures = 0
 
     def first_renewal(self, sent_at: float) -> float | None:
@@ -149,11 +158,18 @@ class LeaseTimeline:
         """Whether the local deadline has passed."""
         return now >= self.deadline
 
-    def renewed(self, sent_at: float, ttl: float | None = None) -> float | None:
-        """Record a successful renewal (or extend, with its own ttl) sent at `sent_at`."""
-        if ttl is not None:
+    def renewed(self, sent_at: float, now: float, ttl: float, *, extend: bool = False) -> float | None:
+        """Record a success sent at `sent_at` with `ttl`, answered at `now`; when to renew next."""
+        if extend and ttl != self.ttl:
             self.ttl = ttl
-        self.deadline = lease_deadline(sent_at, self.ttl)
+            if self._base_interval is not None:  # the heartbeat keeps its ratio to the ttl
+                self.interval = self._base_interval * min(1.0, ttl / self._base_ttl)
+        deadline = lease_deadline(sent_at, ttl)
+        if sent_at >= self.answered_at:
+            self.deadline = deadline  # sent after every earlier success was answered: it acted last
+        else:
+            self.deadline = min(self.deadline, deadline)  # the store's order is unknown
+        self.answered_at = max(self.answered_at, now)
         self.failures = 0
         return None if self.interval is None else sent_at + self.interval
 

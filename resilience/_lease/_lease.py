@@ -8,7 +8,7 @@ watch for a bare `acquire` handle).
 Each lease has one pending event, the earlier of its next renewal and its deadline. A sync
 lease's event sits in its clock's `Scheduler` (one heap and one armed timer per clock, served
 by the timer thread); an async lease's is one loop timer. The event callback decides (`_due`):
-declare the loss there and then, or hand a renewal to the renewer, which never blocks the
+declare the loss there and then, or hand a renewal to the store's pool, which never blocks the
 timer.
 
 Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached from:
@@ -18,10 +18,11 @@ Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached fro
 - `extend` answered False,
 - `finish`: the deadline checked again when the body ends, and a final release answered False.
 
-`_lose` aborts the lease's signal with the lease's `LockLostError`, then hands the loss
-notification to the renewer (sync: the shared renewer thread; async: a task on the loop), once
-per lease. Every state change happens under one module lock held for a few assignments only,
-never across a store call, a callback or telemetry.
+`_lose` marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
+the signal's callbacks and the loss notification to where the lease's user code runs (sync: its
+strand of the callback pool; async: its loop), once per lease. Every state change happens
+under one module lock held for a few assignments only, never across a store call, a callback
+or telemetry.
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from resilience._lease._core import LeaseTimeline
-from resilience._lease._runtime import RENEWER, fork_generation, sync_call_later
-from resilience._lease._runtime import _after_fork_in_child as _reset_runtime
+from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
 from resilience._signal import Signal
-from resilience._time import SystemTimeProvider
+from resilience._time import SystemTimeProvider, sync_call_later
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Scheduler:
     Arming a lease's event is a heap push under the lease lock; the clock's timer is re-armed
     only when the new event is the earliest (steady traffic on one ttl never re-arms it). The
     timer callback only pops what is due and hands it on (`_due`: a loss is declared right
-    there, a renewal is queued for the renewer thread), so a renewal that hangs never delays
+    there, a renewal is queued on the store's pool), so a renewal that hangs never delays
     a deadline. Entries of ended leases are dropped lazily, and the heap is compacted when
     they outnumber the live ones.
     """
@@ -167,8 +167,8 @@ class LeaseParams:
       `finish`). False only for a bare primitive `acquire` handle, which only its own
       `extend()` answered False can abort.
     - `error_type`: the loss error (`LockLostError`, `SemaphoreLeaseLostError`).
-    - `on_lost(lease)`: told once, on the renewer, after the signal aborted (`lease.error`).
-    - `on_renew_error(lease, exc)`: told on the renewer when a renewal raised (not a loss).
+    - `on_lost(lease)`: told once, off the timer thread, after the signal aborted (`lease.error`).
+    - `on_renew_error(lease, exc)`: told off the timer thread when a renewal raised (not a loss).
 
     Callback exceptions are logged, never raised; an awaitable they return is awaited in an
     async lease (and closed, with a log record, in a sync one).
@@ -228,7 +228,7 @@ class LeaseBase:
         self._tp = time_provider
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None
-        self._timeline = LeaseTimeline(params.ttl, params.renew_interval, sent_at)
+        self._timeline = LeaseTimeline(params.ttl, params.renew_interval, sent_at, time_provider.monotonic())
         self._error: LockLostError | None = None
         self._ended = False
         self._in_flight = False
@@ -300,7 +300,8 @@ class LeaseBase:
 
     def _reschedule(self, now: float) -> None:
         """Arm the next event if none is armed at or before it (under _LOCK)."""
-        target = _NEVER if self._renew_at is None else self._renew_at
+        # A renewal due while one is in flight waits for its answer (`_renewed` re-arms).
+        target = _NEVER if self._renew_at is None or self._in_flight else self._renew_at
         if self._params.watch_deadline:
             target = min(target, self._timeline.deadline)
         if target < self._scheduled_at:
@@ -335,7 +336,7 @@ class LeaseBase:
                     ttl = self._timeline.ttl
                 self._reschedule(now)  # the deadline stays watched while a renewal is in flight
         if lose:
-            self._lose()
+            self._lose(inline=False)
         elif ttl is not None:
             self._start_renewal(ttl)
 
@@ -343,7 +344,7 @@ class LeaseBase:
         raise NotImplementedError
 
     def _renewed(self, sent: float, ttl: float, ok: bool, failure: Exception | None) -> None:
-        """Act on a renewal's answer (`ok`) or its error (`failure`)."""
+        """Act on a renewal's answer (`ok`) or its error (`failure`) (in the background)."""
         lose = False
         with _LOCK:
             self._in_flight = False
@@ -356,29 +357,35 @@ class LeaseBase:
             elif not ok or self._timeline.expired(now):
                 lose = True
             else:
-                self._renew_at = self._timeline.renewed(sent, ttl)
+                self._renew_at = self._timeline.renewed(sent, now, ttl)
                 self._reschedule(now)
         if lose:
-            self._lose()
+            self._lose(inline=False)
         elif failure is not None and self._params.on_renew_error is not None:
             self._call_hook(self._params.on_renew_error, self, failure)
 
     def _extended(self, sent: float, ttl: float, ok: bool) -> bool:
         if not ok:
-            self._lose()
+            self._lose(inline=True)
             return False
         with _LOCK:
             if self._error is not None:
                 return False
-            self._timeline.renewed(sent, ttl)
+            now = self._tp.monotonic()
+            self._renew_at = self._timeline.renewed(sent, now, ttl, extend=True)
             if not self._ended:
                 self._reschedule(self._tp.monotonic())  # a shorter ttl pulls the deadline in
         return True
 
     # -- loss and the end ---------------------------------------------------------------------
 
-    def _lose(self) -> None:
-        """Declare the lease lost: once; abort the signal(s), then notify on the renewer."""
+    def _lose(self, *, inline: bool) -> None:
+        """Declare the lease lost, once: the signal(s) read as aborted at once; then callbacks.
+
+        `inline`: called on the holder's own thread (`extend`, `finish`), where the signal's
+        callbacks run at once; in the background (the timer, a store's thread) they are handed
+        to the lease's callbacks (`_deliver`), so that user code never delays another lease.
+        """
         with _LOCK:
             if self._error is not None:
                 return
@@ -386,22 +393,31 @@ class LeaseBase:
             self._forget()
             _LIVE.pop(id(self), None)
             loss = self._loss
+        runs = [self.signal._abort_deferred(error)]
         if loss is not None:
-            loss.abort(error)
-        self.signal.abort(error)
+            runs.insert(0, loss._abort_deferred(error))
         self._after_loss()
+        for run in runs:
+            if run is not None:
+                if inline:
+                    run()
+                else:
+                    self._deliver(run)
         if self._params.on_lost is not None:
-            self._dispatch(self._params.on_lost, self)
+            self._call_hook(self._params.on_lost, self)
 
     def _after_loss(self) -> None:
         """Shell-specific clean-up right after a loss (the async shell cancels a renewal)."""
 
-    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
-        """Run `hook(*args)` on the renewer (sync: its thread; async: a task on the loop)."""
+    def _deliver(self, run: Callable[[], None]) -> None:
+        """Run signal callbacks (`run()`) where user code of this lease runs."""
         raise NotImplementedError
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        """Run `hook(*args)` now (its exceptions logged; an awaitable awaited in async)."""
+        """Run `hook(*args)` where user code of this lease runs, after its earlier callbacks.
+
+        Exceptions are logged; an awaitable is awaited in async.
+        """
         raise NotImplementedError
 
     def _stop(self) -> bool:
@@ -416,7 +432,7 @@ class LeaseBase:
 
     def _check_deadline(self) -> None:
         if self._params.watch_deadline and self._timeline.expired(self._tp.monotonic()):
-            self._lose()
+            self._lose(inline=True)
 
     def _abandon_in_child(self) -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
         # After os.fork(), in the child: the parent still holds (and renews) this lease.
@@ -437,7 +453,7 @@ class LeaseBase:
 def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
     try:
         result = hook(*args)
-    except Exception:
+    except BaseException:
         _logger.exception("a lease callback raised")
         return
     if inspect.isawaitable(result):
@@ -448,13 +464,17 @@ def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
 
 
 class Lease(LeaseBase):
-    """A lease held by sync code: renewal I/O on the shared renewer thread, events in the clock's heap."""
+    """A lease held by sync code: events in its clock's heap, store calls on the store's pool.
 
-    __slots__ = ("_scheduler",)
+    Its callbacks run in order on its own strand of the callback pool (`_workers`).
+    """
+
+    __slots__ = ("_scheduler", "_strand")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._scheduler = scheduler_for(self._tp)
+        self._strand: Strand | None = None
 
     def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - see Scheduler
         if replacing:
@@ -467,7 +487,7 @@ class Lease(LeaseBase):
             self._scheduler.stale += 1
 
     def _start_renewal(self, ttl: float) -> None:
-        RENEWER.submit(lambda: self._renew_job(ttl))
+        store_pool(self._ops.pool_owner).submit(lambda: self._renew_job(ttl))
 
     def _renew_job(self, ttl: float) -> None:
         sent = self._tp.monotonic()
@@ -481,11 +501,20 @@ class Lease(LeaseBase):
             return
         self._renewed(sent, ttl, ok=ok, failure=None)
 
-    def _dispatch(self, hook: Callable[..., object], *args: object) -> None:
-        RENEWER.submit(lambda: _call_sync_hook(hook, *args))
+    def _callbacks(self) -> Strand:
+        strand = self._strand
+        if strand is None:
+            with _LOCK:
+                strand = self._strand
+                if strand is None:
+                    strand = self._strand = Strand(CALLBACKS)
+        return strand
+
+    def _deliver(self, run: Callable[[], None]) -> None:
+        self._callbacks().submit(run)
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        _call_sync_hook(hook, *args)
+        self._callbacks().submit(lambda: _call_sync_hook(hook, *args))
 
     def extend(self, ttl: float | None = None) -> bool:
         """Push the lease out to now + `ttl` (default: the lease's ttl); False if it is gone.
@@ -522,7 +551,7 @@ class Lease(LeaseBase):
             except Exception:  # noqa: BLE001 - a failed release is ignored: the lease expires anyway
                 released = True
             if not released:
-                self._lose()
+                self._lose(inline=True)
         self.signal.detach()
         return self._error
 
@@ -585,11 +614,11 @@ def acquire_lease(
         try:
             token, held_for = ops.acquire(key, owner, ttl)
         except BaseException:
-            _release_quietly(ops, key, owner)
+            _release_in_background(ops, key, owner)
             raise
         if token is not None:
             if signal is not None and signal.aborted:
-                _release_quietly(ops, key, owner)
+                _release_quietly(ops, key, owner)  # the store just answered: no reason to wait
                 signal.raise_if_aborted()
             lease = Lease(
                 ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent, tag=tag
@@ -609,12 +638,24 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
         _logger.debug("best-effort release of an interrupted acquire failed", exc_info=True)
 
 
+def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:
+    """The best-effort release of an acquire that failed or was interrupted.
+
+    In case the store granted the lease but the reply was lost. Sent on the store's pool, never
+    in the caller's thread: a store that is down would make the caller wait out a second
+    timeout (an in-process store answers at once, so it is released right here).
+    """
+    if ops.inline:
+        _release_quietly(ops, key, owner)
+    else:
+        store_pool(ops.pool_owner).submit(lambda: _release_quietly(ops, key, owner))
+
+
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
     global _LOCK  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
     _SCHEDULERS.clear()  # their timers died with the parent's threads
     _STRONG_SCHEDULERS.clear()
-    _reset_runtime()
     leases = list(_LIVE.values())
     _LIVE.clear()
     for lease in leases:

@@ -17,6 +17,7 @@ from resilience.stores._protocols import (
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
+    SupportsReleaseListener,
     SupportsReleaseNotification,
 )
 
@@ -32,27 +33,34 @@ class StoreOps:
     __slots__ = (
         "has_async",
         "has_sync",
+        "inline",
         "lease_info",
         "lease_info_async",
         "listen",
         "notify",
         "notify_async",
+        "pool_owner",
         "store",
     )
 
     def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type) -> None:
         self.store = store
+        # Whose thread pool runs the background calls: the store itself, or the store a
+        # primitive's prefixing view wraps.
+        self.pool_owner: object = getattr(store, "_pool_owner", store)
         self.has_sync = isinstance(store, sync_protocol)
         self.has_async = isinstance(store, async_protocol)
         self.lease_info = isinstance(store, SupportsLeaseInfo)
         self.lease_info_async = isinstance(store, AsyncSupportsLeaseInfo)
         self.notify = isinstance(store, SupportsReleaseNotification)
         self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
-        # A private capability of the memory stores: a callback on release, so that a sync
-        # waiter can be woken by a release *or* its signal, whichever comes first.
-        listen = getattr(store, "_add_release_listener", None)
+        # An in-process store whose async methods never suspend (the memory stores): the
+        # async engine calls its sync methods directly instead of starting a task per call.
+        self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
+        # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
+        # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[[str, Callable[[], object]], Callable[[], None]] | None = (
-            listen if callable(listen) else None
+            store.add_release_listener if isinstance(store, SupportsReleaseListener) else None
         )
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:

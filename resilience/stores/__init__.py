@@ -10,6 +10,7 @@ from resilience.stores._protocols import (
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
+    SupportsReleaseListener,
     SupportsReleaseNotification,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
@@ -30,5 +31,6 @@ __all__ = [
     "RedisSemaphoreStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
+    "SupportsReleaseListener",
     "SupportsReleaseNotification",
 ]

@@ -18,8 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
-from resilience._lease._runtime import sync_call_later
-from resilience._time import SYSTEM_TIME, SystemTimeProvider
+from resilience._time import SYSTEM_TIME, SystemTimeProvider, sync_call_later
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,6 +39,14 @@ class _MemoryStore:
     """What both memory stores share: the clock, the token counter, waiters and the sweep."""
 
     _lease_info_takes_limit = False
+    _answers_inline = True
+    """Its async methods never suspend, so the engine may call the sync ones instead."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that overrides an async method may suspend there (a test double does).
+        if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
+            cls._answers_inline = False
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
@@ -83,8 +90,8 @@ class _MemoryStore:
 
     # -- release notification -----------------------------------------------------------------
 
-    def _add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        """Call `callback()` (on the releasing thread) the next time `key` is released."""
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the releasing thread) the next time `key` is released; returns the remover."""
         with self._mutex:
             self._listener_ids += 1
             ident = self._listener_ids
@@ -127,7 +134,7 @@ class _MemoryStore:
             released.append(True)
             woken.set()
 
-        remove = self._add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release)
         try:
             if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
                 return True
@@ -162,7 +169,7 @@ class _MemoryStore:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, False)  # noqa: FBT003
 
-        remove = self._add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
             if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription

@@ -3,11 +3,19 @@
 Every method is atomic for its key. Tokens are integers >= 1, below 2**53, that only ever
 increase per key, across release and expiry. A ttl is rounded up to whole milliseconds.
 Capabilities are separate protocols, detected with `isinstance`.
+
+Lock and semaphore stores have methods of the same names; `isinstance` tells them apart by
+what `acquire` accepts: a lock store's takes `(key, owner, ttl)`, a semaphore store's
+`(key, owner, ttl, limit)`. A store whose `acquire` accepts both (`*args`) passes for either.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import inspect
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "AsyncLockStore",
@@ -17,12 +25,46 @@ __all__ = [
     "LockStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
+    "SupportsReleaseListener",
     "SupportsReleaseNotification",
 ]
 
 
+def _accepts(method: object, count: int) -> bool:
+    """Whether `method` can be called with `count` positional arguments."""
+    try:
+        inspect.signature(method).bind(*range(count))  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (a builtin): give it the benefit of the doubt
+        return True
+    return True
+
+
+_ARITY: dict[type, int] = {}
+"""How many positional arguments `acquire` takes, per store protocol (filled below)."""
+_FLAVOURED: set[type] = set()
+"""The protocols of this module (filled below): their subclasses get the plain check."""
+
+
+class _StoreMeta(type(Protocol)):  # type: ignore[misc]
+    """`isinstance` also checks how many arguments `acquire` (or `acquire_async`) takes."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if not super().__instancecheck__(instance):
+            return False
+        if cls not in _FLAVOURED:  # a subclass of a store protocol: the plain structural check
+            return True
+        is_async = cls.__name__.startswith("Async")
+        # A store with one flavour per client says which it serves (the Redis stores do).
+        if getattr(instance, "has_async_client" if is_async else "has_sync_client", True) is False:
+            return False
+        arity = _ARITY.get(cls)
+        return arity is None or _accepts(getattr(instance, "acquire_async" if is_async else "acquire"), arity)
+
+
 @runtime_checkable
-class LockStore(Protocol):
+class LockStore(Protocol, metaclass=_StoreMeta):
     """A sync lease store: one holder per key."""
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
@@ -42,7 +84,7 @@ class LockStore(Protocol):
 
 
 @runtime_checkable
-class AsyncLockStore(Protocol):
+class AsyncLockStore(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `LockStore`: same meaning, `_async` names."""
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
@@ -59,7 +101,7 @@ class AsyncLockStore(Protocol):
 
 
 @runtime_checkable
-class SupportsLeaseInfo(Protocol):
+class SupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
     """A store that tells a waiter how long the current holder's lease has left."""
 
     def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
@@ -68,7 +110,7 @@ class SupportsLeaseInfo(Protocol):
 
 
 @runtime_checkable
-class AsyncSupportsLeaseInfo(Protocol):
+class AsyncSupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsLeaseInfo`."""
 
     async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
@@ -77,7 +119,7 @@ class AsyncSupportsLeaseInfo(Protocol):
 
 
 @runtime_checkable
-class SupportsReleaseNotification(Protocol):
+class SupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
     """A store that can wake a waiter when a key is released."""
 
     def wait_released(self, key: str, timeout: float) -> bool:
@@ -86,7 +128,21 @@ class SupportsReleaseNotification(Protocol):
 
 
 @runtime_checkable
-class AsyncSupportsReleaseNotification(Protocol):
+class SupportsReleaseListener(Protocol, metaclass=_StoreMeta):
+    """A store that calls back when a key is released: what a sync waiter sleeps on.
+
+    The callback runs on a thread of the store's choosing and must be quick (it sets an
+    event). A waiter adds it, sleeps its own timeout (woken early by a release or by its
+    signal), then removes it; a release it missed costs only that timeout.
+    """
+
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` when `key` is released (or a slot of it freed); returns the remover."""
+        ...
+
+
+@runtime_checkable
+class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsReleaseNotification`."""
 
     async def wait_released_async(self, key: str, timeout: float) -> bool:
@@ -95,7 +151,7 @@ class AsyncSupportsReleaseNotification(Protocol):
 
 
 @runtime_checkable
-class SemaphoreStore(Protocol):
+class SemaphoreStore(Protocol, metaclass=_StoreMeta):
     """A sync lease store with up to `limit` holders per key, each with its own token."""
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
@@ -112,7 +168,7 @@ class SemaphoreStore(Protocol):
 
 
 @runtime_checkable
-class AsyncSemaphoreStore(Protocol):
+class AsyncSemaphoreStore(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SemaphoreStore`."""
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
@@ -126,3 +182,16 @@ class AsyncSemaphoreStore(Protocol):
     async def release_async(self, key: str, owner: str) -> bool:
         """See `SemaphoreStore.release`."""
         ...
+
+
+_ARITY.update({LockStore: 3, AsyncLockStore: 3, SemaphoreStore: 4, AsyncSemaphoreStore: 4})
+_FLAVOURED.update(
+    {
+        *_ARITY,
+        SupportsLeaseInfo,
+        AsyncSupportsLeaseInfo,
+        SupportsReleaseNotification,
+        SupportsReleaseListener,
+        AsyncSupportsReleaseNotification,
+    }
+)

@@ -19,12 +19,13 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
+from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["RedisLockStore", "RedisSemaphoreStore"]
 
@@ -35,6 +36,17 @@ _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a f
 def _is_client(value: object) -> bool:
     """A client instance (a class such as `redis.Redis` itself is a factory, not a client)."""
     return not isinstance(value, type) and callable(getattr(value, "evalsha", None))
+
+
+def _is_pipeline(value: object) -> bool:
+    """A redis-py/valkey pipeline: it has `evalsha`, but queues commands instead of answering."""
+    return any(name.endswith("Pipeline") for _, name in _class_names(value))
+
+
+def _not_a_pipeline(value: object, owner: str) -> None:
+    if _is_pipeline(value):
+        msg = f"{owner}: {type(value).__name__} is a pipeline, not a client: pass the client it came from"
+        raise ValidationError(msg)
 
 
 def _class_names(value: object) -> list[tuple[str, str]]:
@@ -61,10 +73,10 @@ def _ttl_ms(ttl: object) -> int:
     """A ttl in whole milliseconds, rounded up (1 ms at least)."""
     # `type() is` keeps bool out and costs less than isinstance on this hot path; the
     # comparison chain is False for NaN and infinity.
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl < math.inf:
+    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= MAX_DURATION:
         # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
         return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive, finite number of seconds, got {ttl!r}"
+    msg = f"ttl: must be a positive number of seconds, at most {MAX_DURATION:g}, got {ttl!r}"
     raise ValidationError(msg)
 
 
@@ -94,6 +106,7 @@ class _SyncClient:
     """The sync client, from a client or a zero-argument factory (called once, on first use)."""
 
     def __init__(self, source: Any, owner: str) -> None:
+        _not_a_pipeline(source, owner)
         if _is_asyncio_client(source):
             msg = f"{owner}: client= takes a sync client; pass this asyncio client as async_client="
             raise ValidationError(msg)
@@ -110,7 +123,7 @@ class _SyncClient:
             with self._lock:
                 if self._client is None:
                     client = self._source()
-                    if not _is_client(client) or _is_asyncio_client(client):
+                    if not _is_client(client) or _is_asyncio_client(client) or _is_pipeline(client):
                         msg = f"{self._owner}: the client= factory must return a sync redis client, got {client!r}"
                         raise ValidationError(msg)
                     self._client = client
@@ -139,6 +152,7 @@ class _AsyncClient:
         self._pending: Any = None
         self._factory: Any = None
         self._resolving: asyncio.Future[Any] | None = None
+        _not_a_pipeline(source, owner)
         if _is_client(source):
             if not _is_asyncio_client(source) and type(source).__module__.startswith(("redis.", "valkey.")):
                 msg = f"{owner}: async_client= takes an asyncio client; pass this sync client as client="
@@ -167,7 +181,7 @@ class _AsyncClient:
             client = self._factory()
             if inspect.isawaitable(client):
                 client = await client
-        if not _is_client(client):
+        if not _is_client(client) or _is_pipeline(client):
             msg = f"{self._owner}: async_client= must produce an asyncio redis client, got {client!r}"
             raise ValidationError(msg)
         self._client = client
@@ -195,8 +209,17 @@ class _AsyncClient:
 _VARIANTS: dict[tuple[type, bool, bool], type] = {}
 
 
+def _nothing() -> None:
+    """The remover of a listener that was never added."""
+
+
 class _RedisStore:
-    """What both stores share: clients, notification, closing."""
+    """What both stores share: clients, notification, closing.
+
+    Every method exists whatever the clients (a fixed surface); a flavour without its client
+    raises `ValidationError` naming the client to pass. `has_sync_client`/`has_async_client`
+    tell the store protocols which flavours it serves (`isinstance(store, AsyncLockStore)`).
+    """
 
     _kind: str = "RedisStore"
     _sync_methods: tuple[str, ...] = ()
@@ -205,10 +228,10 @@ class _RedisStore:
     def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "") -> Self:  # noqa: ARG004
         """An instance of `cls`, or of a variant of it without the flavour that has no client.
 
-        A flavour without a client is absent, as `__hash__ = None` makes a class unhashable: its
-        methods are None on the (cached) variant class, so `isinstance(store, AsyncLockStore)`,
-        which the lease engine and the conformance suite ask, tells the truth. The variant has
-        the same name, and `isinstance(store, RedisLockStore)` holds.
+        For a subclass that lists `_sync_methods`/`_async_methods` (the rate-limit store): a
+        flavour without a client is absent, its methods None on the (cached) variant class, so
+        `isinstance` on its protocols tells the truth. The lock and semaphore stores list none:
+        they keep a fixed surface and say which flavours they serve (`has_sync_client`).
         """
         missing = (() if client is not None else cls._sync_methods) + (
             () if async_client is not None else cls._async_methods
@@ -300,6 +323,21 @@ class _RedisStore:
             self._publish[True] = ""
             return bool(await runner.run(script, keys, [*args, ""]))
 
+    def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
+        with self._listener_lock:
+            listener = self._listener
+            if listener is None and callable(getattr(client, "pubsub", None)):
+                listener = self._listener = SyncReleaseListener(
+                    client.pubsub, sharded=_is_cluster(client), name=f"resilience-redis-{self._prefix}"
+                )
+        return listener
+
+    def _listen(self, channel: str, callback: Callable[[], object]) -> Callable[[], None]:
+        listener = self._sync_listener(self._sync_client("add_release_listener").get())
+        if listener is None:  # no pub/sub on this client: nothing will call back
+            return _nothing
+        return listener.listen(channel, callback)
+
     def _wait_sync(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
         runner = self._sync_client("wait_released")
         client = runner.get()
@@ -307,12 +345,7 @@ class _RedisStore:
         def is_free() -> bool:
             return not runner.run(held, [channel], [])
 
-        with self._listener_lock:
-            listener = self._listener
-            if listener is None and callable(getattr(client, "pubsub", None)):
-                listener = self._listener = SyncReleaseListener(
-                    client.pubsub, sharded=_is_cluster(client), name=f"resilience-redis-{self._prefix}"
-                )
+        listener = self._sync_listener(client)
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
             if is_free():
                 return True
@@ -397,8 +430,8 @@ class RedisLockStore(_RedisStore):
     """
 
     _kind = "RedisLockStore"
-    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
-    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
+    _async_methods = ()
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -439,6 +472,14 @@ class RedisLockStore(_RedisStore):
         """
         return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD)
 
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the listener thread) when `key` is released; returns the remover.
+
+        What a sync waiter sleeps on: woken by a release without polling (one `SUBSCRIBE` per
+        key, shared by every waiter of the store). Needs the sync client.
+        """
+        return self._listen(self.key(key), callback)
+
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
         keys, args = self._acquire_args(key, owner, ttl)
@@ -476,8 +517,8 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    _sync_methods = ("acquire", "acquire_or_ttl", "renew", "release", "wait_released")
-    _async_methods = ("acquire_async", "acquire_or_ttl_async", "renew_async", "release_async", "wait_released_async")
+    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
+    _async_methods = ()
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
 
@@ -527,6 +568,10 @@ class RedisSemaphoreStore(_RedisStore):
     def wait_released(self, key: str, timeout: float) -> bool:
         """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder."""
         return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+
+    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """See `RedisLockStore.add_release_listener` (any slot of `key` freed)."""
+        return self._listen(self.keys(key)[0], callback)
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
         """See `acquire`."""

@@ -103,7 +103,7 @@ class SyncReleaseListener:
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = {}
+        self._waiters: dict[str, set[Callable[[], object]]] = {}  # channel -> wake-up callbacks
         self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
@@ -116,7 +116,7 @@ class SyncReleaseListener:
         event = threading.Event()
         with self._lock:
             confirmed = self._subscribe(channel)
-            self._waiters.setdefault(channel, set()).add(event)
+            self._waiters.setdefault(channel, set()).add(event.set)
             self._idle.pop(channel, None)
             if confirmed is not None:
                 self._ensure_thread()
@@ -127,13 +127,31 @@ class SyncReleaseListener:
                 return True
             return event.wait(max(0.0, deadline - time.monotonic()))
         finally:
-            with self._lock:
-                waiters = self._waiters.get(channel)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
-                        del self._waiters[channel]
-                        self._idle[channel] = time.monotonic()
+            self._remove(channel, event.set)
+
+    def listen(self, channel: str, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback()` (on the listener thread) when `channel` is released; returns the remover.
+
+        No check, no wait: the caller sleeps its own time and is woken early by a release (one
+        `SUBSCRIBE` per channel, kept a while after its last listener). Nothing happens if the
+        subscription fails: the caller's own timeout is the fallback.
+        """
+        with self._lock:
+            confirmed = self._subscribe(channel)
+            self._waiters.setdefault(channel, set()).add(callback)
+            self._idle.pop(channel, None)
+            if confirmed is not None:
+                self._ensure_thread()
+        return lambda: self._remove(channel, callback)
+
+    def _remove(self, channel: str, callback: Callable[[], object]) -> None:
+        with self._lock:
+            waiters = self._waiters.get(channel)
+            if waiters is not None:
+                waiters.discard(callback)
+                if not waiters:
+                    del self._waiters[channel]
+                    self._idle[channel] = time.monotonic()
 
     def close(self) -> None:
         """Stop the listener thread and close the subscription connection."""
@@ -147,8 +165,8 @@ class SyncReleaseListener:
                 confirmed.set()
             self._close_pubsub()
             for waiters in self._waiters.values():
-                for event in waiters:
-                    event.set()
+                for wake in waiters:
+                    wake()
             self._waiters.clear()
             self._stop = threading.Event()
 
@@ -234,8 +252,11 @@ class SyncReleaseListener:
             if confirmed is not None:
                 confirmed.set()
             return
-        for event in self._waiters.get(channel, ()):
-            event.set()
+        for wake in list(self._waiters.get(channel, ())):
+            try:
+                wake()
+            except Exception:  # noqa: BLE001 -- one listener never stops the others
+                _log.debug("a release listener raised", exc_info=True)
 
 
 class AsyncReleaseListener:

@@ -7,7 +7,8 @@ Rules every script keeps (docs/redis.md explains why):
 - Token arithmetic stays numeric: tokens are passed to `redis.call` as Lua numbers (Redis
   converts them without loss below 2**53) and returned as integer replies. A token is never
   formatted with `tostring`, `..` or `cjson`, which keep only 14 significant digits.
-- No key is ever left without an expiry.
+- No key is ever left without an expiry: a script that writes first checks every ttl it will
+  pass to `PEXPIRE` (`_TTL_CHECK`), because a script that fails half-way keeps its writes.
 
 Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (the last token
 issued, kept after release as a tombstone so that the next token is at least one more). While
@@ -67,13 +68,29 @@ local function mint(previous)
 end
 """
 
+# A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
+_TTL_CHECK = """
+local function check_ttl(ttl)
+  ttl = tonumber(ttl)
+  if not ttl or ttl < 1 or ttl > 1000000000000000 then
+    return redis.error_reply('ERR invalid ttl (ms): must be between 1 and 1e15')
+  end
+  return false
+end
+"""
+
 LOCK_ACQUIRE = LuaScript(
     "lock_acquire",
     _MINT
+    + _TTL_CHECK
     + """
 -- KEYS[1] lock key; ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry refreshed);
 -- -remaining ms when held by another owner; 0 when held with no expiry to report.
+local bad = check_ttl(ARGV[2])
+if bad then
+  return bad
+end
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -95,10 +112,15 @@ return token
 
 LOCK_RENEW = LuaScript(
     "lock_renew",
-    """
+    _TTL_CHECK
+    + """
 -- KEYS[1] lock key; ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns 1 when ARGV[1] holds the live lease (now expiring ttl from now), else 0.
 -- Never acquires: an expired or released lease stays lost.
+local bad = check_ttl(ARGV[2])
+if bad then
+  return bad
+end
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -154,12 +176,17 @@ end
 SEMAPHORE_ACQUIRE = LuaScript(
     "semaphore_acquire",
     _MINT
+    + _TTL_CHECK
     + _SEMAPHORE_PRELUDE
     + """
 -- KEYS[1] holders (sorted set); KEYS[2] tokens (hash);
 -- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] limit; ARGV[4] tombstone (ms).
 -- Returns the holder's token (>= 1): a new one, or the same one when ARGV[1] already holds a
 -- slot (its expiry refreshed); when all `limit` slots are taken, -ms until the first frees.
+local bad = check_ttl(ARGV[2])
+if bad then
+  return bad
+end
 local expires = now_ms + tonumber(ARGV[2])
 local token = false
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -180,10 +207,15 @@ return token
 
 SEMAPHORE_RENEW = LuaScript(
     "semaphore_renew",
-    _SEMAPHORE_PRELUDE
+    _TTL_CHECK
+    + _SEMAPHORE_PRELUDE
     + """
 -- KEYS[1] holders; KEYS[2] tokens; ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] tombstone (ms).
 -- Returns 1 when ARGV[1] holds a live slot (now expiring ttl from now), else 0.
+local bad = check_ttl(ARGV[2])
+if bad then
+  return bad
+end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end

@@ -8,8 +8,10 @@ maps a loss onto the result table of step 4, and emits the events.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar, cast
 
@@ -26,8 +28,8 @@ from resilience._lease import (
 from resilience._outcome import Err
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
-from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore, default_lock_store
-from resilience.stores._protocols import AsyncLockStore, LockStore
+from resilience.stores._memory import MemoryLockStore, default_lock_store
+from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.strategies._lock_key import check_key, check_store_kind, note_default_store, resolve_key
 from resilience.telemetry._event import Severity
 
@@ -107,7 +109,9 @@ class LockStrategyOptions:
         problems.duration("wait", self.wait)
         store: object = self.store
         if store is not None:
-            if isinstance(store, MemorySemaphoreStore):
+            if isinstance(store, SemaphoreStore | AsyncSemaphoreStore) and not isinstance(
+                store, LockStore | AsyncLockStore
+            ):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
             elif not isinstance(store, LockStore | AsyncLockStore):
                 check_store_kind(problems, store)
@@ -218,15 +222,37 @@ class LockEvents:
         self._emit("OnLockRenewalFailed", Severity.WARNING, LockEventArguments(context, key, token, error=error))
 
 
-class _Run:
-    """One execution's lease callbacks (they run on the renewer)."""
+_TOLD = threading.Lock()
 
-    __slots__ = ("inner", "key", "strategy")
+
+class _Run:
+    """One execution's lease callbacks (they run in the background, off the execution's thread).
+
+    `OnLockLost` is emitted once, in the execution's context (so on its span): by the
+    background callback while the execution runs, or else by the execution itself when the
+    lease ends (`tell_lost`), whichever comes first.
+    """
+
+    __slots__ = ("context", "inner", "key", "strategy", "told")
 
     def __init__(self, strategy: LockStrategy, key: str, context: ResilienceContext) -> None:
         self.strategy = strategy
         self.key = key
         self.inner = context  # the caller's, until the callable's own context is derived
+        self.context: contextvars.Context | None = None  # the execution's, once it holds the lease
+        self.told = False
+
+    def tell_lost(self, lease: LeaseBase) -> None:
+        """Emit `OnLockLost` unless already done, in the execution's context."""
+        with _TOLD:
+            if self.told:
+                return
+            self.told = True
+        context = self.context
+        if context is None:  # pragma: no cover - a lease is lost only after `_enter`
+            self.strategy._events.lost(self.inner, self.key, lease)
+        else:
+            context.run(self.strategy._events.lost, self.inner, self.key, lease)
 
     def lost(self, lease: LeaseBase) -> None:
         inner = self.inner
@@ -234,7 +260,7 @@ class _Run:
         if callback is not None:
             try:
                 result = callback(OnLockLostArguments(inner, self.key, lease.token))
-            except Exception:
+            except BaseException:
                 _logger.exception("on_lock_lost raised")
             else:
                 if inspect.isawaitable(result):
@@ -242,7 +268,7 @@ class _Run:
                     if callable(close):
                         close()
                     _logger.error("on_lock_lost returned an awaitable in a sync execution; it was not awaited")
-        self.strategy._events.lost(inner, self.key, lease)
+        self.tell_lost(lease)
 
     async def lost_async(self, lease: LeaseBase) -> None:
         inner = self.inner
@@ -254,7 +280,7 @@ class _Run:
                     await result
             except Exception:
                 _logger.exception("on_lock_lost raised")
-        self.strategy._events.lost(inner, self.key, lease)
+        self.tell_lost(lease)
 
     def renew_failed(self, lease: LeaseBase, error: Exception) -> None:
         self.strategy._events.renewal_failed(self.inner, self.key, lease.token, error)
@@ -365,11 +391,14 @@ class LockStrategy:
         props._own = {LOCK_TOKEN: lease.token, _HELD: self._held(context) | {(self._store_id, key)}}
         inner._properties = props
         run.inner = inner
+        run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
         return inner
 
     def _released(self, run: _Run, lease: LeaseBase, error: LockLostError | None) -> None:
         if error is None:
             self._events.released(run.inner, run.key, lease)
+        else:
+            run.tell_lost(lease)  # unless the background already did, while the span was open
 
     @staticmethod
     def _outcome_error(lease: LeaseBase, error: LockLostError | None, exc: Exception) -> Exception | None:

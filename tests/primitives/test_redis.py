@@ -212,6 +212,9 @@ class TestLeasePolicy:
             return handle.signal.aborted
 
         assert locks.run(key, body, heartbeat=0.1, on_renew_error=errors.append) is False
+        deadline = time.monotonic() + 5  # told off the renewing thread, maybe a moment later
+        while not errors and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert [str(e) for e in errors] == ["blip"]
 
     def test_self_release_bare_acquire_and_extend(self, client: redis.Redis, key: str) -> None:

@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from resilience import ResiliencePipeline, ResiliencePipelineBuilder
-from resilience._lease import RENEWER
+from resilience._lease import wait_idle
 from resilience.stores import MemoryLockStore
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
 
@@ -180,7 +180,7 @@ def build(clock: FakeTimeProvider, events: Events | None = None, key: Any = "job
 
 def idle() -> None:
     """Wait until the shared renewer thread has run every queued job."""
-    assert RENEWER.wait_idle(10)
+    assert wait_idle(10)
 
 
 def step(clock: FakeTimeProvider, seconds: float, dt: float = 0.05) -> None:

@@ -24,6 +24,8 @@ def test_safety_margin_is_two_ms_or_one_percent() -> None:
     """The margin is max(2 ms, 1% of ttl)."""
     assert safety_margin(0.1) == 0.002
     assert safety_margin(30.0) == 0.3
+    assert safety_margin(0.002) == 0.001  # never more than half the ttl
+    assert safety_margin(0.001) == 0.0005
     assert lease_deadline(10.0, 30.0) == 10.0 + 30.0 - 0.3
 
 
@@ -96,7 +98,7 @@ def test_timeline_renews_every_interval_from_the_send_time() -> None:
     timeline = LeaseTimeline(3.0, 1.0, sent_at=10.0)
     assert timeline.first_renewal(10.0) == 11.0
     assert timeline.deadline == 10.0 + 3.0 - 0.03
-    assert timeline.renewed(11.2) == 12.2
+    assert timeline.renewed(11.2, 11.3, 3.0) == 12.2
     assert timeline.deadline == 11.2 + 3.0 - 0.03
     assert not timeline.expired(14.0)
     assert timeline.expired(14.17)
@@ -106,16 +108,36 @@ def test_timeline_without_renewal() -> None:
     """No interval: no renewal is ever due; the deadline still holds."""
     timeline = LeaseTimeline(3.0, None, sent_at=0.0)
     assert timeline.first_renewal(0.0) is None
-    assert timeline.renewed(1.0) is None
+    assert timeline.renewed(1.0, 1.0, 3.0) is None
     assert timeline.deadline == 1.0 + 3.0 - 0.03
 
 
 def test_extend_with_another_ttl_moves_the_deadline_both_ways() -> None:
     """An extend sets the deadline from its own ttl, even a shorter one."""
     timeline = LeaseTimeline(30.0, None, sent_at=0.0)
-    timeline.renewed(1.0, ttl=1.0)
+    timeline.renewed(1.0, 1.1, 1.0, extend=True)
     assert timeline.ttl == 1.0
     assert timeline.deadline == 1.0 + 1.0 - 0.01
+    timeline.renewed(2.0, 2.1, 60.0, extend=True)
+    assert timeline.deadline == 2.0 + 60.0 - 0.6
+
+
+def test_a_late_reply_never_moves_the_deadline_past_a_newer_success() -> None:
+    """A renewal sent before an extend was answered, answered after it: the earlier deadline wins."""
+    timeline = LeaseTimeline(30.0, 10.0, sent_at=0.0)
+    timeline.renewed(10.5, 10.6, 1.0, extend=True)  # extend(1.0) sent and answered ...
+    timeline.renewed(10.0, 10.9, 30.0)  # ... while the renewal sent at 10.0 was in flight
+    assert timeline.ttl == 1.0
+    assert timeline.deadline == 10.5 + 1.0 - 0.01
+    timeline.renewed(11.0, 11.1, 1.0)  # sent after both were answered: it acted last
+    assert timeline.deadline == 11.0 + 1.0 - 0.01
+
+
+def test_an_extend_scales_the_heartbeat_with_the_ttl() -> None:
+    """extend(ttl) shorter than the heartbeat: the renewals follow the new ttl."""
+    timeline = LeaseTimeline(1.0, 0.25, sent_at=0.0)
+    assert timeline.renewed(0.1, 0.1, 0.1, extend=True) == pytest.approx(0.1 + 0.025)
+    assert timeline.renewed(0.2, 0.2, 4.0, extend=True) == pytest.approx(0.2 + 0.25)
 
 
 def test_failed_renewal_backs_off_up_to_a_tenth_of_ttl() -> None:
@@ -137,7 +159,7 @@ def test_a_success_resets_the_failure_count() -> None:
     timeline = LeaseTimeline(30.0, 10.0, sent_at=0.0)
     timeline.failed(10.0)
     timeline.failed(10.05)
-    timeline.renewed(10.2)
+    timeline.renewed(10.2, 10.2, 30.0)
     assert timeline.failures == 0
     assert timeline.failed(10.3) == 10.3 + 0.05
 

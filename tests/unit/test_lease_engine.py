@@ -334,21 +334,22 @@ class TestHooks:
         assert "a lease callback raised" in caplog.text
         await lease.finish_async()
 
-    def test_renewer_job_errors_are_logged(self, caplog: pytest.LogCaptureFixture) -> None:
-        """A job that raises on the renewer thread is logged and the thread goes on."""
-        from resilience._lease import RENEWER
+    @pytest.mark.parametrize("error", [RuntimeError("job"), SystemExit(1), KeyboardInterrupt()])
+    def test_pool_job_errors_are_logged(self, caplog: pytest.LogCaptureFixture, error: BaseException) -> None:
+        """A job that raises (even SystemExit) on a pool thread is logged and the pool goes on."""
+        from resilience._lease._workers import CALLBACKS
 
         def boom() -> None:
-            raise RuntimeError("job")
+            raise error
 
         with caplog.at_level(logging.ERROR, logger="resilience"):
-            RENEWER.submit(boom)
+            CALLBACKS.submit(boom)
             idle()
             ran: list[bool] = []
-            RENEWER.submit(lambda: ran.append(True))
+            CALLBACKS.submit(lambda: ran.append(True))
             idle()
         assert ran == [True]
-        assert "a lease renewal job raised" in caplog.text
+        assert "lease-callbacks raised" in caplog.text
 
 
 class TestAsyncEdges:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from resilience import LockNotAcquiredError, ResiliencePipelineBuilder, get_lock_token
-from resilience._lease import RENEWER
+from resilience._lease._workers import STORE_THREADS
 from resilience.stores import MemoryLockStore
 
 N = 8
@@ -111,7 +111,7 @@ async def test_with_a_wait_budget_every_task_runs_one_at_a_time() -> None:
 
 
 def test_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
-    """On the real clock a 200 ms ttl survives a 700 ms job, with one renewer thread."""
+    """On the real clock a 200 ms ttl survives a 700 ms job, with one store thread."""
     store = MemoryLockStore()
     pipeline = ResiliencePipelineBuilder().add_lock("t:long", ttl=0.2, store=store).build()
 
@@ -120,9 +120,8 @@ def test_renewal_keeps_a_real_lease_alive_past_its_ttl() -> None:
         return store.acquire("t:long", "other", 1.0) is None
 
     assert pipeline.execute(job) is True
-    assert RENEWER.started
     names = [t.name for t in threading.enumerate()]
-    assert names.count("resilience-lease-renewer") == 1
+    assert names.count("resilience-store-MemoryLockStore") == 1
     assert names.count("resilience-timer") <= 1
 
 
@@ -155,7 +154,7 @@ def test_a_sync_execution_inside_a_running_loop_still_renews() -> None:
 
 @pytest.mark.parametrize("count", [200])
 def test_many_held_leases_share_the_renewer(count: int) -> None:
-    """Hundreds of leases held at once renew on one thread: no thread per lease."""
+    """Hundreds of leases held at once renew on the store's pool: no thread per lease."""
     store = MemoryLockStore()
     lost: list[object] = []
     pipeline = (
@@ -186,7 +185,9 @@ def test_many_held_leases_share_the_renewer(count: int) -> None:
     go.set()
     for thread in threads:
         thread.join(10)
-    assert background <= 2
+    # The timer thread and the store's pool: one thread while renewals flow, a few more
+    # (bounded) only while a burst of them waits on a loaded machine.
+    assert background <= 1 + STORE_THREADS
     assert len(store) == 0
     assert lost == []
 

@@ -536,16 +536,31 @@ async def test_a_cancelled_async_callable_releases_and_propagates(clock: FakeTim
     assert events.names() == ["OnLockAcquired", "OnLockReleased"]
 
 
-def test_a_ttl_below_the_safety_margin_is_lost_at_once(clock: FakeTimeProvider) -> None:
-    """ttl=1 ms is shorter than the 2 ms margin: the lease is lost as soon as it is taken, and said so."""
+def test_a_one_ms_ttl_is_held_for_an_instant(clock: FakeTimeProvider) -> None:
+    """ttl=1 ms: the margin is at most half the ttl, so an instant body holds the lease."""
     events = Events()
-    lost: list[OnLockLostArguments] = []
 
     def job() -> object:
         clock.advance(0)  # a fake clock runs what is due only when moved
         return _signal_reason()
 
-    reason = build(clock, events, ttl=0.001, on_lock_lost=lost.append).execute(job)
+    assert build(clock, events, ttl=0.001).execute(job) is None
+    idle()
+    assert "OnLockLost" not in events.names()
+
+
+def test_a_one_ms_ttl_is_lost_after_half_of_it(clock: FakeTimeProvider) -> None:
+    """ttl=1 ms without a renewal in time: lost at its local deadline (0.5 ms), and said so."""
+    events = Events()
+    lost: list[OnLockLostArguments] = []
+    store = FaultyStore(clock)
+    store.renew_error = ConnectionError("down")
+
+    def job() -> object:
+        clock.advance(0.0006)
+        return _signal_reason()
+
+    reason = build(clock, events, ttl=0.001, store=store, on_lock_lost=lost.append).execute(job)
     idle()
     assert isinstance(reason, LockLostError)
     assert len(lost) == 1

@@ -1,0 +1,228 @@
+"""Background threads of the sync lease runtime: small bounded pools and per-lease strands.
+
+The timer thread only decides and enqueues. The work it hands on runs here:
+
+- store calls (renewals, best-effort releases) on the store's own `Pool` (`store_pool`): a
+  store whose calls hang stalls only its own leases, whose deadlines still fire on the timer;
+- user code (signal callbacks, `on_lock_lost`, `on_renew_error`, telemetry listeners) on the
+  shared `CALLBACKS` pool, each lease's callbacks in order on its own `Strand`: a slow callback
+  holds one thread, and the next lease's callbacks start on another.
+
+A pool has one thread while its jobs flow. When jobs wait and no job started or ended for
+`STALL` seconds (a call that hangs, a slow callback), it adds a thread, up to its bound; a
+thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000 leases on one store thus
+costs one store thread and one callback thread while nothing is slow. Every job's exceptions, including
+`SystemExit` and `KeyboardInterrupt`, are logged: a pool thread never dies of a job.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from resilience._timers import TIMER_THREAD
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["CALLBACKS", "IDLE_EXIT", "Pool", "Strand", "fork_generation", "run_logged", "store_pool", "wait_idle"]
+
+_logger = logging.getLogger("resilience")
+
+IDLE_EXIT = 30.0
+"""Seconds a pool thread waits for work before it ends."""
+STALL = 0.005
+"""Seconds without progress while jobs wait before a pool adds a thread."""
+STORE_THREADS = 4
+"""Threads at most per store (calls that hang beyond that queue behind them)."""
+CALLBACK_THREADS = 16
+"""Threads at most running user callbacks (beyond that, callbacks queue)."""
+
+
+def run_logged(job: Callable[[], object], what: str) -> None:
+    """Run `job()`, logging anything it raises (a background thread must not die of it)."""
+    try:
+        job()
+    except BaseException:
+        _logger.exception("%s raised", what)
+
+
+class Pool:
+    """Up to `size` daemon threads running queued jobs; threads start on demand and end when idle."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._jobs: collections.deque[Callable[[], object]] = collections.deque()
+        self._threads = 0
+        self._idle = 0
+        self._busy = 0
+        self._progress = 0.0  # when a job last started or ended
+        self._watching = False  # a stall check is armed
+
+    @property
+    def threads(self) -> int:
+        """How many threads the pool has now."""
+        return self._threads
+
+    def submit(self, job: Callable[[], object]) -> None:
+        """Run `job()` on a pool thread (its exceptions are logged)."""
+        watch = False
+        with self._cond:
+            self._jobs.append(job)
+            if self._idle > len(self._jobs) - 1:
+                self._cond.notify()
+                return
+            if self._threads == 0:
+                self._start()
+            elif self._threads < self.size and not self._watching:
+                self._watching = watch = True
+        if watch:
+            TIMER_THREAD.call_later(STALL, self._check_stall)
+
+    def _start(self) -> None:
+        # Under the condition's lock.
+        self._threads += 1
+        self._progress = time.monotonic()
+        threading.Thread(target=self._serve, name=f"resilience-{self.name}", daemon=True).start()
+
+    def _check_stall(self) -> None:
+        """On the timer thread: jobs still wait and nothing moved for `STALL`: add a thread."""
+        with self._cond:
+            self._watching = False
+            if not self._jobs or self._idle or self._threads >= self.size:
+                return
+            if time.monotonic() - self._progress >= STALL:
+                self._start()
+                if self._threads >= self.size:
+                    return
+            self._watching = True
+        TIMER_THREAD.call_later(STALL, self._check_stall)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until no job is queued or running (real time); for tests and benchmarks."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout)
+
+    def _serve(self) -> None:
+        cond = self._cond
+        jobs = self._jobs
+        while True:
+            with cond:
+                while not jobs:
+                    self._idle += 1
+                    cond.notify_all()  # wake `wait_idle`
+                    woken = cond.wait(IDLE_EXIT)
+                    self._idle -= 1
+                    if not woken and not jobs:
+                        self._threads -= 1
+                        return
+                job = jobs.popleft()
+                self._busy += 1
+                self._progress = time.monotonic()
+            try:
+                run_logged(job, f"a job on {self.name}")
+            finally:
+                with cond:
+                    self._busy -= 1
+                    self._progress = time.monotonic()
+
+
+class Strand:
+    """Jobs of one lease, run one at a time and in order on a pool (never two at once)."""
+
+    __slots__ = ("_jobs", "_lock", "_pool", "_running")
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._jobs: collections.deque[Callable[[], object]] = collections.deque()
+        self._running = False
+
+    def submit(self, job: Callable[[], object]) -> None:
+        """Run `job()` after the strand's earlier jobs."""
+        with self._lock:
+            self._jobs.append(job)
+            if self._running:
+                return
+            self._running = True
+        self._pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    self._running = False
+                    return
+                job = self._jobs.popleft()
+            run_logged(job, "a lease callback")
+
+
+CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS)
+"""Where user callbacks of sync leases run (never on the timer thread nor a store's thread)."""
+
+_STORE_POOLS: weakref.WeakKeyDictionary[object, Pool] = weakref.WeakKeyDictionary()
+_STRONG_POOLS: dict[int, Pool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def store_pool(store: object) -> Pool:
+    """The pool that runs the background calls to `store` (one per store object)."""
+    with _POOLS_LOCK:
+        try:
+            pool = _STORE_POOLS.get(store)
+            if pool is None:
+                pool = _STORE_POOLS[store] = Pool(f"store-{type(store).__name__}", STORE_THREADS)
+        except TypeError:  # not weakly referenceable, or unhashable: kept by id for the process
+            pool = _STRONG_POOLS.get(id(store))
+            if pool is None:
+                pool = _STRONG_POOLS[id(store)] = Pool(f"store-{type(store).__name__}", STORE_THREADS)
+    return pool
+
+
+def all_pools() -> list[Pool]:
+    """Every pool of the process."""
+    with _POOLS_LOCK:
+        return [*_STORE_POOLS.values(), *_STRONG_POOLS.values(), CALLBACKS]
+
+
+def wait_idle(timeout: float = 5.0) -> bool:
+    """Block until every pool is idle (real time); for tests and benchmarks.
+
+    Store pools first, then the callbacks their jobs queued; twice, as a callback may renew.
+    """
+    deadline = time.monotonic() + timeout
+    for _ in range(2):
+        for pool in all_pools():
+            if not pool.wait_idle(max(0.0, deadline - time.monotonic())):
+                return False
+    return True
+
+
+_generation = 0
+
+
+def fork_generation() -> int:
+    """A number that changes in a child process after `os.fork()`: inherited leases compare it."""
+    return _generation
+
+
+def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
+    global _POOLS_LOCK, _generation  # noqa: PLW0603 - held by a parent thread at fork time, maybe
+    _generation += 1
+    _POOLS_LOCK = threading.Lock()
+    CALLBACKS._reset()
+    _STORE_POOLS.clear()
+    _STRONG_POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,55 @@
+"""After a fault: is the lease runtime of this process still renewing and watching sync leases?"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from resilience import LockLostError, ResiliencePipelineBuilder, get_context
+from resilience.stores import MemoryLockStore
+
+TTL = 0.6  # room for a loaded machine: renewals every 0.2 s
+
+
+def _aborted() -> bool:
+    context = get_context()
+    assert context is not None
+    return context.signal.aborted
+
+
+def assert_runtime_healthy() -> None:
+    """A sync lease outliving its ttl is renewed (not lost), and a stolen one is told within ttl."""
+    store = MemoryLockStore()
+    key = f"health-{uuid.uuid4().hex}"
+    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=TTL, store=store).build()
+
+    def renewed() -> bool:
+        time.sleep(2 * TTL)  # past the ttl: only renewals keep it
+        return _aborted()
+
+    assert pipeline.execute(renewed) is False
+
+    def stolen() -> float:
+        with store._mutex:
+            store._leases.pop(key)
+        assert store.acquire(key, "thief", 30.0) is not None
+        started = time.monotonic()
+        context = get_context()
+        assert context is not None
+        assert context.signal.wait(5 * TTL), "the loss was never told"
+        assert isinstance(context.signal.reason, LockLostError)
+        return time.monotonic() - started
+
+    assert pipeline.execute(stolen) < 2 * TTL  # the strategy returns a body's result even after a loss
+
+
+async def assert_async_runtime_healthy() -> None:
+    """The async twin: renewed past its ttl on this loop."""
+    pipeline = ResiliencePipelineBuilder().add_lock(f"health-{uuid.uuid4().hex}", ttl=TTL).build()
+
+    async def renewed() -> bool:
+        await asyncio.sleep(2 * TTL)
+        return _aborted()
+
+    assert await pipeline.execute_async(renewed) is False

@@ -1,0 +1,101 @@
+"""One lease never hurts another (issue #11): a hanging store call or a slow callback stays its own.
+
+Real clock, real threads: the sync runtime's timer thread only enqueues; store calls run on
+the store's own pool, user callbacks on the lease's strand of the callback pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from resilience._lease import LeaseParams, LockOps, acquire_lease
+from resilience.stores import MemoryLockStore
+
+TTL = 0.3
+
+
+class HangingStore(MemoryLockStore):
+    """Every renewal blocks until `release_all` (a black-holed connection without a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        self.gate.wait(30)
+        return False
+
+
+class AnsweringFalse(MemoryLockStore):
+    """Every renewal answers False (the lease is gone) and records when it answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: dict[str, float] = {}
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        self.answered[key] = time.monotonic()
+        return False
+
+
+def _acquire(store: MemoryLockStore, key: str, **params: object) -> object:
+    lease, _ = acquire_lease(
+        LockOps(store),
+        key,
+        params=LeaseParams(ttl=TTL, renew_interval=TTL / 3, **params),  # type: ignore[arg-type]
+        schedule=None,
+        time_provider=store.time_provider,
+        signal=None,
+    )
+    assert lease is not None
+    return lease
+
+
+@pytest.mark.timeout(60)
+def test_a_hanging_store_never_costs_a_lease_on_another_store() -> None:
+    hanging = HangingStore()
+    healthy = MemoryLockStore()
+    try:
+        stuck = _acquire(hanging, "stuck")
+        started = time.monotonic()
+        leases = [_acquire(healthy, f"k{i}") for i in range(20)]
+        stuck_lost_at = None
+        while time.monotonic() - started < 3 * TTL:
+            if stuck_lost_at is None and stuck.lost:  # type: ignore[attr-defined]
+                stuck_lost_at = time.monotonic() - started
+            assert not any(lease.lost for lease in leases)  # type: ignore[attr-defined]
+            time.sleep(0.005)
+        assert stuck_lost_at is not None
+        assert stuck_lost_at <= TTL + 0.05, f"the hanging lease was declared lost at {stuck_lost_at:.3f}s"
+        for lease in leases:
+            assert lease.finish() is None  # type: ignore[attr-defined]
+    finally:
+        hanging.gate.set()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("slow", ["signal-callback", "on_lost"])
+def test_a_slow_callback_never_delays_another_leases_loss(slow: str) -> None:
+    store = AnsweringFalse()
+    told: dict[str, float] = {}
+
+    def sleep_1s(*_args: object) -> None:
+        time.sleep(1.0)
+
+    a = _acquire(store, "a", on_lost=sleep_1s if slow == "on_lost" else None)
+    if slow == "signal-callback":
+        a.signal.add_callback(sleep_1s)  # type: ignore[attr-defined]
+    time.sleep(0.05)  # B's renewal is answered 50 ms after A's, while A's callback sleeps
+    b = _acquire(store, "b")
+    b.signal.add_callback(lambda _reason: told.setdefault("b", time.monotonic()))  # type: ignore[attr-defined]
+    assert b.signal.wait(5)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 2
+    while "b" not in told and time.monotonic() < deadline:
+        time.sleep(0.001)
+    delay = told["b"] - store.answered["b"]
+    assert delay <= 0.02, f"B's loss was told {delay * 1000:.1f} ms after its renewal answered"
+    for lease in (a, b):
+        lease.finish()  # type: ignore[attr-defined]

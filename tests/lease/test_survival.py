@@ -1,0 +1,205 @@
+"""Whatever a caller passes or a callback raises, the runtime lives on (regressions of issue #11).
+
+Each test does what once killed the shared timer or renewer thread for the whole process (or
+stopped the loop), then proves with `assert_runtime_healthy` that a normal lease in the same
+process is still renewed and watched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from resilience import LockLostError, ResiliencePipelineBuilder, ValidationError, get_context
+from resilience._timers import TIMER_THREAD
+from resilience.primitives import lock
+from resilience.stores import MemoryLockStore
+from resilience.telemetry import TelemetryOptions
+from tests.lease.health import assert_async_runtime_healthy, assert_runtime_healthy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from resilience.telemetry import TelemetryEvent
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+
+FATAL = [SystemExit, KeyboardInterrupt]
+
+
+class LosingStore(MemoryLockStore):
+    """Every renewal answers False (the lease is gone), or raises `renew_error`."""
+
+    def __init__(self, renew_error: Exception | None = None) -> None:
+        super().__init__()
+        self.renew_error = renew_error
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        if self.renew_error is not None:
+            raise self.renew_error
+        return False
+
+
+def _raiser(exc: type[BaseException]) -> Callable[..., None]:
+    def raise_(*_args: object) -> None:
+        raise exc
+
+    return raise_
+
+
+def _wait_for_loss() -> None:
+    context = get_context()
+    assert context is not None
+    assert context.signal.wait(3.0)
+
+
+# -- huge durations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ResiliencePipelineBuilder().add_lock("k", ttl=2.8e10).build(),
+        lambda: ResiliencePipelineBuilder().add_lock("k", wait=1e10).build(),
+        lambda: ResiliencePipelineBuilder().add_lock("k", ttl=9.2e15).build(),
+        lambda: ResiliencePipelineBuilder().add_timeout(1e10).build(),
+        lambda: lock(MemoryLockStore()).run("k", lambda _h: None, ttl=3.7e10),
+        lambda: lock(MemoryLockStore()).acquire("k", retries=1, retry_delay=1e10),
+        lambda: lock(MemoryLockStore(), ttl=1e300),
+    ],
+    ids=["lock-ttl", "lock-wait", "lock-ttl-redis-overflow", "timeout", "run-ttl", "retry-delay", "primitive-ttl"],
+)
+def test_huge_durations_are_refused_at_validation(make: Callable[[], object]) -> None:
+    with pytest.raises(ValidationError, match="at most"):
+        make()
+    assert_runtime_healthy()
+
+
+def test_a_held_memory_key_with_a_huge_retry_delay_is_a_validation_error() -> None:
+    store = MemoryLockStore()
+    locks = lock(store)
+    handle = locks.acquire("k")
+    assert handle is not None
+    with pytest.raises(ValidationError):
+        locks.acquire("k", retries=1, retry_delay=1e10)
+    assert handle.release()
+
+
+def test_an_extend_with_a_huge_ttl_is_a_validation_error() -> None:
+    locks = lock(MemoryLockStore())
+    handle = locks.acquire("k")
+    assert handle is not None
+    with pytest.raises(ValidationError):
+        handle.extend(1e10)
+    assert handle.release()
+    assert_runtime_healthy()
+
+
+@pytest.mark.parametrize("delay", [1e10, 1e300, float("inf"), float("nan"), -5.0])
+def test_the_timer_thread_survives_any_delay(delay: float) -> None:
+    fired = threading.Event()
+    far = TIMER_THREAD.call_later(delay, lambda: None)
+    TIMER_THREAD.call_later(0.01, fired.set)
+    assert fired.wait(2.0)
+    far.cancel()
+    assert_runtime_healthy()
+
+
+# -- SystemExit / KeyboardInterrupt in any callback -------------------------------------------
+
+
+@pytest.mark.parametrize("exc", FATAL)
+def test_a_timer_callback_raising_a_fatal_error(exc: type[BaseException]) -> None:
+    TIMER_THREAD.call_later(0, _raiser(exc))
+    time.sleep(0.05)
+    assert_runtime_healthy()
+
+
+@pytest.mark.parametrize("exc", FATAL)
+@pytest.mark.parametrize("kind", ["signal-callback", "on_lock_lost", "listener-on-lost"])
+def test_a_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseException]) -> None:
+    options: dict[str, Any] = {}
+    listeners: list[Callable[[TelemetryEvent], object]] = []
+    if kind == "on_lock_lost":
+        options["on_lock_lost"] = _raiser(exc)
+    if kind == "listener-on-lost":
+
+        def listener(event: TelemetryEvent) -> None:
+            if event.name == "OnLockLost":
+                raise exc
+
+        listeners.append(listener)
+    pipeline = (
+        ResiliencePipelineBuilder(telemetry=TelemetryOptions(listeners=listeners))
+        .add_lock(f"k-{uuid.uuid4().hex}", ttl=0.3, store=LosingStore(), **options)
+        .build()
+    )
+
+    def body() -> None:
+        if kind == "signal-callback":
+            context = get_context()
+            assert context is not None
+            context.signal.add_callback(_raiser(exc))
+        _wait_for_loss()
+
+    pipeline.execute(body)  # the strategy returns the body's result after a loss
+    time.sleep(0.05)
+    assert_runtime_healthy()
+
+
+@pytest.mark.parametrize("exc", FATAL)
+@pytest.mark.parametrize("kind", ["on_renew_error", "listener-on-renewal-failed"])
+def test_a_renewal_error_callback_raising_a_fatal_error(kind: str, exc: type[BaseException]) -> None:
+    store = LosingStore(renew_error=ConnectionError("down"))
+    reported = threading.Event()
+
+    def on_renew_error(_error: Exception) -> None:
+        reported.set()
+        raise exc
+
+    if kind == "on_renew_error":
+        locks = lock(store)
+        with pytest.raises(LockLostError):
+            locks.run(f"k-{uuid.uuid4().hex}", lambda _h: _wait_for_loss(), ttl=0.3, on_renew_error=on_renew_error)
+    else:
+
+        def listener(event: TelemetryEvent) -> None:
+            if event.name == "OnLockRenewalFailed":
+                on_renew_error(ConnectionError())
+
+        pipeline = (
+            ResiliencePipelineBuilder(telemetry=TelemetryOptions(listeners=[listener]))
+            .add_lock(f"k-{uuid.uuid4().hex}", ttl=0.3, store=store)
+            .build()
+        )
+        pipeline.execute(_wait_for_loss)
+    assert reported.wait(5)  # told on the lease's callback strand, maybe after the execution ended
+    time.sleep(0.05)
+    assert_runtime_healthy()
+
+
+@pytest.mark.parametrize("exc", FATAL)
+@pytest.mark.parametrize("kind", ["signal-callback", "on_lock_lost"])
+async def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseException]) -> None:
+    options: dict[str, Any] = {}
+    if kind == "on_lock_lost":
+        options["on_lock_lost"] = _raiser(exc)
+    pipeline = ResiliencePipelineBuilder().add_lock(f"k-{uuid.uuid4().hex}", ttl=0.3, store=LosingStore(), **options)
+    built = pipeline.build()
+
+    async def body() -> None:
+        context = get_context()
+        assert context is not None
+        if kind == "signal-callback":
+            context.signal.add_callback(_raiser(exc))
+        assert await context.signal.wait_async(3.0)
+
+    await built.execute_async(body)
+    await asyncio.sleep(0.05)
+    await assert_async_runtime_healthy()
+    assert_runtime_healthy()
