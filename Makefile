@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
+	$(BIN)/python benchmarks/circuit_fleet.py
 	$(BIN)/python benchmarks/postgres_lock.py
 	$(BIN)/python benchmarks/rate_limit.py
 
