@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/redis_contention.py
 	$(BIN)/python benchmarks/http_transport.py --server raw
 	$(BIN)/python benchmarks/http_transport.py --server stdlib
+	$(BIN)/python benchmarks/circuit_fleet.py
 	$(BIN)/python benchmarks/postgres_lock.py
 	$(BIN)/python benchmarks/rate_limit.py
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from resilience.limiters._algorithms import RateLimitAlgorithm
     from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
     from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
+    from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._circuit_controller import (
         BreakDurationGeneratorArguments,
         CircuitBreakerManualControl,
@@ -184,9 +185,12 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None,
         on_closed: Callable[[OnCircuitClosedArguments], object] | None = None,
         on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None,
+        state_store: RedisCircuitStateStore | None = None,
+        circuit_key: str | None = None,
+        sync_interval: Duration = 0.1,
         name: str = "CircuitBreaker",
     ) -> Self:
-        """`.add(circuit_breaker_strategy(...))`: Polly's advanced circuit breaker."""
+        """`.add(circuit_breaker_strategy(...))`: Polly's advanced circuit breaker, local or shared by a fleet."""
         from resilience.strategies._circuit_breaker import circuit_breaker_strategy
 
         return self.add(
@@ -202,6 +206,9 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
                 on_opened=on_opened,
                 on_closed=on_closed,
                 on_half_opened=on_half_opened,
+                state_store=state_store,
+                circuit_key=circuit_key,
+                sync_interval=sync_interval,
                 name=name,
             )
         )

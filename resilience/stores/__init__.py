@@ -1,4 +1,4 @@
-"""Lease stores for the lock strategy and the primitives: protocols and implementations."""
+"""Stores: leases for the lock strategy and the primitives, and shared circuit state."""
 
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._postgres import PostgresLockStore, PostgresSemaphoreStore
@@ -14,6 +14,7 @@ from resilience.stores._protocols import (
     SupportsReleaseNotification,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
+from resilience.stores._redis_circuit import RedisCircuitStateStore
 
 __all__ = [
     "AsyncLockStore",
@@ -25,6 +26,7 @@ __all__ = [
     "MemorySemaphoreStore",
     "PostgresLockStore",
     "PostgresSemaphoreStore",
+    "RedisCircuitStateStore",
     "RedisLockStore",
     "RedisSemaphoreStore",
     "SemaphoreStore",

@@ -36,6 +36,7 @@ from resilience.strategies._circuit_controller import (
     OnCircuitOpenedArguments,
 )
 from resilience.strategies._circuit_core import CircuitState
+from resilience.strategies._circuit_sync import OnCircuitStateSyncFailedArguments
 from resilience.strategies._concurrency_limiter import (
     ConcurrencyLimiterStrategyOptions,
     concurrency_limiter_strategy,
@@ -106,6 +107,7 @@ __all__ = [
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
+    "OnCircuitStateSyncFailedArguments",
     "OnFallbackArguments",
     "OnFaultInjectedArguments",
     "OnHedgingArguments",

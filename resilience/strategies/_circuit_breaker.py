@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok
 from resilience._validation import Duration, Problems, to_seconds
+from resilience.exceptions import ValidationError
 from resilience.strategies._circuit_controller import (
     BreakDurationGeneratorArguments,
     CircuitBreakerManualControl,
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
+    from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._circuit_sync import CircuitSync
 
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
@@ -52,9 +55,12 @@ class CircuitBreakerStrategyOptions:
     on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None
     on_closed: Callable[[OnCircuitClosedArguments], object] | None = None
     on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None
+    state_store: RedisCircuitStateStore | None = None
+    circuit_key: str | None = None
+    sync_interval: Duration = 0.1
     name: str = "CircuitBreaker"
 
-    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:  # noqa: ARG002 - protocol
+    def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()
         ratio = self.failure_ratio
@@ -76,22 +82,62 @@ class CircuitBreakerStrategyOptions:
         problems.callable("on_opened", self.on_opened)
         problems.callable("on_closed", self.on_closed)
         problems.callable("on_half_opened", self.on_half_opened)
+        self._validate_sharing(problems, context)
         problems.name("name", self.name)
         return problems.items
 
+    def _validate_sharing(self, problems: Problems, context: StrategyBuildContext) -> None:
+        from resilience.stores._redis_circuit import check_state_store
+
+        problem = check_state_store(self.state_store)
+        if problem is not None:
+            problems.add("state_store", problem)
+        problems.duration("sync_interval", self.sync_interval, positive=True)
+        key: object = self.circuit_key
+        if key is not None and (not isinstance(key, str) or not key):
+            problems.add("circuit_key", f"must be a non-empty str, got {key!r}")
+        elif key is not None and self.state_store is None:
+            problems.add("circuit_key", "needs a state_store (a circuit without one is not shared)")
+        elif key is None and self.state_store is not None and not context.pipeline_name:
+            problems.add("circuit_key", "give one, or name the pipeline: the default is '<pipeline name>/<name>'")
+
+    def shared_key(self, context: StrategyBuildContext) -> str:
+        """The key the fleet shares this circuit under."""
+        return self.circuit_key if self.circuit_key is not None else f"{context.pipeline_name}/{self.name}"
+
     def create(self, context: StrategyBuildContext, /) -> CircuitBreakerStrategy:
-        """A circuit breaker with a fresh circuit."""
-        core = CircuitCore(
-            failure_ratio=float(self.failure_ratio),
-            minimum_throughput=self.minimum_throughput,
-            sampling_duration=to_seconds(self.sampling_duration),
-            break_duration=to_seconds(self.break_duration),
-        )
-        controller = CircuitController(core, self, time_provider=context.time_provider, telemetry=context.telemetry)
+        """A circuit breaker with a fresh circuit (shared with the fleet when there is a `state_store`)."""
+        parameters: dict[str, Any] = {
+            "failure_ratio": float(self.failure_ratio),
+            "minimum_throughput": self.minimum_throughput,
+            "sampling_duration": to_seconds(self.sampling_duration),
+            "break_duration": to_seconds(self.break_duration),
+        }
+        store = self.state_store
+        controller: CircuitController
+        if store is None:
+            controller = CircuitController(
+                CircuitCore(**parameters), self, time_provider=context.time_provider, telemetry=context.telemetry
+            )
+        else:
+            from resilience.strategies._circuit_fleet import SharedCircuitCore
+            from resilience.strategies._circuit_sync import shared_controller
+
+            controller = shared_controller(
+                self,
+                SharedCircuitCore(**parameters),
+                store,
+                self.shared_key(context),
+                to_seconds(self.sync_interval),
+                time_provider=context.time_provider,
+                telemetry=context.telemetry,
+            )
         if self.state_provider is not None:
             self.state_provider._controller = controller
         if self.manual_control is not None:
             self.manual_control._attach(controller)
+        if store is not None and not store.has_sync_client:
+            return _AsyncSharedCircuitBreakerStrategy(controller, Handler(self.handle))
         return CircuitBreakerStrategy(controller, Handler(self.handle))
 
 
@@ -108,6 +154,9 @@ def circuit_breaker_strategy(
     on_opened: Callable[[OnCircuitOpenedArguments], object] | None = None,
     on_closed: Callable[[OnCircuitClosedArguments], object] | None = None,
     on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None = None,
+    state_store: RedisCircuitStateStore | None = None,
+    circuit_key: str | None = None,
+    sync_interval: Duration = 0.1,
     name: str = "CircuitBreaker",
 ) -> CircuitBreakerStrategyOptions:
     """Stop calling a failing dependency for a while (Polly's advanced circuit breaker).
@@ -115,6 +164,12 @@ def circuit_breaker_strategy(
     Opens when, within `sampling_duration`, at least `minimum_throughput` calls were made and
     the share of handled failures reached `failure_ratio`; rejects with `BrokenCircuitError`
     for `break_duration` (or what `break_duration_generator` says); then lets one probe through.
+
+    With a `state_store` (`resilience.stores.RedisCircuitStateStore`), every process using the
+    same `circuit_key` (default `"<pipeline name>/<name>"`) shares one circuit: the ratio over
+    the fleet's outcomes, one probe for the fleet, isolation from any process. Outcomes are
+    counted locally and sent in the background at most every `sync_interval`; calls never wait
+    for Redis, and while it is unreachable the circuit decides on local state.
     """
     return CircuitBreakerStrategyOptions(
         failure_ratio=failure_ratio,
@@ -128,6 +183,9 @@ def circuit_breaker_strategy(
         on_opened=on_opened,
         on_closed=on_closed,
         on_half_opened=on_half_opened,
+        state_store=state_store,
+        circuit_key=circuit_key,
+        sync_interval=sync_interval,
         name=name,
     )
 
@@ -212,3 +270,27 @@ class CircuitBreakerStrategy:
 
     def __repr__(self) -> str:
         return f"<CircuitBreakerStrategy state={self.state.name}>"
+
+
+class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
+    """A circuit shared through a store that has only an asyncio client: its sync is a task."""
+
+    __slots__ = ()
+
+    sync_problem = (
+        "this circuit is shared through a RedisCircuitStateStore with only an asyncio client: "
+        "run it with execute_async, or give the store a sync client= too"
+    )
+    """Why a sync execution is refused (the pipeline refuses it before anything runs)."""
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:  # noqa: ARG002
+        """Refused: the sync of this circuit needs a running event loop."""
+        raise ValidationError(self.sync_problem)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Start the circuit's sync on this loop if needed, then as `CircuitBreakerStrategy`."""
+        sync: CircuitSync = self._controller.sync  # type: ignore[attr-defined]
+        sync.ensure_task()
+        return await super().execute_async(callback, context)

@@ -259,9 +259,17 @@ class CircuitController:
         )
         return arguments
 
+    def _seconds(self, transition: Transition) -> float:
+        if transition.is_manual:
+            return math.inf
+        known = transition.break_duration
+        return self.core.break_duration if known is None else known
+
     def breaking(self, transition: Transition, context: ResilienceContext) -> BreakDurationGeneratorArguments | None:
         """The generator's arguments when this opening waits for it, else None."""
         if self._generator is None or transition.state is not CircuitState.OPEN:
+            return None
+        if transition.break_duration is not None:  # learned from the fleet, or the fleet's break
             return None
         return BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
 
@@ -281,7 +289,7 @@ class CircuitController:
         if plain is not None:
             arguments, callback = plain
         else:
-            seconds = math.inf if transition.is_manual else self.core.break_duration
+            seconds = self._seconds(transition)
             generating = self.breaking(transition, context)
             if generating is not None:
                 value: object = None
@@ -302,7 +310,7 @@ class CircuitController:
         if plain is not None:
             arguments, callback = plain
         else:
-            seconds = math.inf if transition.is_manual else self.core.break_duration
+            seconds = self._seconds(transition)
             generating = self.breaking(transition, context)
             if generating is not None:
                 value: object = None

@@ -42,7 +42,7 @@ class CircuitState(enum.Enum):
 class Transition:
     """A state change to report: the new `state`, why, and (when opening) the window's health."""
 
-    __slots__ = ("failure_count", "failure_rate", "generation", "is_manual", "state")
+    __slots__ = ("break_duration", "failure_count", "failure_rate", "generation", "is_manual", "state")
 
     def __init__(
         self,
@@ -58,6 +58,8 @@ class Transition:
         self.is_manual = is_manual
         self.failure_rate = failure_rate
         self.failure_count = failure_count
+        self.break_duration: float | None = None
+        """Set when the break is known already (an opening learned from a shared circuit)."""
 
     def __repr__(self) -> str:
         return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"

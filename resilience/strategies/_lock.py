@@ -240,19 +240,33 @@ class _Run:
         self.key = key
         self.inner = context  # the caller's, until the callable's own context is derived
         self.context: contextvars.Context | None = None  # the execution's, once it holds the lease
-        self.told = False
+        self.told: bool | threading.Event = False  # an Event while the background emits
 
-    def tell_lost(self, lease: LeaseBase) -> None:
-        """Emit `OnLockLost` unless already done, in the execution's context."""
+    def tell_lost(self, lease: LeaseBase, *, ending: bool = False) -> None:
+        """Emit `OnLockLost` unless already done, in the execution's context.
+
+        `ending`: the execution itself, before it returns; if the background is emitting at
+        that moment, it waits (briefly) for it, so the event lands before the span ends.
+        """
         with _TOLD:
-            if self.told:
+            told = self.told
+            if told is True:
                 return
+            if told is False:
+                self.told = emitting = threading.Event()
+        if told is not False:
+            if ending:
+                told.wait(1.0)
+            return
+        try:
+            context = self.context
+            if context is None:  # pragma: no cover - a lease is lost only after `_enter`
+                self.strategy._events.lost(self.inner, self.key, lease)
+            else:
+                context.run(self.strategy._events.lost, self.inner, self.key, lease)
+        finally:
             self.told = True
-        context = self.context
-        if context is None:  # pragma: no cover - a lease is lost only after `_enter`
-            self.strategy._events.lost(self.inner, self.key, lease)
-        else:
-            context.run(self.strategy._events.lost, self.inner, self.key, lease)
+            emitting.set()
 
     def lost(self, lease: LeaseBase) -> None:
         inner = self.inner
@@ -398,7 +412,7 @@ class LockStrategy:
         if error is None:
             self._events.released(run.inner, run.key, lease)
         else:
-            run.tell_lost(lease)  # unless the background already did, while the span was open
+            run.tell_lost(lease, ending=True)  # unless the background did, while the span was open
 
     @staticmethod
     def _outcome_error(lease: LeaseBase, error: LockLostError | None, exc: Exception) -> Exception | None:

@@ -1,0 +1,292 @@
+"""A circuit shared by a fleet, as pure code: the local state machine plus what the fleet says.
+
+`SharedCircuitCore` is a `CircuitCore` whose opening and half-open probe are decided by the
+shared state (a Redis hash, `resilience.stores.RedisCircuitStateStore`), not by this process:
+
+- Closed, it counts outcomes in its own window (for the day the store is unreachable) and in
+  `unsent_successes`/`unsent_failures`, which the background sync sends in one batch; the
+  store adds every process's batches to one window and opens the circuit for the fleet.
+- Open, it rejects until the fleet grants this process the probe. A call rejected once the
+  break is over sets `probe_wanted`; the sync asks the store, and only the process the store
+  grants it to lets one call through (`HALF_OPEN`). The probe's outcome goes back as a command.
+- Manual `isolate()`/`close()` and the probe's outcome are queued in `outbox` for the sync.
+- `apply(...)` takes the store's answer and returns the transition this process sees (one
+  event per transition learned); `go_local()` makes it a plain local circuit while the store
+  cannot be reached, `go_shared()` hands the decisions back when it answers again.
+
+Every method takes `now` (this process's monotonic clock); the store converts its server-time
+deadlines to "seconds from now" so no two clocks are ever compared. Not thread-safe: the
+controller calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
+from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
+
+__all__ = ["Command", "SharedCircuitCore", "StateCode"]
+
+_CLOSED = CircuitState.CLOSED
+_OPEN = CircuitState.OPEN
+_HALF_OPEN = CircuitState.HALF_OPEN
+_ISOLATED = CircuitState.ISOLATED
+
+
+class StateCode(enum.IntEnum):
+    """The state as the store keeps it (numbers only, in Lua)."""
+
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+    ISOLATED = 3
+
+
+class Command(enum.IntEnum):
+    """What a sync asks the store to do besides adding counts (one per round trip)."""
+
+    NONE = 0
+    CLAIM_PROBE = 1
+    """Open and its break is over: may this process send the one probe?"""
+    PROBE_SUCCEEDED = 2
+    """Our probe ended well: close the circuit (if it is still the probe's epoch)."""
+    PROBE_FAILED = 3
+    """Our probe was a handled failure: open it again for a break."""
+    ISOLATE = 4
+    CLOSE = 5
+    """Closed by hand."""
+    OPEN = 6
+    """This process opened the circuit on its own while the store was unreachable."""
+
+
+_TO_STATE = {
+    StateCode.CLOSED: _CLOSED,
+    StateCode.OPEN: _OPEN,
+    StateCode.HALF_OPEN: _HALF_OPEN,
+    StateCode.ISOLATED: _ISOLATED,
+}
+_TO_CODE = {state: code for code, state in _TO_STATE.items()}
+_MANUAL = (Command.ISOLATE, Command.CLOSE)
+
+
+class SharedCircuitCore(CircuitCore):
+    """A circuit whose openings and probes the fleet decides (see the module docstring)."""
+
+    __slots__ = (
+        "_granted_until",
+        "_probe_mine",
+        "_resync",
+        "outbox",
+        "probe_wanted",
+        "remote_epoch",
+        "shared",
+        "unsent_failures",
+        "unsent_successes",
+    )
+
+    def __init__(
+        self, *, failure_ratio: float, minimum_throughput: int, sampling_duration: float, break_duration: float
+    ) -> None:
+        super().__init__(
+            failure_ratio=failure_ratio,
+            minimum_throughput=minimum_throughput,
+            sampling_duration=sampling_duration,
+            break_duration=break_duration,
+        )
+        self.shared = True
+        """False while the store is unreachable: the circuit decides alone (a local circuit)."""
+        self.remote_epoch = 0
+        """The store's epoch this circuit last agreed with (bumped by every fleet transition)."""
+        self.unsent_successes = 0
+        self.unsent_failures = 0
+        self.probe_wanted = False
+        self.outbox: list[tuple[Command, int, float]] = []
+        """Commands for the store: (command, the epoch it applies to, break seconds)."""
+        self._granted_until: float | None = None  # the fleet's probe is ours until then
+        self._probe_mine = False
+        self._resync = False  # the next answer wins over whatever was decided locally meanwhile
+
+    # -- what the sync sends ---------------------------------------------------------------------
+
+    def take_batch(self) -> tuple[int, int, Command, int, float]:
+        """Counts and one command to send now: `(successes, failures, command, epoch, seconds)`.
+
+        The counts are reset (a failed send loses them: they are not worth a second trip).
+        """
+        successes, failures = self.unsent_successes, self.unsent_failures
+        self.unsent_successes = self.unsent_failures = 0
+        if self.outbox:
+            command, epoch, seconds = self.outbox.pop(0)
+            return successes, failures, command, epoch, seconds
+        if self.probe_wanted and self.shared and self.state in (_OPEN, _HALF_OPEN):
+            self.probe_wanted = False
+            return successes, failures, Command.CLAIM_PROBE, self.remote_epoch, 0.0
+        return successes, failures, Command.NONE, self.remote_epoch, 0.0
+
+    def known(self, now: float) -> tuple[StateCode, float]:
+        """What this process believes, so that a store that lost its data gets it back."""
+        state = self.state
+        remaining = 0.0
+        if state is _OPEN and self._blocked_until is not None:
+            remaining = max(0.0, self._blocked_until - now)
+        return _TO_CODE[state], remaining
+
+    def _send(self, command: Command, seconds: float = 0.0) -> None:
+        if command in _MANUAL:  # only the last manual move matters
+            self.outbox = [entry for entry in self.outbox if entry[0] not in _MANUAL]
+        self.outbox.append((command, self.remote_epoch, seconds))
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    def admit(self, now: float) -> tuple[int, Transition | None]:
+        """As `CircuitCore.admit`, except that a shared circuit probes only when the fleet says so."""
+        if not self.shared or self.state is _CLOSED:
+            return super().admit(now)
+        state = self.state
+        if state is _ISOLATED:
+            raise IsolatedCircuitError
+        granted = self._granted_until
+        mine = granted is not None and now < granted
+        if state is _OPEN:
+            if mine:
+                generation = self._move(_HALF_OPEN)
+                self._probe_until = granted
+                self._probe_mine = True
+                return generation, Transition(_HALF_OPEN, generation)
+            blocked_until = self._blocked_until
+            if blocked_until is None or now >= blocked_until:
+                self.probe_wanted = True  # the break is over: ask the fleet for the probe
+                raise BrokenCircuitError(retry_after=None)
+            raise BrokenCircuitError(retry_after=blocked_until - now)
+        probe_until = self._probe_until
+        if self._probe_mine and mine and probe_until is None:  # our probe's slot was freed
+            self._probe_until = granted
+            return self.generation, None
+        if probe_until is None or now >= probe_until:
+            self.probe_wanted = True  # the fleet's probe outlived its lease: ask for another
+            raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=None)
+        raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=probe_until - now)
+
+    def record(self, now: float, ticket: int, *, handled: bool, pending_break: bool = False) -> Transition | None:
+        """Count an outcome; shared, the window only counts (the fleet decides openings)."""
+        if ticket != self.generation:
+            return None
+        state = self.state
+        if state is _CLOSED:
+            if handled:
+                self.unsent_failures += 1
+            else:
+                self.unsent_successes += 1
+            if self.shared:
+                if handled:
+                    self.window.failure(now)
+                else:
+                    self.window.success(now)
+                return None
+            transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
+            if transition is not None:  # opened alone while the store was unreachable: tell it later
+                self._send(Command.OPEN, self._break_duration)
+            return transition
+        if state is _HALF_OPEN and self.shared:
+            self._granted_until = None
+            self._probe_mine = False
+            self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
+            if not handled:
+                return self._close()
+            transition = self._open(now, pending=False)
+            transition.break_duration = self._break_duration  # the fleet's break: no generator
+            return transition
+        return super().record(now, ticket, handled=handled, pending_break=pending_break)
+
+    # -- manual control --------------------------------------------------------------------------
+
+    def isolate(self, now: float) -> Transition | None:
+        """Isolate here at once and tell the fleet."""
+        self._send(Command.ISOLATE)
+        return super().isolate(now)
+
+    def close(self) -> Transition | None:
+        """Close here at once and tell the fleet."""
+        self._send(Command.CLOSE)
+        return super().close()
+
+    # -- what the fleet says ---------------------------------------------------------------------
+
+    def apply(  # noqa: C901 - one branch per remote state, each a line or two
+        self,
+        now: float,
+        code: StateCode,
+        epoch: int,
+        remaining: float,
+        *,
+        manual: bool = False,
+        granted: bool = False,
+    ) -> Transition | None:
+        """The store's state after a sync; the transition this process now sees, if any.
+
+        `remaining`: seconds until the break ends (open) or the probe's lease ends (half-open).
+        """
+        if self.outbox or not self.shared:
+            return None  # our own command is still on its way: its answer will be the truth
+        resync, self._resync = self._resync, False
+        state = self.state
+        if epoch == self.remote_epoch and not resync:
+            if code is StateCode.OPEN and state is _OPEN:
+                self._blocked_until = now + remaining
+            return None
+        self.remote_epoch = epoch
+        self.unsent_successes = self.unsent_failures = 0  # counted under an epoch that is over
+        target = _TO_STATE[code]
+        self._probe_mine = False
+        self._granted_until = None
+        if target is _CLOSED:
+            if state is _CLOSED:
+                self.window.reset()  # the fleet opened and closed meanwhile: start afresh
+                return None
+            return self._close(manual=manual)
+        if target is _ISOLATED:
+            return None if state is _ISOLATED else self._open(now, pending=False, manual=True)
+        if target is _HALF_OPEN and granted:
+            self._granted_until = now + remaining  # the next call is the fleet's probe
+            if state is _HALF_OPEN:  # the previous probe's lease ran out: a new one, ours
+                self._probe_mine = True
+                self._probe_until = None
+                return None
+            transition = None if state is _OPEN else self._open(now, pending=False)
+            self._blocked_until = now
+            if transition is not None:
+                transition.break_duration = 0.0
+            return transition
+        if target is _HALF_OPEN:
+            if state is _HALF_OPEN:
+                self._probe_until = now + remaining
+                return None
+            generation = self._move(_HALF_OPEN)
+            self._probe_until = now + remaining  # someone else's probe, until its lease ends
+            return Transition(_HALF_OPEN, generation)
+        if state is _OPEN:
+            self._blocked_until = now + remaining
+            return None
+        transition = self._open(now, pending=False, manual=manual)
+        self._blocked_until = now + remaining
+        transition.break_duration = remaining
+        return transition
+
+    def go_local(self, now: float) -> None:
+        """The store is unreachable: decide alone until `go_shared()`."""
+        if not self.shared:
+            return
+        self.shared = False
+        self.probe_wanted = False
+        if self.state is _OPEN and self._granted_until is not None:
+            self._blocked_until = now  # the fleet had granted us the probe: probe locally
+        self._granted_until = None
+        self._probe_mine = False
+
+    def go_shared(self) -> None:
+        """The store answers again: its next answer wins over what was decided alone meanwhile."""
+        if self.shared:
+            return
+        self.shared = True
+        self._resync = True

@@ -1,0 +1,424 @@
+"""The background synchronisation of shared circuits: never a Redis call on a call's path.
+
+`SharedCircuitController` is the controller of a `SharedCircuitCore`: its hot path only
+counts (under the same lock as a local circuit); commands (a probe claim, a probe's outcome, a
+manual move) wake the sync at once. `CircuitSync` performs one exchange with the store for
+one circuit and applies the answer; it is run
+
+- with a sync client, by one `SyncWorker` thread per store, shared by every circuit of that
+  store (a heap of due times, like the timer thread), each exchange guarded by a watchdog on
+  the shared timer thread: a store that does not answer within `stall_after` puts the circuit
+  on local state, although the worker is still waiting for the reply;
+- with only an asyncio client, by one task per circuit on the loop of its async executions,
+  each exchange under `asyncio.timeout(stall_after)`.
+
+The store being unreachable emits `OnCircuitStateSyncFailed` (Warning) once per outage, puts
+the circuit on local decisions, and retries with a backoff up to `_MAX_BACKOFF`; the first
+answer after that hands the decisions back to the fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from resilience._context import new_context
+from resilience._outcome import Err
+from resilience._timers import TIMER_THREAD
+from resilience.strategies._circuit_controller import CircuitController
+from resilience.strategies._circuit_core import CircuitState, Transition
+from resilience.strategies._circuit_fleet import SharedCircuitCore, StateCode
+from resilience.telemetry._event import Severity
+
+if TYPE_CHECKING:
+    from resilience._time import TimeProvider
+    from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
+    from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions
+    from resilience.telemetry._source import TelemetrySource
+
+__all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]
+
+_CLOSED = CircuitState.CLOSED
+_MAX_BACKOFF = 2.0
+"""The longest wait between two attempts while the store is unreachable (seconds)."""
+_IDLE = 5.0
+"""A store's sync thread ends after this long without a circuit to serve (seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnCircuitStateSyncFailedArguments:
+    """What the `OnCircuitStateSyncFailed` event carries: the circuit and why it runs on local state."""
+
+    circuit_key: str
+    error: Exception
+    """The store's error (a `TimeoutError` when it did not answer in time)."""
+
+
+class SharedCircuitController(CircuitController):
+    """The controller of a circuit shared through a store: counts locally, wakes the sync on commands."""
+
+    __slots__ = ("sync",)
+
+    core: SharedCircuitCore
+    sync: CircuitSync
+
+    def admit(self) -> tuple[int, Transition | None]:
+        """Admit a call; a rejection after the break asks the fleet for the probe."""
+        now = self._time.monotonic()
+        core = self.core
+        with self.lock:
+            wanted = core.probe_wanted
+            try:
+                return core.admit(now)
+            finally:
+                if core.probe_wanted and not wanted:
+                    self.sync.wake()
+
+    def record(self, ticket: int, *, handled: bool) -> Transition | None:
+        """Count an outcome (a probe's outcome goes to the fleet at once)."""
+        now = self._time.monotonic()
+        core = self.core
+        with self.lock:
+            transition = core.record(
+                now, ticket, handled=handled, pending_break=self._generator is not None and not core.shared
+            )
+            urgent = bool(core.outbox)
+        if urgent:
+            self.sync.wake()
+        return transition
+
+    def succeeded(self, ticket: int) -> Transition | None:
+        """Count a success: the closed-state hot path, one more counter than a local circuit."""
+        now = self._time.monotonic()
+        core = self.core
+        with self.lock:
+            if ticket == core.generation and core.state is _CLOSED:
+                core.window.success(now)
+                core.unsent_successes += 1
+                return None
+        return self.record(ticket, handled=False)
+
+    def move(self, *, isolate: bool) -> Transition | None:
+        """Isolate or close by hand, here at once and for the fleet at the next (immediate) sync."""
+        transition = super().move(isolate=isolate)
+        self.sync.wake()
+        return transition
+
+
+class CircuitSync:
+    """One circuit's exchanges with the store: what to send, and what the answer changes."""
+
+    __slots__ = (
+        "__weakref__",
+        "_failing",
+        "_ref",
+        "_store",
+        "_task",
+        "_worker",
+        "due",
+        "interval",
+        "key",
+        "stall_after",
+    )
+
+    def __init__(
+        self, controller: SharedCircuitController, store: RedisCircuitStateStore, key: str, interval: float
+    ) -> None:
+        # Weakly: the controller holds this sync, and a cycle would keep a dropped pipeline
+        # syncing until the next full garbage collection.
+        self._ref = weakref.ref(controller)
+        self._store = store
+        self.key = key
+        self.interval = interval
+        self.stall_after = max(1.0, 10 * interval)
+        """How long an exchange may take before the circuit goes on local state meanwhile."""
+        self._failing = 0  # failed exchanges in a row
+        self.due = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._worker: SyncWorker | None = None
+        if store.has_sync_client:
+            self._worker = _worker_of(store)
+            self._worker.schedule(self, 0.0)
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Exchange as soon as possible (a command is waiting)."""
+        if self._worker is not None:
+            self._worker.schedule(self, 0.0)
+        # An asyncio sync looks at the outbox when it wakes: at most one interval later.
+
+    def next_delay(self) -> float:
+        """Seconds until the next exchange: the interval, or a backoff while failing."""
+        if self._failing:
+            return float(min(_MAX_BACKOFF, self.interval * 2 ** min(self._failing, 10)))
+        return self.interval
+
+    # -- one exchange ----------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Whether the circuit still exists (its pipeline was not dropped)."""
+        return self._ref() is not None
+
+    def _prepare(self) -> object | None:
+        from resilience.stores._redis_circuit import CircuitExchange
+
+        controller = self._ref()
+        if controller is None:
+            return None
+        core = controller.core
+        now = controller._time.monotonic()
+        with controller.lock:
+            successes, failures, command, command_epoch, remaining = core.take_batch()
+            state, left = core.known(now)
+            epoch = core.remote_epoch
+        options = controller._options
+        return CircuitExchange(
+            successes,
+            failures,
+            float(options.failure_ratio),
+            options.minimum_throughput,
+            core.window._sampling,
+            core.break_duration,
+            command,
+            command_epoch,
+            epoch,
+            state,
+            remaining if command else left,
+        )
+
+    def answered(self, reply: CircuitReply) -> None:
+        """Apply the fleet's state (the store answered)."""
+        controller = self._ref()
+        if controller is None:
+            return
+        core = controller.core
+        now = controller._time.monotonic()
+        with controller.lock:
+            if self._failing or not core.shared:
+                core.go_shared()
+            self._failing = 0
+            transition = core.apply(
+                now,
+                StateCode(reply.state),
+                reply.epoch,
+                reply.remaining,
+                manual=reply.manual,
+                granted=reply.granted,
+            )
+            again = bool(core.outbox)
+        if transition is not None:
+            _report_remote(controller, transition)
+        if again and self._worker is not None:
+            self._worker.schedule(self, 0.0)
+
+    def failed(self, error: Exception) -> None:
+        """The store could not be reached: local state, and say so once per outage."""
+        controller = self._ref()
+        if controller is None:
+            return
+        now = controller._time.monotonic()
+        with controller.lock:
+            first = self._failing == 0 and controller.core.shared
+            self._failing += 1
+            controller.core.go_local(now)
+        if first:
+            arguments = OnCircuitStateSyncFailedArguments(self.key, error)
+            controller._telemetry.emit(
+                "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
+            )
+
+    def stalled(self) -> None:
+        """The store has not answered within `stall_after`: go on local state meanwhile."""
+        self.failed(TimeoutError(f"the circuit state store did not answer within {self.stall_after:g}s"))
+
+    def run_once(self) -> None:
+        """One exchange through the sync client (on the worker thread)."""
+        exchange = self._prepare()
+        if exchange is None:
+            return
+        watchdog = TIMER_THREAD.call_later(self.stall_after, self.stalled)
+        try:
+            reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
+            watchdog.cancel()
+            self.failed(exc)
+            return
+        watchdog.cancel()
+        self.answered(reply)
+
+    async def run_once_async(self) -> None:
+        """One exchange through the asyncio client."""
+        exchange = self._prepare()
+        if exchange is None:
+            return
+        try:
+            async with asyncio.timeout(self.stall_after):
+                reply = await self._store.exchange_async(self.key, exchange)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
+            self.failed(exc)
+            return
+        self.answered(reply)
+
+    # -- asyncio-only stores ---------------------------------------------------------------------
+
+    def ensure_task(self) -> None:
+        """Start this circuit's sync task on the running loop if it has none there."""
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            if self._store.closed:
+                self.detach()
+                return
+            self._task = asyncio.get_running_loop().create_task(
+                _serve_async(weakref.ref(self)), name=f"resilience-circuit-sync-{self.key}"
+            )
+            self._store._tasks.add(self._task)
+
+    def detach(self) -> None:
+        """The store was closed: this circuit decides alone from now on."""
+        controller = self._ref()
+        if controller is None:
+            return
+        now = controller._time.monotonic()
+        with controller.lock:
+            controller.core.go_local(now)
+
+
+async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
+    """Exchange every interval while the circuit lives (a task holds it weakly)."""
+    while True:
+        sync = ref()
+        if sync is None or not sync.alive:
+            return
+        if sync._store.closed:
+            sync.detach()
+            return
+        await sync.run_once_async()
+        delay = sync.next_delay()
+        del sync
+        await asyncio.sleep(delay)
+
+
+def _report_remote(controller: CircuitController, transition: Transition) -> None:
+    """The event of a transition learned from the fleet (no execution runs: no callback)."""
+    context = new_context()
+    if transition.state is CircuitState.HALF_OPEN:
+        controller.half_opened(context)
+    elif transition.state is CircuitState.CLOSED:
+        controller.closed(transition, context, None)
+    else:
+        seconds = float("inf") if transition.is_manual else transition.break_duration
+        controller.opened(transition, context, None, controller.core.break_duration if seconds is None else seconds)
+
+
+class SyncWorker:
+    """One daemon thread per store running its circuits' exchanges when due (no thread per circuit)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, weakref.ref[CircuitSync]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, sync: CircuitSync, delay: float) -> None:
+        """Run `sync` after `delay` seconds (sooner wins over a later time already set)."""
+        due = time.monotonic() + delay
+        with self._cond:
+            if sync.due and sync.due <= due and delay > 0:
+                return
+            sync.due = due
+            heapq.heappush(self._heap, (due, next(self._seq), weakref.ref(sync)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def _next(self) -> CircuitSync | None:
+        """The next sync when due; None when there was nothing to do for `_IDLE` (the thread ends)."""
+        with self._cond:
+            while True:
+                if not self._heap:
+                    if not self._cond.wait(_IDLE) and not self._heap:
+                        self._thread = None  # a schedule() starts a new one
+                        return None
+                    continue
+                due, _, ref = self._heap[0]
+                sync = ref()
+                if sync is None or sync.due != due or not sync.alive:  # gone, or rescheduled since
+                    heapq.heappop(self._heap)
+                    continue
+                wait = due - time.monotonic()
+                if wait <= 0:
+                    heapq.heappop(self._heap)
+                    sync.due = 0.0
+                    return sync
+                del sync
+                self._cond.wait(wait)
+
+    def _serve(self) -> None:
+        while True:
+            sync = self._next()
+            if sync is None:
+                return
+            if sync._store.closed:
+                sync.detach()  # and no longer scheduled
+            else:
+                sync.run_once()
+                self.schedule(sync, sync.next_delay())
+            del sync
+
+    def _after_fork_in_child(self) -> None:
+        # The thread did not survive the fork; the circuits did: serve them again.
+        self._cond = threading.Condition()
+        self._thread = None
+        if self._heap:
+            self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+            self._thread.start()
+
+
+_WORKERS: weakref.WeakKeyDictionary[RedisCircuitStateStore, SyncWorker] = weakref.WeakKeyDictionary()
+_WORKERS_LOCK = threading.Lock()
+
+
+def _worker_of(store: RedisCircuitStateStore) -> SyncWorker:
+    with _WORKERS_LOCK:
+        worker = _WORKERS.get(store)
+        if worker is None:
+            worker = _WORKERS[store] = SyncWorker(f"resilience-circuit-sync-{store.prefix}")
+        return worker
+
+
+def _after_fork_in_child() -> None:
+    with contextlib.suppress(Exception):
+        for worker in list(_WORKERS.values()):
+            worker._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def shared_controller(
+    options: CircuitBreakerStrategyOptions,
+    core: SharedCircuitCore,
+    store: RedisCircuitStateStore,
+    key: str,
+    interval: float,
+    *,
+    time_provider: TimeProvider,
+    telemetry: TelemetrySource,
+) -> SharedCircuitController:
+    """A shared circuit's controller, its sync already scheduled."""
+    controller = SharedCircuitController(core, options, time_provider=time_provider, telemetry=telemetry)
+    controller.sync = CircuitSync(controller, store, key, interval)
+    return controller
