@@ -381,6 +381,11 @@ class AsyncReleaseListener:
                 else:
                     message = await pubsub.get_message(timeout=_POLL)
             except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    # A cancellation that a client's own read timeout turned into an error
+                    # (3.11's asyncio.timeout can): stop as asked, never loop on past `aclose`.
+                    raise asyncio.CancelledError from None
                 _log.debug("release listener read failed", exc_info=True)
                 await asyncio.sleep(_POLL)
                 continue
