@@ -411,6 +411,9 @@ def test_a_release_wakes_the_longest_waiting_waiter_only(pg_locks: PostgresLockS
         threads.append(thread)
         pg_locks.wait_released(pg_key + ":warm", 0.01)  # makes the listener exist
         assert _registered(pg_locks._listener, index + 1)
+    # A waiter registers, then checks once whether the key is already free: let the last one
+    # pass that check, or a release meanwhile lets it return by its check, not by a wake-up.
+    time.sleep(0.3)
     for expected in (["a"], ["a", "b"], ["a", "b", "c"]):
         assert pg_locks.release(pg_key, "holder")
         deadline = time.monotonic() + 10
