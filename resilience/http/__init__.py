@@ -1,4 +1,4 @@
-"""HTTP: resilient httpx transports and .NET's standard resilience pipeline (extra `[http]`).
+"""HTTP: resilient httpx transports and .NET's standard resilience and hedging pipelines (extra `[http]`).
 
     import httpx
     from resilience.http import ResilientTransport, standard_pipeline
@@ -22,7 +22,8 @@ from resilience.http._classify import (
     parse_retry_after,
     retry_allowed,
 )
-from resilience.http._standard import standard_pipeline
+from resilience.http._hedging import HttpHedging, HttpHedgingStrategyOptions, http_hedging_strategy, is_hedgeable
+from resilience.http._standard import request_authority, standard_hedging_pipeline, standard_pipeline
 from resilience.http._strategies import (
     AuthorityCircuitBreaker,
     HttpCircuitBreakerStrategyOptions,
@@ -40,15 +41,21 @@ __all__ = [
     "AsyncResilientTransport",
     "AuthorityCircuitBreaker",
     "HttpCircuitBreakerStrategyOptions",
+    "HttpHedging",
+    "HttpHedgingStrategyOptions",
     "HttpRetryStrategyOptions",
     "HttpTimeoutStrategyOptions",
     "ResilientTransport",
     "current_request",
     "http_circuit_breaker_strategy",
+    "http_hedging_strategy",
     "http_retry_strategy",
     "http_timeout_strategy",
+    "is_hedgeable",
     "is_transient",
     "parse_retry_after",
+    "request_authority",
     "retry_allowed",
+    "standard_hedging_pipeline",
     "standard_pipeline",
 ]

@@ -55,6 +55,7 @@ __all__ = [
     "HttpCircuitBreakerStrategyOptions",
     "HttpRetryStrategyOptions",
     "HttpTimeoutStrategyOptions",
+    "check_bool",
     "http_circuit_breaker_strategy",
     "http_retry_strategy",
     "http_timeout_strategy",
@@ -63,7 +64,8 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _check_bool(problems: Problems, option: str, value: object) -> None:
+def check_bool(problems: Problems, option: str, value: object) -> None:
+    """Report `option` unless `value` is a bool (an int or a string is a mistake here)."""
     if not isinstance(value, bool):
         problems.add(option, f"must be a bool, got {value!r}")
 
@@ -113,8 +115,8 @@ class HttpRetryStrategyOptions:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()
         problems.callable("handle", self.handle)
-        _check_bool(problems, "use_retry_after", self.use_retry_after)
-        _check_bool(problems, "retry_unsafe_methods", self.retry_unsafe_methods)
+        check_bool(problems, "use_retry_after", self.use_retry_after)
+        check_bool(problems, "retry_unsafe_methods", self.retry_unsafe_methods)
         return [*self._retry(context.time_provider).validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
@@ -304,7 +306,7 @@ class HttpCircuitBreakerStrategyOptions:
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()  # `handle` is checked by the circuit breaker's own options
-        _check_bool(problems, "per_authority", self.per_authority)
+        check_bool(problems, "per_authority", self.per_authority)
         return [*self._circuit().validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:

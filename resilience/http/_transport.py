@@ -14,13 +14,23 @@ timeouts, and every response an attempt produced. The pipeline runs `_attempt` (
 When the pipeline returns, every response but the returned one is discarded; when it raises,
 all of them are; a hedged attempt answering after that discards its own. The returned
 response's stream is untouched (never buffered).
+
+Under an HTTP hedging strategy (`ABORTABLE` set), a sync attempt sends its own shallow copy of
+the request from a sender thread and waits for its answer or its signal, whichever comes
+first: a blocking read cannot be interrupted, and the hedging strategy returns only once every
+attempt has ended, so without this a loser's slow read would hold the winner's answer back. The
+abandoned send discards its response when it arrives. Async attempts need none of this: a
+cancelled task closes its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
+import queue
 import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
@@ -37,12 +47,15 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.telemetry._otel import EventFields
 
-__all__ = ["DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard", "discard_async"]
+__all__ = ["ABORTABLE", "DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard", "discard_async"]
 
 _logger = logging.getLogger("resilience")
 
 DEADLINE: Final[ContextVar[float | None]] = ContextVar("resilience_http_deadline", default=None)
 """The nearest deadline (time provider's `monotonic()`) set by the HTTP timeout strategies around the inner pipeline."""
+
+ABORTABLE: Final[ContextVar[bool]] = ContextVar("resilience_http_abortable", default=False)
+"""Set by the HTTP hedging strategy: sync attempts must end as soon as their signal aborts."""
 
 # A discarded response's body is read (so the connection can serve the next request) only when
 # it is announced this small; anything else closes the connection instead.
@@ -142,19 +155,28 @@ class _Exchange:
         REQUEST.reset(tokens[0])
         CONTEXT_TAGS.reset(tokens[1])
 
-    def prepare(self) -> None:
-        """Give httpx the time left before the nearest HTTP timeout's deadline as the request's timeouts."""
+    def prepare(self, *, own_copy: bool = False) -> httpx.Request:
+        """The request to send: the time left before the nearest HTTP timeout's deadline as its timeouts.
+
+        `own_copy`: a shallow copy of the request, for an attempt sent from another thread while
+        others may be preparing theirs (they would overwrite each other's extensions).
+        """
+        request = self.request
+        if own_copy:
+            request = httpx.Request.__new__(httpx.Request)
+            request.__dict__.update(self.request.__dict__)  # copy.copy would drop the stream (__getstate__)
         deadline = DEADLINE.get()
         if deadline is None:
-            self.request.extensions = self.extensions
-            return
+            request.extensions = self.extensions
+            return request
         cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
         for key in _TIMEOUT_KEYS:
             own = original.get(key)
             timeouts[key] = cut if own is None else min(own, cut)
-        self.request.extensions = {**self.extensions, "timeout": timeouts}
+        request.extensions = {**self.extensions, "timeout": timeouts}
+        return request
 
     def deadline_passed(self) -> bool:
         """Whether the nearest deadline is due (httpx's timeout may beat our timer)."""
@@ -188,6 +210,111 @@ class _Exchange:
             self.finished = True
             live, self._live = self._live, []
         return [response for _, response in live if response is not keep]
+
+
+class _Senders:
+    """Threads that send the requests of abortable sync attempts; idle ones are reused.
+
+    Not capped: an abandoned send keeps its thread until httpx's own timeout (the attempt's
+    deadline) or the answer ends it, and a cap would queue fresh attempts behind such losers.
+    A thread idle for 30 s ends.
+    """
+
+    _IDLE: Final = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Any]] = []
+
+    def submit(self, job: Any) -> None:
+        """Run `job()` on an idle sender, or a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is not None:
+            inbox.put(job)
+            return
+        fresh: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        thread = threading.Thread(target=self._work, args=(fresh, job), daemon=True)
+        thread.name = "resilience-http-sender"
+        thread.start()
+
+    def _work(self, inbox: queue.SimpleQueue[Any], job: Any) -> None:
+        while True:
+            job()
+            job = None
+            with self._lock:
+                self._idle.append(inbox)
+            try:
+                job = inbox.get(timeout=self._IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                job = inbox.get()  # taken by `submit` just now: its job is on the way
+
+
+_SENDERS: Final = _Senders()
+
+
+class _Send:
+    """One abortable send: the sender's answer, or the attempt's giving up, whichever comes first."""
+
+    __slots__ = ("_abandoned", "_answer", "_lock", "done", "transport")
+
+    def __init__(self, transport: httpx.BaseTransport) -> None:
+        self.transport = transport
+        self._lock = threading.Lock()
+        self._answer: httpx.Response | BaseException | None = None
+        self._abandoned = False
+        self.done = threading.Event()
+
+    def run(self, request: httpx.Request) -> None:
+        """On a sender: send; hand the answer over, or discard it if the attempt gave up."""
+        answer: httpx.Response | BaseException
+        try:
+            answer = self.transport.handle_request(request)
+        except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
+            answer = exc
+        with self._lock:
+            abandoned = self._abandoned
+            if not abandoned:
+                self._answer = answer
+        self.done.set()
+        if abandoned and isinstance(answer, httpx.Response):
+            discard(answer)  # the attempt is gone (lost the race, or timed out)
+
+    def abandon(self, _reason: BaseException) -> None:
+        """The attempt's signal aborted (a signal callback)."""
+        self.done.set()
+
+    def answer(self) -> httpx.Response | BaseException | None:
+        """The answer if it arrived; else None, and the sender will discard it."""
+        with self._lock:
+            if self._answer is None:
+                self._abandoned = True
+            return self._answer
+
+
+def _send_abortable(transport: httpx.BaseTransport, request: httpx.Request) -> httpx.Response:
+    """Send `request` from a sender thread; raise the signal's reason as soon as it aborts."""
+    signal = _signal()
+    send = _Send(transport)
+    remove = signal.add_callback(send.abandon)
+    try:
+        # The caller's contextvars (an OpenTelemetry span, say) go with the request.
+        _SENDERS.submit(functools.partial(contextvars.copy_context().run, send.run, request))
+        send.done.wait()
+    finally:
+        remove()
+    answer = send.answer()
+    if answer is None:
+        reason = signal.reason
+        assert reason is not None  # only an abort sets `done` before an answer
+        raise reason
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 class ResilientTransport(httpx.BaseTransport):
@@ -224,10 +351,10 @@ class ResilientTransport(httpx.BaseTransport):
         flow = threading.get_ident()
         for discarded in exchange.take_earlier(flow):
             discard(discarded)
-        exchange.prepare()
-        request = exchange.request
+        abortable = ABORTABLE.get()
+        request = exchange.prepare(own_copy=abortable)
         try:
-            response = self.transport.handle_request(request)
+            response = _send_abortable(self.transport, request) if abortable else self.transport.handle_request(request)
         except httpx.TimeoutException:
             if exchange.deadline_passed():
                 # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let
@@ -278,8 +405,9 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         flow = asyncio.current_task()
         for discarded in exchange.take_earlier(flow):
             await discard_async(discarded)
-        exchange.prepare()
-        request = exchange.request
+        # No copy needed: httpx reads the extensions before its first await, so no other
+        # attempt of this loop can change them in between.
+        request = exchange.prepare()
         try:
             response = await self.transport.handle_async_request(request)
         except httpx.TimeoutException:
