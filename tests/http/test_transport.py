@@ -13,7 +13,7 @@ import pytest
 from resilience import BrokenCircuitError, TimeoutRejectedError
 from resilience.http import RETRY_EXTENSION, AuthorityCircuitBreaker, standard_pipeline
 from resilience.strategies import CircuitState
-from resilience.testing import FakeTimeProvider
+from resilience.testing import FakeTimeProvider, capture_events
 from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer, free_port
 
@@ -275,10 +275,13 @@ async def test_an_attempt_timeout_cuts_each_attempt_and_retries(
         clients, kind, standard_pipeline(attempt_timeout=0.3, total_timeout=20, max_retries=1, retry_delay=0.01)
     )
     started = time.monotonic()
-    with pytest.raises((TimeoutRejectedError, httpx.TimeoutException)):
+    with capture_events() as events, pytest.raises((TimeoutRejectedError, httpx.TimeoutException)):
         await client.request("GET", url)
     assert time.monotonic() - started < 10  # far less than the server's 30 s
-    assert len(server.requests_to("/hang")) == 2
+    # Two attempts, each cut by its own timeout. Counted from the events, not the server's log:
+    # on a loaded machine an attempt may be cut before its request even reached the server.
+    assert [e.name for e in events if e.strategy_name == "AttemptTimeout"] == ["OnTimeout", "OnTimeout"]
+    assert 1 <= len(server.requests_to("/hang")) <= 2
 
 
 async def test_the_total_timeout_cuts_the_request_and_stops_retrying(
