@@ -62,11 +62,20 @@ def _parse(message: Any) -> tuple[str, str] | None:
 
 
 async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
+    task = asyncio.current_task()
+    baseline = 0 if task is None else task.cancelling()
     try:
-        return await check()
+        free = await check()
     except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
         _log.debug("release check failed", exc_info=True)
-        return False
+        free = False
+    if task is not None and task.cancelling() > baseline:
+        # The waiter's own timeout (or a cancel) hit the check, and the client swallowed the
+        # CancelledError (redis-py's Cluster client retries the command, or turns it into an
+        # error of its own): going on would leave the waiter asleep past a timeout that has
+        # already fired, for ever.
+        raise asyncio.CancelledError
+    return free
 
 
 def _is_free(check: Callable[[], bool]) -> bool:
@@ -75,6 +84,16 @@ def _is_free(check: Callable[[], bool]) -> bool:
     except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
         _log.debug("release check failed", exc_info=True)
         return False
+
+
+def _idle_read_pause(started: float) -> float:
+    """How long to pause after a read that returned no message, begun at `started`.
+
+    A read normally blocks up to `_POLL`; redis-py's Cluster pub/sub returns None at once when it
+    holds no per-node subscription (between a `SSUBSCRIBE` and its node mapping, or after the
+    last `SUNSUBSCRIBE`), and a loop around such a read would spin.
+    """
+    return max(0.0, _POLL - (time.monotonic() - started))
 
 
 _LISTENERS: weakref.WeakSet[SyncReleaseListener] = weakref.WeakSet()
@@ -232,6 +251,7 @@ class SyncReleaseListener:
                     self._thread = None
                     return
                 pubsub = self._pubsub
+            started = time.monotonic()
             try:
                 if self._sharded:
                     message = pubsub.get_sharded_message(timeout=_POLL)
@@ -241,6 +261,8 @@ class SyncReleaseListener:
                 _log.debug("release listener read failed", exc_info=True)
                 stop.wait(_POLL)
                 continue
+            if message is None:
+                stop.wait(_idle_read_pause(started))
             parsed = _parse(message)
             if parsed is not None:
                 with self._lock:
@@ -270,6 +292,7 @@ class AsyncReleaseListener:
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._subscribing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def wait(self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
@@ -280,9 +303,8 @@ class AsyncReleaseListener:
         self._idle.pop(channel, None)
         try:
             async with asyncio.timeout(max(0.0, timeout)):
-                confirmed = await self._subscribe(channel)
+                confirmed = self._subscribe(channel)
                 if confirmed is not None:
-                    self._ensure_task()
                     await confirmed.wait()
                 if await _is_free_async(is_free):
                     return True
@@ -307,6 +329,11 @@ class AsyncReleaseListener:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._subscribing:
+            # Bounded: a subscription that ignores its cancellation must not hang the close.
+            for subscribing in self._subscribing:
+                subscribing.cancel()
+            await asyncio.wait(self._subscribing, timeout=1.0)
         for confirmed in self._subscribed.values():
             confirmed.set()
         for waiters in self._waiters.values():
@@ -315,15 +342,26 @@ class AsyncReleaseListener:
         self._waiters.clear()
         await self._close_pubsub()
 
-    async def _subscribe(self, channel: str) -> asyncio.Event | None:
-        """The channel's confirmation event (subscribing if needed), or None if that failed."""
+    def _subscribe(self, channel: str) -> asyncio.Event | None:
+        """The channel's confirmation event (subscribing in the background if needed), or None if closed.
+
+        The `SUBSCRIBE` runs in a task of its own, never in the waiter's: a waiter's timeout must
+        not cancel redis-py halfway through a command on the shared connection (seen on Cluster,
+        where such a cancelled `SSUBSCRIBE` never returned and took its waiter with it). The
+        event is set by the server's confirmation, or at once when the subscription fails.
+        """
         if self._closed:
             return None
         confirmed = self._subscribed.get(channel)
-        if confirmed is not None:
-            return confirmed
-        # Recorded before the await: a concurrent waiter must not subscribe twice.
-        confirmed = self._subscribed[channel] = asyncio.Event()
+        if confirmed is None:
+            # Recorded at once: a concurrent waiter must not subscribe twice.
+            confirmed = self._subscribed[channel] = asyncio.Event()
+            task = asyncio.get_running_loop().create_task(self._send_subscribe(channel, confirmed))
+            self._subscribing.add(task)
+            task.add_done_callback(self._subscribing.discard)
+        return confirmed
+
+    async def _send_subscribe(self, channel: str, confirmed: asyncio.Event) -> None:
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
@@ -335,9 +373,9 @@ class AsyncReleaseListener:
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             if self._subscribed.get(channel) is confirmed:
                 del self._subscribed[channel]
-            confirmed.set()  # concurrent waiters on this attempt go on to their check
-            return None
-        return confirmed
+            confirmed.set()  # the waiters on this attempt go on to their check
+        else:
+            self._ensure_task()
 
     def _ensure_task(self) -> None:
         if not self._closed and (self._task is None or self._task.done()):
@@ -374,21 +412,7 @@ class AsyncReleaseListener:
                 self._task = None
                 await self._close_pubsub()
                 return
-            pubsub = self._pubsub
-            try:
-                if self._sharded:
-                    message = await pubsub.get_sharded_message(timeout=_POLL)
-                else:
-                    message = await pubsub.get_message(timeout=_POLL)
-            except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    # A cancellation that a client's own read timeout turned into an error
-                    # (3.11's asyncio.timeout can): stop as asked, never loop on past `aclose`.
-                    raise asyncio.CancelledError from None
-                _log.debug("release listener read failed", exc_info=True)
-                await asyncio.sleep(_POLL)
-                continue
+            message = await self._read()
             parsed = _parse(message)
             if parsed is None:
                 continue
@@ -400,3 +424,26 @@ class AsyncReleaseListener:
                 continue
             for event in self._waiters.get(channel, ()):
                 event.set()
+
+    async def _read(self) -> Any:
+        """The next message, or None after at most about `_POLL` seconds (never at once)."""
+        pubsub = self._pubsub
+        started = time.monotonic()
+        try:
+            if self._sharded:
+                message = await pubsub.get_sharded_message(timeout=_POLL)
+            else:
+                message = await pubsub.get_message(timeout=_POLL)
+        except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # A cancellation that a client's own read timeout turned into an error
+                # (3.11's asyncio.timeout can): stop as asked, never loop on past `aclose`.
+                raise asyncio.CancelledError from None
+            _log.debug("release listener read failed", exc_info=True)
+            message = None
+        if message is None:
+            # Also the one suspension point when a read returns at once: without it the loop
+            # would never yield, and the whole event loop (timeouts, cancellation) would hang.
+            await asyncio.sleep(_idle_read_pause(started))
+        return message
