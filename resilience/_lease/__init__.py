@@ -29,7 +29,7 @@ The primitives' handles: `lease.key`, `.token`, `.signal`, `.expires_in()`, `.ex
 """
 
 from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_async
-from resilience._lease._core import BackoffSchedule, LeaseTimeline, SpinSchedule, lease_deadline, safety_margin
+from resilience._lease._core import BackoffSchedule, LeaseMachine, SpinSchedule, lease_deadline, safety_margin
 from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
 from resilience._lease._ops import LockOps, SemaphoreOps, StoreOps
 from resilience._lease._workers import wait_idle
@@ -40,8 +40,8 @@ __all__ = [
     "BackoffSchedule",
     "Lease",
     "LeaseBase",
+    "LeaseMachine",
     "LeaseParams",
-    "LeaseTimeline",
     "LockOps",
     "SemaphoreOps",
     "SpinSchedule",

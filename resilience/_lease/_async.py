@@ -1,10 +1,12 @@
-"""The asyncio shell of a lease: loop timers and one short task per renewal, no thread.
+"""The asyncio runtime of a lease: one scheduler per loop and clock, one short task per renewal, no thread.
 
-Timers come from the time provider (`call_later`); a callback that fires on another thread (a
-fake clock advanced elsewhere) hops onto the lease's loop. Each renewal is a task of its own on
-the lease's loop (never a step run outside a task), which the deadline event cancels: each
-renewal is bounded by the time left on the lease. The final release runs in its own task,
-shielded from the caller's cancellation and bounded by `RELEASE_TIMEOUT`.
+Events sit in a `Scheduler` per (loop, clock) whose one timer comes from the time provider
+(`call_later`); a timer that fires on another thread (a fake clock advanced elsewhere) hops
+onto the loop. Renewals on a store that answers at once (the memory stores) are sent right
+there, in batches; any other renewal is a task of its own on the lease's loop (never a step
+run outside a task), which the deadline cancels: each renewal is bounded by the time left on
+the lease. The final release runs in its own task, shielded from the caller's cancellation
+and bounded by `RELEASE_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import contextlib
 import inspect
 import logging
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
-from resilience._lease import _lease as _lease_module
-from resilience._lease._lease import _NEVER, LeaseBase, LeaseParams, new_owner
+from resilience._lease._core import LOSE
+from resilience._lease._lease import Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -46,8 +49,47 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> a
     return task
 
 
-def _lease_lock() -> threading.Lock:
-    return _lease_module._LOCK  # looked up each time: it is replaced in a child after fork
+def _on_loop(loop: asyncio.AbstractEventLoop, thread: int, callback: Callable[[], object]) -> None:
+    """Run `callback` on `loop` (whose thread is `thread`): now if already there."""
+    if threading.get_ident() == thread:
+        callback()
+    else:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to do
+            loop.call_soon_threadsafe(callback)
+
+
+def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
+    """On the loop: losses announced; renewals sent at once (a store that answers at once) or as tasks."""
+    for lease in lost:
+        lease._then(LOSE)
+    for batch in batches:
+        if batch.leases[0]._ops.inline:
+            batch.run()  # an in-process store answers at once: no task needed
+            continue
+        for lease in batch.leases:
+            assert isinstance(lease, AsyncLease)
+            lease._renew_task = _spawn(lease._loop, lease._renew_once())
+
+
+_SCHEDULERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, tuple[TimeProvider, Scheduler]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _scheduler_for(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider) -> Scheduler:
+    """The one `Scheduler` of a loop and clock (created on the loop's thread)."""
+    schedulers = _SCHEDULERS.get(loop)
+    if schedulers is None:
+        schedulers = _SCHEDULERS[loop] = {}
+    entry = schedulers.get(id(time_provider))
+    if entry is None:
+        thread = threading.get_ident()
+
+        def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
+            return time_provider.call_later(delay, lambda: _on_loop(loop, thread, callback))
+
+        entry = schedulers[id(time_provider)] = (time_provider, Scheduler(time_provider, call_later, _dispatch_async))
+    return entry[1]
 
 
 async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
@@ -64,115 +106,67 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_loop", "_renew_task", "_thread", "_timer")
+    __slots__ = ("_loop", "_renew_task", "_thread")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
-        self._timer: TimerHandle | None = None
+        super().__init__(*args, **kwargs)
 
-    def _on_loop(self, callback: Callable[[], object]) -> None:
-        if threading.get_ident() == self._thread:
-            callback()
-        else:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to do
-                self._loop.call_soon_threadsafe(callback)
+    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
+        return _scheduler_for(self._loop, time_provider)
 
-    def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - a timer is cancelled
-
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._tp.call_later(when - now, self._fired)
-
-    def _fired(self) -> None:
-        self._on_loop(self._fired_on_loop)
-
-    def _fired_on_loop(self) -> None:
-        with _lease_lock():
-            self._timer = None
-            self._scheduled_at = _NEVER
-        self._due()
-
-    def _forget(self) -> None:
-        self._scheduled_at = _NEVER
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-
-    def _start_renewal(self, ttl: float) -> None:
-        if self._ops.inline:  # an in-process store answers at once: no task needed
-            sent = self._tp.monotonic()
-            try:
-                ok = self._ops.renew(self.key, self.owner, ttl)
-            except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
-                self._renewed(sent, ttl, ok=False, failure=exc)
-            else:
-                self._renewed(sent, ttl, ok=ok, failure=None)
-            return
-        # Otherwise a task of its own on the lease's loop: a store call may enter
-        # `asyncio.timeout` (redis-py does on 3.11.3+), which needs a current task, and a step
-        # run outside one fails on 3.12+. The deadline event cancels it (`_after_loss`), so each
-        # renewal is bounded by the lease's time left, on the lease's own clock.
-        self._renew_task = _spawn(self._loop, self._renew_once(ttl))
-
-    async def _renew_once(self, ttl: float) -> None:
+    async def _renew_once(self) -> None:
+        # A task of its own on the lease's loop: a store call may enter `asyncio.timeout`
+        # (redis-py does on 3.11.3+), which needs a current task, and a step run outside one
+        # fails on 3.12+. The deadline cancels it (`_after_loss`), so each renewal is bounded
+        # by the lease's time left, on the lease's own clock.
         sent = self._tp.monotonic()
-        if self._timeline.expired(sent):
-            self._renew_task = None
-            self._renewed(sent, ttl, ok=False, failure=None)
-            return
-        try:
-            ok = await self._ops.renew_async(self.key, self.owner, ttl)
-        except asyncio.CancelledError:
-            self._renew_task = None
-            if self._error is None and not self._ended:  # pragma: no cover - the loop is shutting down
-                raise
-            self._renewed(sent, ttl, ok=False, failure=None)  # clears the in-flight mark
-            return
-        except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
-            self._renew_task = None
-            self._renewed(sent, ttl, ok=False, failure=exc)
-            return
+        answer: bool | Exception = False
+        if not self._machine.expired(sent):
+            try:
+                answer = await self._ops.renew_async(self.key, self.owner, self._machine.renew_ttl)
+            except asyncio.CancelledError:
+                self._renew_task = None
+                if not self.lost and not self.ended:  # pragma: no cover - the loop is shutting down
+                    raise
+                self._input(lambda machine, _now: machine.renew_timed_out())
+                return
+            except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
+                answer = exc
         self._renew_task = None
-        self._renewed(sent, ttl, ok=ok, failure=None)
+        settle([self], sent, [answer])
 
     def _after_loss(self) -> None:
         task = self._renew_task
         if task is not None:
             # The deadline passed with a renewal in flight: it is bounded by the time left.
-            self._on_loop(task.cancel)
+            _on_loop(self._loop, self._thread, task.cancel)
 
     def _deliver(self, run: Callable[[], None]) -> None:
-        self._on_loop(run)  # the lease's own loop: where its holder's callbacks belong
+        _on_loop(self._loop, self._thread, run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        self._on_loop(lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
+        _on_loop(self._loop, self._thread, lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""
-        if self._forked() or self._ended or self._error is not None:
+        ttl = self._extend_ttl(ttl)
+        if ttl is None:
             return False
-        ttl = self._timeline.ttl if ttl is None else ttl
         sent = self._tp.monotonic()
-        ok = await self._ops.renew_async(self.key, self.owner, ttl)
-        return self._extended(sent, ttl, ok)
+        return self._extended(sent, ttl, await self._ops.renew_async(self.key, self.owner, ttl))
 
     async def release_async(self) -> bool:
         """See `Lease.release`."""
-        if self._forked() or not self._stop():
-            return False
-        return await self._ops.release_async(self.key, self.owner)
+        return self._holder_releases() and await self._ops.release_async(self.key, self.owner)
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time."""
-        if self._stop() and not self._forked():
-            self._check_deadline()
-            if not await _release_bounded(self._ops, self.key, self.owner, self._tp):
-                self._lose(inline=True)
-        self.signal.detach()
-        return self._error
+        if self._ending():
+            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp))
+        return self._detach()
 
 
 async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:

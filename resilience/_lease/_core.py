@@ -4,8 +4,9 @@ Nothing here reads a clock, sleeps, or touches a store. The shells (`_sync`, `_a
 
 - `BackoffSchedule` / `SpinSchedule`: the acquisition is refused; how long to wait before the
   next attempt, or give up (`None`)?
-- `LeaseTimeline`: given when the last successful acquire/renew was *sent*, when is the local
-  deadline, when is the next renewal due, and after a failed renewal, when to retry?
+- `LeaseMachine`: one held lease's state machine: given acquired / tick / renew answered,
+  failed or timed out / extend answered / body ended / release answered, what to do (arm the
+  timer, renew, lose, report, release)? The runtimes (`_lease`, `_async`) only perform it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = [
     "MIN_POLL",
     "AcquireSchedule",
     "BackoffSchedule",
-    "LeaseTimeline",
+    "LeaseMachine",
     "SpinSchedule",
     "lease_deadline",
     "safety_margin",
@@ -124,62 +125,212 @@ class SpinSchedule:
         return self.delay
 
 
-class LeaseTimeline:
-    """The deadline and renewal schedule of one held lease.
+# What an input asks of the runtime (`LeaseMachine`): flags, or-ed together.
+ARM = 1
+"""Arm the lease's one event at `machine.armed_at` (not before `machine.early_at`)."""
+DISARM = 2
+"""Forget the armed event (it will never be needed)."""
+RENEW = 4
+"""Send a renewal of `machine.renew_ttl` now, bounded by the deadline."""
+LOSE = 8
+"""The lease is lost: abort its signal, then tell `on_lost`."""
+REPORT = 16
+"""A renewal failed (not a loss): tell `on_renew_error`."""
+RELEASE = 32
+"""Send the one release of this owner."""
 
-    - `deadline`: send time of the last successful acquire/renew + ttl - `safety_margin(ttl)`.
-    - `renewed(sent_at, now, ttl)` after a successful renewal or extend answered at `now`:
-      returns when the next renewal is due (`sent_at + interval`), or None without background
-      renewal. Replies can come back out of order (a renewal in flight while `extend` runs):
-      a success sent before the previous success was answered may have reached the store
-      before or after it, so the deadline is then the earlier of the two, never the later.
-      Only `extend` changes the ttl (and scales the renewal interval with it).
-    - `failed(now)` after a renewal that raised: returns when to retry, with exponential backoff
-      (first 50 ms, never more than ttl/10) and never at or after the deadline; None when no
-      useful time is left (the deadline will declare the loss).
+_NEVER = float("inf")
+RENEW_SLACK = 0.005
+"""A renewal may be sent this much early (at most a tenth of its interval): renewals due
+together are sent together, and the timer wakes once for them."""
+
+
+def _slack(interval: float | None) -> float:
+    return 0.0 if interval is None else min(RENEW_SLACK, interval / 10)
+
+
+class LeaseMachine:
+    """The state machine of one held lease: every decision after the acquisition, pure and lock-free.
+
+    Inputs are methods taking `now` (and a store's answer); each returns the actions (flags
+    above) the runtime performs. The runtime serialises inputs (a lock, or one event loop) and
+    keeps one pending event per lease, which it re-arms when told (`ARM`); an event that fires
+    early just re-arms. Nothing here reads a clock, sleeps or touches a store.
+
+    - Deadline: send time of the last successful acquire/renew + ttl - `safety_margin(ttl)`.
+      Replies can come back out of order (a renewal in flight while `extend` runs): a success
+      sent before the previous success was answered may have reached the store before or
+      after it, so the deadline is then the earlier of the two, never the later. Only
+      `extend` changes the ttl (and scales the renewal interval with it).
+    - Renewal: due `interval` after the last successful send; one at a time. After a failure,
+      retried with exponential backoff (first 50 ms, never more than ttl/10), never at or after
+      the deadline.
+    - Loss (`LOSE`, once): the deadline passes (when `watch`), a renewal or extend answers
+      False, a renewal is answered only after the deadline or times out, the body ends after
+      the deadline, or the final release answers False.
     """
 
-    __slots__ = ("_base_interval", "_base_ttl", "answered_at", "deadline", "failures", "interval", "ttl")
+    __slots__ = (
+        "_base_interval",
+        "_base_ttl",
+        "answered_at",
+        "armed_at",
+        "deadline",
+        "early_at",
+        "ended",
+        "failures",
+        "in_flight",
+        "interval",
+        "lost",
+        "margin",
+        "renew_at",
+        "renew_ttl",
+        "slack",
+        "ttl",
+        "watch",
+    )
 
-    def __init__(self, ttl: float, interval: float | None, sent_at: float, answered_at: float | None = None) -> None:
-        self.ttl = ttl
-        self.interval = interval
-        self._base_ttl = ttl
-        self._base_interval = interval
-        self.deadline = lease_deadline(sent_at, ttl)
-        self.answered_at = sent_at if answered_at is None else answered_at
+    def __init__(self, ttl: float, interval: float | None, *, watch: bool = True) -> None:
+        self.ttl = self._base_ttl = self.renew_ttl = ttl
+        self.margin = safety_margin(ttl)
+        self.interval = self._base_interval = interval
+        self.slack = _slack(interval)
+        self.watch = watch
+        self.deadline = _NEVER
+        self.answered_at = -_NEVER
+        self.renew_at: float | None = None
+        self.armed_at = self.early_at = _NEVER
         self.failures = 0
+        self.in_flight = self.ended = self.lost = False
 
-    def first_renewal(self, sent_at: float) -> float | None:
-        """When the first renewal is due after the acquire sent at `sent_at`."""
-        return None if self.interval is None else sent_at + self.interval
+    # -- inputs ---------------------------------------------------------------------------------
+
+    def acquired(self, sent_at: float, now: float) -> int:
+        """The acquire sent at `sent_at` was granted, answered at `now`."""
+        self.deadline = sent_at + self.ttl - self.margin
+        self.answered_at = now
+        self.renew_at = None if self.interval is None else sent_at + self.interval
+        return self._arm()
+
+    def tick(self, now: float) -> int:
+        """The armed event fired: lose, renew, or re-arm."""
+        self.armed_at = self.early_at = _NEVER
+        if self.ended or self.lost:
+            return 0
+        if self.watch and now >= self.deadline:
+            return self._lose()
+        flags = 0
+        renew_at = self.renew_at
+        if renew_at is not None and not self.in_flight and now >= renew_at - self.slack:
+            self.renew_at = None
+            self.in_flight = True
+            self.renew_ttl = self.ttl
+            flags = RENEW
+        return flags | self._arm()  # the deadline stays watched while a renewal is in flight
+
+    def renew_answered(self, sent_at: float, now: float, ok: bool) -> int:
+        """The renewal sent at `sent_at` answered `ok` at `now`."""
+        self.in_flight = False
+        if self.ended or self.lost:
+            return 0  # in flight when the body ended, or after the loss: ignored
+        if not ok or now >= self.deadline:
+            return self._lose()
+        self._succeeded(sent_at, now, self.renew_ttl)
+        return self._arm()
+
+    def renew_failed(self, now: float) -> int:
+        """The renewal raised at `now` (a store error, not an answer): report it and retry."""
+        self.in_flight = False
+        if self.ended or self.lost:
+            return 0
+        self.failures += 1
+        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64))
+        # Never wait past the deadline: half the time left still leaves room for a reply.
+        delay = min(delay, (self.deadline - now) / 2)
+        self.renew_at = None if delay < _RENEW_RETRY_FLOOR else now + delay  # else the deadline decides
+        return REPORT | self._arm()
+
+    def renew_timed_out(self) -> int:
+        """The renewal in flight ran out of the lease's time (its bound fired): lost."""
+        self.in_flight = False
+        if self.ended:
+            return 0
+        return self._lose()
+
+    def extend_answered(self, sent_at: float, now: float, ttl: float, ok: bool) -> int:
+        """The holder's `extend(ttl)` sent at `sent_at` answered `ok` at `now`."""
+        if not ok:
+            return self._lose()
+        if self.lost:
+            return 0
+        if ttl != self.ttl:
+            self.ttl = ttl
+            self.margin = safety_margin(ttl)
+            if self._base_interval is not None:  # the heartbeat keeps its ratio to the ttl
+                self.interval = self._base_interval * min(1.0, ttl / self._base_ttl)
+                self.slack = _slack(self.interval)
+        self._succeeded(sent_at, now, ttl)
+        return 0 if self.ended else self._arm()  # a shorter ttl pulls the deadline in
+
+    def body_ended(self, now: float) -> int:
+        """The body ended (`finish`): stop, check the deadline once more, release."""
+        if self.ended:
+            return 0
+        flags = self._end()
+        if self.watch and not self.lost and now >= self.deadline:
+            flags |= self._lose()
+        return flags
+
+    def holder_released(self) -> int:
+        """The holder releases the lease itself (a primitive's `release()`)."""
+        return 0 if self.ended else self._end()
+
+    def release_answered(self, ok: bool) -> int:
+        """The final release answered: False means someone else holds the key (lost)."""
+        return 0 if ok else self._lose()
+
+    # -- what an input decides ------------------------------------------------------------------
 
     def expired(self, now: float) -> bool:
         """Whether the local deadline has passed."""
         return now >= self.deadline
 
-    def renewed(self, sent_at: float, now: float, ttl: float, *, extend: bool = False) -> float | None:
-        """Record a success sent at `sent_at` with `ttl`, answered at `now`; when to renew next."""
-        if extend and ttl != self.ttl:
-            self.ttl = ttl
-            if self._base_interval is not None:  # the heartbeat keeps its ratio to the ttl
-                self.interval = self._base_interval * min(1.0, ttl / self._base_ttl)
-        deadline = lease_deadline(sent_at, ttl)
+    def _succeeded(self, sent_at: float, now: float, ttl: float) -> None:
+        deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))  # `lease_deadline`
         if sent_at >= self.answered_at:
             self.deadline = deadline  # sent after every earlier success was answered: it acted last
-        else:
-            self.deadline = min(self.deadline, deadline)  # the store's order is unknown
+        elif deadline < self.deadline:
+            self.deadline = deadline  # the store's order is unknown: the earlier of the two
         self.answered_at = max(self.answered_at, now)
         self.failures = 0
-        return None if self.interval is None else sent_at + self.interval
+        self.renew_at = None if self.interval is None else sent_at + self.interval
 
-    def failed(self, now: float) -> float | None:
-        """Record a failed renewal at `now`; when to retry, or None if it is too late."""
-        self.failures += 1
-        left = self.deadline - now
-        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64))
-        # Never wait past the deadline: half the time left still leaves room for a reply.
-        delay = min(delay, left / 2)
-        if delay < _RENEW_RETRY_FLOOR:
-            return None
-        return now + delay
+    def _arm(self) -> int:
+        """Arm the earlier of the next renewal and (when watched) the deadline, if not armed before it."""
+        renew_at = self.renew_at
+        target = early = _NEVER if renew_at is None or self.in_flight else renew_at
+        if target != _NEVER:
+            early = target - self.slack
+        if self.watch and self.deadline <= target:
+            target = early = self.deadline
+        if target >= self.armed_at:
+            return 0  # an earlier event is armed: it fires, finds nothing to do, and re-arms
+        self.armed_at = target
+        self.early_at = early
+        return ARM
+
+    def _end(self) -> int:
+        self.ended = True
+        return RELEASE | self._disarm()
+
+    def _lose(self) -> int:
+        if self.lost:
+            return 0
+        self.lost = True
+        return LOSE | self._disarm()
+
+    def _disarm(self) -> int:
+        if self.armed_at == _NEVER:
+            return 0
+        self.armed_at = self.early_at = _NEVER
+        return DISARM

@@ -1,28 +1,23 @@
-"""A held lease: its signal, deadline, background renewal, loss detection and release.
+"""A held lease: the runtime that performs its state machine (`LeaseMachine`), sync and async.
 
-`LeaseBase` holds what both shells share (state, the loss decision, scheduling); `Lease` (here)
-and `AsyncLease` (`_async.py`) perform the store I/O. One parameter set (`LeaseParams`) serves
-the lock strategy (renew every ttl/3) and the primitives (heartbeat ttl/4, or none; no deadline
-watch for a bare `acquire` handle).
+`LeaseBase` holds what both runtimes share: every input goes to the lease's `LeaseMachine`
+under one module lock held for a few assignments only (never across a store call, a callback
+or telemetry), and its answer is performed in two halves: `_locked` (arm or forget the event,
+record the loss) inside the lock, `_then` (abort the signal, tell the hooks) outside it. `Lease`
+(here) and `AsyncLease` (`_async.py`) add only the store I/O and where user code runs.
 
-Each lease has one pending event, the earlier of its next renewal and its deadline. A sync
-lease's event sits in its clock's `Scheduler` (one heap and one armed timer per clock, served
-by the timer thread); an async lease's is one loop timer. The event callback decides (`_due`):
-declare the loss there and then, or hand a renewal to the store's pool, which never blocks the
-timer.
+Each lease has one pending event in its `Scheduler`: one heap and one armed timer per clock
+(sync: served by the timer thread) or per event loop (async). When the timer fires, the
+scheduler feeds `tick` to every lease that is due (renewals due within a few milliseconds are
+taken together), declares the losses there and then, and hands the renewals on as batches,
+one per store (`_renew_batch`: one store call renews many leases when the store offers
+`renew_many`; the answers are settled under one lock hold). Sync batches run on the store's
+pool, never on the timer thread; async ones run on the loop (a store that answers at once) or
+as one task per renewal, which the deadline cancels.
 
-Loss (DESIGN §2.7 step 4) is decided in exactly one place, `_lose`, reached from:
-
-- the deadline event (independent of any renewal in flight),
-- a renewal answered False, or answered True only after the local deadline had passed,
-- `extend` answered False,
-- `finish`: the deadline checked again when the body ends, and a final release answered False.
-
-`_lose` marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
-the signal's callbacks and the loss notification to where the lease's user code runs (sync: its
-strand of the callback pool; async: its loop), once per lease. Every state change happens
-under one module lock held for a few assignments only, never across a store call, a callback
-or telemetry.
+A loss marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
+the signal's callbacks and the loss notification to where the lease's user code runs (sync:
+its strand of the callback pool; async: its loop), once per lease.
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from resilience._lease._core import LeaseTimeline
+from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
 from resilience._signal import Signal
 from resilience._time import SystemTimeProvider, sync_call_later
@@ -52,7 +47,7 @@ if TYPE_CHECKING:
     from resilience._lease._ops import StoreOps
     from resilience._time import TimeProvider, TimerHandle
 
-__all__ = ["Lease", "LeaseBase", "LeaseParams", "acquire_lease", "new_owner"]
+__all__ = ["Batch", "Lease", "LeaseBase", "LeaseParams", "Scheduler", "acquire_lease", "new_owner"]
 
 _logger = logging.getLogger("resilience")
 
@@ -65,6 +60,9 @@ _NEVER = float("inf")
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
 
+BATCH = 512
+"""Renewals per store call at most: a larger batch is split, so a pool can run parts side by side."""
+
 
 def new_owner() -> str:
     """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
@@ -72,34 +70,47 @@ def new_owner() -> str:
 
 
 class Scheduler:
-    """The pending events of every sync lease on one clock: one heap, one armed timer.
+    """The pending events of every lease on one clock (sync) or one loop (async): one heap, one timer.
 
-    Arming a lease's event is a heap push under the lease lock; the clock's timer is re-armed
-    only when the new event is the earliest (steady traffic on one ttl never re-arms it). The
-    timer callback only pops what is due and hands it on (`_due`: a loss is declared right
-    there, a renewal is queued on the store's pool), so a renewal that hangs never delays
-    a deadline. Entries of ended leases are dropped lazily, and the heap is compacted when
-    they outnumber the live ones.
+    Arming a lease's event is a heap push under the lease lock; the timer is re-armed only when
+    the new event is the earliest. When it fires, everything due is popped and the leases'
+    machines decide; renewals go out in batches of one store (`dispatch(lost, batches)`, after
+    the lock). A batch in flight is watched by one entry at its earliest deadline (`Batch`),
+    standing for each of its leases' deadline events: a renewal that hangs is still bounded by
+    the lease's time left. An entry whose lease re-armed or ended since is dropped lazily; the
+    heap is compacted when those outnumber the live ones.
     """
 
-    __slots__ = ("_armed_at", "_heap", "_seq", "_timer", "_tp", "stale")
+    __slots__ = ("_armed_at", "_call_later", "_dispatch", "_heap", "_seq", "_timer", "_tp", "stale")
 
-    def __init__(self, time_provider: TimeProvider) -> None:
+    def __init__(
+        self,
+        time_provider: TimeProvider,
+        call_later: Callable[[float, Callable[[], object]], TimerHandle],
+        dispatch: Callable[[list[LeaseBase], list[Batch]], None],
+    ) -> None:
         self._tp = time_provider
-        self._heap: list[tuple[float, int, Lease]] = []
+        self._call_later = call_later
+        self._dispatch = dispatch
+        self._heap: list[tuple[float, int, float, LeaseBase | Batch]] = []
         self._seq = itertools.count()
         self._timer: TimerHandle | None = None
         self._armed_at = _NEVER
         self.stale = 0
 
-    def schedule(self, when: float, lease: Lease) -> None:
-        """Run `lease._due()` at `when` (under _LOCK; the lease set its `_scheduled_at`)."""
+    def push(self, lease: LeaseBase) -> None:
+        """Arm `lease`'s event at its machine's `armed_at` (under _LOCK)."""
+        machine = lease._machine
+        lease._queued = machine.armed_at
+        self._push(machine.armed_at, machine.early_at, lease)
+
+    def _push(self, when: float, early: float, item: LeaseBase | Batch) -> None:
         heap = self._heap
         if self.stale > _COMPACT_AT and self.stale * 2 > len(heap):
-            heap[:] = [entry for entry in heap if entry[2]._scheduled_at == entry[0]]
+            heap[:] = [entry for entry in heap if _live(entry)]
             heapq.heapify(heap)
             self.stale = 0
-        heapq.heappush(heap, (when, next(self._seq), lease))
+        heapq.heappush(heap, (when, next(self._seq), early, item))
         if when < self._armed_at:
             self._arm(when)
 
@@ -107,52 +118,169 @@ class Scheduler:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_at = when
-        self._timer = sync_call_later(self._tp, when - self._tp.monotonic(), self._fire)
+        self._timer = self._call_later(when - self._tp.monotonic(), self.fire)
 
-    def _fire(self) -> None:
-        due: list[Lease] = []
+    def fire(self) -> None:
+        """The timer fired: tick every lease that is due (or may go early), then dispatch."""
         with _LOCK:
             self._timer = None
+            self._armed_at = -_NEVER  # re-armed once, below, not by each push
+            lost, renewals = self._take_due(self._tp.monotonic())
+            batches = by_store(renewals)
+            for batch in batches:
+                deadline = min(lease._machine.deadline for lease in batch.leases)
+                self._push(deadline, deadline, batch)
             self._armed_at = _NEVER
-            now = self._tp.monotonic()
-            heap = self._heap
-            while heap and heap[0][0] <= now:
-                when, _, lease = heapq.heappop(heap)
-                if lease._scheduled_at == when:
-                    lease._scheduled_at = _NEVER
-                    due.append(lease)
-                else:
-                    self.stale = max(0, self.stale - 1)
-            if heap:
-                self._arm(heap[0][0])
-        for lease in due:
-            try:
-                lease._due()
-            except Exception:  # pragma: no cover - defensive: one lease never stops the others
-                _logger.exception("a lease event failed")
+            if self._heap:
+                self._arm(self._heap[0][0])
+        if lost or batches:
+            self._dispatch(lost, batches)
+
+    def _take_due(self, now: float) -> tuple[list[LeaseBase], list[LeaseBase]]:
+        """Pop and tick what is due (under _LOCK): the leases lost, and those to renew."""
+        lost: list[LeaseBase] = []
+        renewals: list[LeaseBase] = []
+        heap = self._heap
+        while heap and heap[0][2] <= now:
+            when, _, _, item = heapq.heappop(heap)
+            if type(item) is Batch:
+                due = item.due(now, self)
+            else:
+                assert isinstance(item, LeaseBase)  # noqa: S101 - the heap holds leases and batches
+                if item._machine.armed_at != when:
+                    if self.stale:
+                        self.stale -= 1
+                    continue
+                item._queued = _NEVER
+                due = [item]
+            for lease in due:
+                flags = lease._machine.tick(now)
+                if flags & RENEW:
+                    renewals.append(lease)  # its deadline is watched by its batch's entry
+                    flags &= ~ARM
+                if lease._locked(flags) & LOSE:
+                    lost.append(lease)
+        return lost, renewals
 
     def __len__(self) -> int:
         return len(self._heap)
 
 
+def _live(entry: tuple[float, int, float, LeaseBase | Batch]) -> bool:
+    item = entry[3]
+    return type(item) is Batch or item._machine.armed_at == entry[0]  # type: ignore[union-attr]
+
+
+class Batch:
+    """Renewals of one store sent together, and the one heap entry that watches their deadlines."""
+
+    __slots__ = ("leases",)
+
+    def __init__(self, leases: list[LeaseBase]) -> None:
+        self.leases = leases
+
+    def due(self, now: float, scheduler: Scheduler) -> list[LeaseBase]:
+        """The batch's entry fired (under _LOCK): its leases whose event is due now.
+
+        Each lease whose next event has no heap entry of its own (its answer came back, but an
+        earlier event, this one, was armed; or it is still in flight) gets it now, or is due.
+        """
+        due = []
+        for lease in self.leases:
+            machine = lease._machine
+            if machine.armed_at in (lease._queued, _NEVER):
+                continue  # it has its own entry, or has ended
+            if machine.early_at <= now:
+                due.append(lease)
+            else:
+                scheduler.push(lease)
+        return due
+
+    def run(self) -> None:
+        """Renew every lease in one store call, and settle the answers under one lock hold.
+
+        A lease already past its deadline is not sent (it is lost); a store error is each lease's.
+        """
+        leases = self.leases
+        first = leases[0]
+        sent = first._tp.monotonic()
+        answers: list[bool | Exception] = [False] * len(leases)
+        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+        if todo:
+            items = [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
+            for n, answer in zip(todo, first._ops.renew_many(items), strict=True):
+                answers[n] = answer
+        settle(leases, sent, answers)
+
+
 _COMPACT_AT = 1024
+
+
+def by_store(leases: list[LeaseBase]) -> list[Batch]:
+    """`leases` in batches of at most `BATCH`, each on one store."""
+    if not leases:
+        return []
+    store = leases[0]._ops.store
+    if all(lease._ops.store is store for lease in leases):  # the common case: one store
+        return [Batch(leases[n : n + BATCH]) for n in range(0, len(leases), BATCH)]
+    groups: dict[int, list[LeaseBase]] = {}
+    for lease in leases:
+        groups.setdefault(id(lease._ops.store), []).append(lease)
+    return [Batch(group[n : n + BATCH]) for group in groups.values() for n in range(0, len(group), BATCH)]
+
+
+def settle(leases: list[LeaseBase], sent: float, answers: list[bool | Exception]) -> None:
+    """Feed renewal answers (True/False, or the error raised) to the leases' machines."""
+    with _LOCK:
+        now = leases[0]._tp.monotonic()
+        outcomes = [
+            lease._locked(
+                lease._machine.renew_failed(now)
+                if isinstance(answer, Exception)
+                else lease._machine.renew_answered(sent, now, answer)
+            )
+            for lease, answer in zip(leases, answers, strict=True)
+        ]
+    for lease, flags, answer in zip(leases, outcomes, answers, strict=True):
+        if flags & (LOSE | REPORT):
+            lease._then(flags, failure=answer if isinstance(answer, Exception) else None)
+
+
 _SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKeyDictionary()
 _STRONG_SCHEDULERS: dict[int, tuple[TimeProvider, Scheduler]] = {}
 
 
+def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
+    """On the timer thread: losses are announced (their callbacks go to strands), renewals to pools."""
+    for lease in lost:
+        lease._then(LOSE)
+    for batch in batches:
+        store_pool(batch.leases[0]._ops.pool_owner).submit(batch.run)
+
+
 def scheduler_for(time_provider: TimeProvider) -> Scheduler:
-    """The one `Scheduler` of a clock (weakly keyed; kept for the process if it cannot be)."""
+    """The one sync `Scheduler` of a clock (weakly keyed; kept for the process if it cannot be)."""
     entry = _STRONG_SCHEDULERS.get(id(time_provider))
     if entry is not None:
         return entry[1]
+
+    def new() -> Scheduler:
+        return Scheduler(
+            time_provider, lambda delay, callback: sync_call_later(time_provider, delay, callback), _dispatch_sync
+        )
+
     try:
         scheduler = _SCHEDULERS.get(time_provider)
         if scheduler is None:
             with _LOCK:
-                scheduler = _SCHEDULERS.setdefault(time_provider, Scheduler(time_provider))
+                scheduler = _SCHEDULERS.get(time_provider)
+                if scheduler is None:
+                    scheduler = _SCHEDULERS[time_provider] = new()
     except TypeError:  # the system clock and other slotted clocks cannot be weakly referenced
         with _LOCK:
-            entry = _STRONG_SCHEDULERS.setdefault(id(time_provider), (time_provider, Scheduler(time_provider)))
+            entry = _STRONG_SCHEDULERS.get(id(time_provider))
+            if entry is None:
+                entry = _STRONG_SCHEDULERS[id(time_provider)] = (time_provider, new())
         scheduler = entry[1]
     return scheduler
 
@@ -183,19 +311,17 @@ class LeaseParams:
 
 
 class LeaseBase:
-    """State shared by the sync and async leases; see the module docstring."""
+    """What the sync and async leases share: the machine's inputs and their outcome."""
 
     __slots__ = (
-        "_ended",
         "_error",
         "_generation",
-        "_in_flight",
         "_loss",
+        "_machine",
         "_ops",
         "_params",
-        "_renew_at",
-        "_scheduled_at",
-        "_timeline",
+        "_queued",
+        "_scheduler",
         "_tp",
         "acquired_at",
         "key",
@@ -215,7 +341,7 @@ class LeaseBase:
         params: LeaseParams,
         time_provider: TimeProvider,
         parent: Signal | None,
-        sent_at: float,
+        sent_at: float,  # noqa: ARG002 - the acquire's send time: `_begin(sent_at)` feeds it to the machine
         tag: object = None,
     ) -> None:
         self.tag = tag
@@ -228,14 +354,15 @@ class LeaseBase:
         self._tp = time_provider
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None
-        self._timeline = LeaseTimeline(params.ttl, params.renew_interval, sent_at, time_provider.monotonic())
+        self._machine = LeaseMachine(params.ttl, params.renew_interval, watch=params.watch_deadline)
+        self._scheduler = self._scheduler_for(time_provider)
+        self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
-        self._ended = False
-        self._in_flight = False
-        self._renew_at: float | None = None
-        self._scheduled_at = _NEVER
         self._generation = fork_generation()
         self.acquired_at = time_provider.monotonic()
+
+    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
+        raise NotImplementedError
 
     # -- what a handle shows ------------------------------------------------------------------
 
@@ -252,21 +379,21 @@ class LeaseBase:
     @property
     def ended(self) -> bool:
         """Whether the lease was released or finished (renewal stopped)."""
-        return self._ended
+        return self._machine.ended
 
     @property
     def ttl(self) -> float:
         """The current lease length (the last `extend` may have changed it)."""
-        return self._timeline.ttl
+        return self._machine.ttl
 
     @property
     def deadline(self) -> float:
         """The local deadline on the time provider's monotonic clock."""
-        return self._timeline.deadline
+        return self._machine.deadline
 
     def expires_in(self) -> float:
         """Seconds left until the local deadline (0 when passed)."""
-        return max(0.0, self._timeline.deadline - self._tp.monotonic())
+        return max(0.0, self._machine.deadline - self._tp.monotonic())
 
     def loss_signal(self) -> Signal:
         """A signal that aborts only when the lease is lost (not when the parent aborts).
@@ -285,129 +412,90 @@ class LeaseBase:
     def _forked(self) -> bool:
         return self._generation != fork_generation()
 
-    # -- scheduling ---------------------------------------------------------------------------
-    #
-    # A lease has one pending event at a time: the earlier of its next renewal and (when
-    # watched) its deadline, at `_scheduled_at`. `_arm` makes `_due()` run then (sync: an entry
-    # in the clock's shared heap; async: one loop timer); `_forget` drops it. An event that is
-    # armed earlier than needed just fires, finds nothing to do, and re-arms.
+    # -- the machine's inputs, performed ------------------------------------------------------
 
-    def _arm(self, when: float, now: float, *, replacing: bool) -> None:
-        raise NotImplementedError
+    def _locked(self, flags: int) -> int:
+        """Perform the state half of `flags` (under _LOCK): the event, the loss record."""
+        if flags & DISARM:
+            self._scheduler.stale += 1
+        if flags & ARM:
+            self._scheduler.push(self)
+        if flags & (LOSE | RELEASE):
+            _LIVE.pop(id(self), None)
+            if flags & LOSE:
+                self._error = self._params.error_type(self.key, self.token)
+        return flags
 
-    def _forget(self) -> None:
-        raise NotImplementedError
+    def _then(self, flags: int, *, inline: bool = False, failure: Exception | None = None) -> None:
+        """Perform the user-facing half of `flags` (never under _LOCK).
 
-    def _reschedule(self, now: float) -> None:
-        """Arm the next event if none is armed at or before it (under _LOCK)."""
-        # A renewal due while one is in flight waits for its answer (`_renewed` re-arms).
-        target = _NEVER if self._renew_at is None or self._in_flight else self._renew_at
-        if self._params.watch_deadline:
-            target = min(target, self._timeline.deadline)
-        if target < self._scheduled_at:
-            replacing = self._scheduled_at != _NEVER
-            self._scheduled_at = target
-            self._arm(target, now, replacing=replacing)
+        On a loss the signal(s) read as aborted at once; their callbacks run at once when
+        `inline` (the holder's own thread: `extend`, `finish`), else where this lease's user
+        code runs (`_deliver`), so that user code never delays another lease.
+        """
+        params = self._params
+        if flags & LOSE:
+            error = self._error
+            assert error is not None
+            loss = self._loss
+            runs = [self.signal._abort_deferred(error)]
+            if loss is not None:
+                runs.insert(0, loss._abort_deferred(error))
+            self._after_loss()
+            for run in runs:
+                if run is not None:
+                    if inline:
+                        run()
+                    else:
+                        self._deliver(run)
+            if params.on_lost is not None:
+                self._call_hook(params.on_lost, self)
+        if flags & REPORT and failure is not None and params.on_renew_error is not None:
+            self._call_hook(params.on_renew_error, self, failure)
+
+    def _input(self, decide: Callable[[LeaseMachine, float], int]) -> int:
+        """Feed one input (`decide(machine, now)`) made on the holder's own thread; perform it."""
+        with _LOCK:
+            flags = self._locked(decide(self._machine, self._tp.monotonic()))
+        self._then(flags, inline=True)
+        return flags
 
     def _begin(self, sent_at: float) -> None:
         """Start watching a freshly acquired lease."""
         with _LOCK:
             _LIVE[id(self)] = self
-            self._renew_at = self._timeline.first_renewal(sent_at)
-            self._reschedule(self._tp.monotonic())
+            self._locked(self._machine.acquired(sent_at, self._tp.monotonic()))
 
-    def _due(self) -> None:
-        """The armed event fired (its entry is already consumed): lose, renew, or re-arm."""
-        if self._forked():
-            return
-        lose = False
-        ttl = None
-        with _LOCK:
-            if self._ended or self._error is not None:
-                return
-            now = self._tp.monotonic()
-            if self._params.watch_deadline and self._timeline.expired(now):
-                lose = True
-            else:
-                renew_at = self._renew_at
-                if renew_at is not None and now >= renew_at and not self._in_flight:
-                    self._renew_at = None
-                    self._in_flight = True
-                    ttl = self._timeline.ttl
-                self._reschedule(now)  # the deadline stays watched while a renewal is in flight
-        if lose:
-            self._lose(inline=False)
-        elif ttl is not None:
-            self._start_renewal(ttl)
-
-    def _start_renewal(self, ttl: float) -> None:
-        raise NotImplementedError
-
-    def _renewed(self, sent: float, ttl: float, ok: bool, failure: Exception | None) -> None:
-        """Act on a renewal's answer (`ok`) or its error (`failure`) (in the background)."""
-        lose = False
-        with _LOCK:
-            self._in_flight = False
-            if self._ended or self._error is not None:
-                return  # a renewal in flight when the body ended, or after the loss: ignored
-            now = self._tp.monotonic()
-            if failure is not None:
-                self._renew_at = self._timeline.failed(now)
-                self._reschedule(now)
-            elif not ok or self._timeline.expired(now):
-                lose = True
-            else:
-                self._renew_at = self._timeline.renewed(sent, now, ttl)
-                self._reschedule(now)
-        if lose:
-            self._lose(inline=False)
-        elif failure is not None and self._params.on_renew_error is not None:
-            self._call_hook(self._params.on_renew_error, self, failure)
+    def _extend_ttl(self, ttl: float | None) -> float | None:
+        """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
+        machine = self._machine
+        if self._forked() or machine.ended or machine.lost:
+            return None
+        return machine.ttl if ttl is None else ttl
 
     def _extended(self, sent: float, ttl: float, ok: bool) -> bool:
-        if not ok:
-            self._lose(inline=True)
-            return False
-        with _LOCK:
-            if self._error is not None:
-                return False
-            now = self._tp.monotonic()
-            self._renew_at = self._timeline.renewed(sent, now, ttl, extend=True)
-            if not self._ended:
-                self._reschedule(self._tp.monotonic())  # a shorter ttl pulls the deadline in
-        return True
+        self._input(lambda machine, now: machine.extend_answered(sent, now, ttl, ok))
+        return ok and self._error is None
 
-    # -- loss and the end ---------------------------------------------------------------------
+    def _holder_releases(self) -> bool:
+        """The holder's own `release()`: whether to send it (renewal and the watch stop first)."""
+        return not self._forked() and bool(self._input(lambda machine, _now: machine.holder_released()) & RELEASE)
 
-    def _lose(self, *, inline: bool) -> None:
-        """Declare the lease lost, once: the signal(s) read as aborted at once; then callbacks.
+    def _ending(self) -> bool:
+        """The body ended: stop, check the deadline once more; whether to send the final release."""
+        return bool(self._input(LeaseMachine.body_ended) & RELEASE) and not self._forked()
 
-        `inline`: called on the holder's own thread (`extend`, `finish`), where the signal's
-        callbacks run at once; in the background (the timer, a store's thread) they are handed
-        to the lease's callbacks (`_deliver`), so that user code never delays another lease.
-        """
-        with _LOCK:
-            if self._error is not None:
-                return
-            error = self._error = self._params.error_type(self.key, self.token)
-            self._forget()
-            _LIVE.pop(id(self), None)
-            loss = self._loss
-        runs = [self.signal._abort_deferred(error)]
-        if loss is not None:
-            runs.insert(0, loss._abort_deferred(error))
-        self._after_loss()
-        for run in runs:
-            if run is not None:
-                if inline:
-                    run()
-                else:
-                    self._deliver(run)
-        if self._params.on_lost is not None:
-            self._call_hook(self._params.on_lost, self)
+    def _released(self, ok: bool) -> None:
+        self._input(lambda machine, _now: machine.release_answered(ok))
+
+    def _detach(self) -> LockLostError | None:
+        self.signal.detach()
+        return self._error
+
+    # -- what differs between the runtimes ----------------------------------------------------
 
     def _after_loss(self) -> None:
-        """Shell-specific clean-up right after a loss (the async shell cancels a renewal)."""
+        """Runtime-specific clean-up right after a loss (the async runtime cancels a renewal)."""
 
     def _deliver(self, run: Callable[[], None]) -> None:
         """Run signal callbacks (`run()`) where user code of this lease runs."""
@@ -420,24 +508,9 @@ class LeaseBase:
         """
         raise NotImplementedError
 
-    def _stop(self) -> bool:
-        """Stop renewal and the deadline watch; False if the lease had already ended."""
-        with _LOCK:
-            if self._ended:
-                return False
-            self._ended = True
-            self._forget()
-            _LIVE.pop(id(self), None)
-        return True
-
-    def _check_deadline(self) -> None:
-        if self._params.watch_deadline and self._timeline.expired(self._tp.monotonic()):
-            self._lose(inline=True)
-
     def _abandon_in_child(self) -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
         # After os.fork(), in the child: the parent still holds (and renews) this lease.
-        self._ended = True
-        self._scheduled_at = _NEVER
+        self._machine.ended = True
         if self._error is None:
             self._error = self._params.error_type(self.key, self.token)
         with contextlib.suppress(Exception):
@@ -446,7 +519,7 @@ class LeaseBase:
             self.signal.abort(self._error)
 
     def __repr__(self) -> str:
-        state = "lost" if self._error is not None else "ended" if self._ended else "held"
+        state = "lost" if self._error is not None else "ended" if self._machine.ended else "held"
         return f"<{type(self).__name__} key={self.key!r} token={self.token} {state}>"
 
 
@@ -464,42 +537,19 @@ def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
 
 
 class Lease(LeaseBase):
-    """A lease held by sync code: events in its clock's heap, store calls on the store's pool.
+    """A lease held by sync code: its event in its clock's scheduler, renewals on the store's pool.
 
     Its callbacks run in order on its own strand of the callback pool (`_workers`).
     """
 
-    __slots__ = ("_scheduler", "_strand")
+    __slots__ = ("_strand",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._scheduler = scheduler_for(self._tp)
         self._strand: Strand | None = None
 
-    def _arm(self, when: float, now: float, *, replacing: bool) -> None:  # noqa: ARG002 - see Scheduler
-        if replacing:
-            self._scheduler.stale += 1
-        self._scheduler.schedule(when, self)
-
-    def _forget(self) -> None:
-        if self._scheduled_at != _NEVER:
-            self._scheduled_at = _NEVER
-            self._scheduler.stale += 1
-
-    def _start_renewal(self, ttl: float) -> None:
-        store_pool(self._ops.pool_owner).submit(lambda: self._renew_job(ttl))
-
-    def _renew_job(self, ttl: float) -> None:
-        sent = self._tp.monotonic()
-        if self._timeline.expired(sent):
-            self._renewed(sent, ttl, ok=False, failure=None)
-            return
-        try:
-            ok = self._ops.renew(self.key, self.owner, ttl)
-        except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
-            self._renewed(sent, ttl, ok=False, failure=exc)
-            return
-        self._renewed(sent, ttl, ok=ok, failure=None)
+    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
+        return scheduler_for(time_provider)
 
     def _callbacks(self) -> Strand:
         strand = self._strand
@@ -521,12 +571,11 @@ class Lease(LeaseBase):
 
         False also aborts the signal (the lease is lost). Store errors propagate.
         """
-        if self._forked() or self._ended or self._error is not None:
+        ttl = self._extend_ttl(ttl)
+        if ttl is None:
             return False
-        ttl = self._timeline.ttl if ttl is None else ttl
         sent = self._tp.monotonic()
-        ok = self._ops.renew(self.key, self.owner, ttl)
-        return self._extended(sent, ttl, ok)
+        return self._extended(sent, ttl, self._ops.renew(self.key, self.owner, ttl))
 
     def release(self) -> bool:
         """Stop renewal and free the key if this owner still holds it (True only then).
@@ -534,9 +583,7 @@ class Lease(LeaseBase):
         Called by the holder itself (a primitive handle); the final `finish` then sends no
         second release. Store errors propagate.
         """
-        if self._forked() or not self._stop():
-            return False
-        return self._ops.release(self.key, self.owner)
+        return self._holder_releases() and self._ops.release(self.key, self.owner)
 
     def finish(self) -> LockLostError | None:
         """End the lease when the body ends; the loss error, if the lease was lost.
@@ -544,16 +591,13 @@ class Lease(LeaseBase):
         Stops renewal (a renewal in flight is ignored), checks the deadline again, sends
         exactly one release (ignoring its errors; False means lost), and detaches the signal.
         """
-        if self._stop() and not self._forked():
-            self._check_deadline()
+        if self._ending():
             try:
                 released = self._ops.release(self.key, self.owner)
             except Exception:  # noqa: BLE001 - a failed release is ignored: the lease expires anyway
                 released = True
-            if not released:
-                self._lose(inline=True)
-        self.signal.detach()
-        return self._error
+            self._released(released)
+        return self._detach()
 
 
 def _sync_wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal) -> None:

@@ -19,6 +19,7 @@ from resilience.stores._protocols import (
     SupportsLeaseInfo,
     SupportsReleaseListener,
     SupportsReleaseNotification,
+    SupportsRenewMany,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class StoreOps:
         "notify",
         "notify_async",
         "pool_owner",
+        "renews_many",
         "store",
     )
 
@@ -54,6 +56,7 @@ class StoreOps:
         self.lease_info_async = isinstance(store, AsyncSupportsLeaseInfo)
         self.notify = isinstance(store, SupportsReleaseNotification)
         self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
+        self.renews_many = isinstance(store, SupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
         self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
@@ -74,6 +77,26 @@ class StoreOps:
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew`."""
         return bool(self.store.renew(key, owner, ttl))
+
+    def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
+        """Renew each `(key, owner, ttl)`: its answer, or the exception its renewal raised.
+
+        One store call when the store offers `renew_many` (`SupportsRenewMany`); else one
+        `renew` per item, each failing alone.
+        """
+        if self.renews_many:
+            try:
+                answers = self.store.renew_many(items)
+            except Exception as exc:  # noqa: BLE001 - the call failed: every renewal in it failed
+                return [exc] * len(items)
+            return [answer if isinstance(answer, Exception) else bool(answer) for answer in answers]
+        results: list[bool | Exception] = []
+        for key, owner, ttl in items:
+            try:
+                results.append(bool(self.store.renew(key, owner, ttl)))
+            except Exception as exc:  # noqa: BLE001 - reported with this item
+                results.append(exc)
+        return results
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew_async`."""

@@ -2,16 +2,18 @@
 
 The timer thread only decides and enqueues. The work it hands on runs here:
 
-- store calls (renewals, best-effort releases) on the store's own `Pool` (`store_pool`): a
-  store whose calls hang stalls only its own leases, whose deadlines still fire on the timer;
+- store calls (batches of renewals, best-effort releases) on the store's own `Pool`
+  (`store_pool`): a store whose calls hang stalls only its own leases, whose deadlines still
+  fire on the timer;
 - user code (signal callbacks, `on_lock_lost`, `on_renew_error`, telemetry listeners) on the
   shared `CALLBACKS` pool, each lease's callbacks in order on its own `Strand`: a slow callback
   holds one thread, and the next lease's callbacks start on another.
 
 A pool has one thread while its jobs flow. When jobs wait and no job started or ended for
-`STALL` seconds (a call that hangs, a slow callback), it adds a thread, up to its bound; a
-thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000 leases on one store thus
-costs one store thread and one callback thread while nothing is slow. Every job's exceptions, including
+its `stall` time (a call that hangs: `STORE_STALL`; a slow callback: `STALL`), it adds a
+thread, up to its bound; a thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000
+leases on one store thus costs the timer thread, one store thread and (once a callback runs)
+one callback thread while nothing is slow. Every job's exceptions, including
 `SystemExit` and `KeyboardInterrupt`, are logged: a pool thread never dies of a job.
 """
 
@@ -37,7 +39,10 @@ _logger = logging.getLogger("resilience")
 IDLE_EXIT = 30.0
 """Seconds a pool thread waits for work before it ends."""
 STALL = 0.005
-"""Seconds without progress while jobs wait before a pool adds a thread."""
+"""Seconds without progress while callbacks wait before the callback pool adds a thread."""
+STORE_STALL = 0.05
+"""The same for a store's pool: a batch of renewals may take a few milliseconds (one thread
+serves thousands of leases while the store answers); a call that hangs adds a thread soon."""
 STORE_THREADS = 4
 """Threads at most per store (calls that hang beyond that queue behind them)."""
 CALLBACK_THREADS = 16
@@ -55,9 +60,10 @@ def run_logged(job: Callable[[], object], what: str) -> None:
 class Pool:
     """Up to `size` daemon threads running queued jobs; threads start on demand and end when idle."""
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, stall: float = STALL) -> None:
         self.name = name
         self.size = size
+        self.stall = stall
         self._reset()
 
     def _reset(self) -> None:
@@ -87,7 +93,7 @@ class Pool:
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
         if watch:
-            TIMER_THREAD.call_later(STALL, self._check_stall)
+            TIMER_THREAD.call_later(self.stall, self._check_stall)
 
     def _start(self) -> None:
         # Under the condition's lock.
@@ -96,17 +102,17 @@ class Pool:
         threading.Thread(target=self._serve, name=f"resilience-{self.name}", daemon=True).start()
 
     def _check_stall(self) -> None:
-        """On the timer thread: jobs still wait and nothing moved for `STALL`: add a thread."""
+        """On the timer thread: jobs still wait and nothing moved for `stall` seconds: add a thread."""
         with self._cond:
             self._watching = False
             if not self._jobs or self._idle or self._threads >= self.size:
                 return
-            if time.monotonic() - self._progress >= STALL:
+            if time.monotonic() - self._progress >= self.stall:
                 self._start()
                 if self._threads >= self.size:
                     return
             self._watching = True
-        TIMER_THREAD.call_later(STALL, self._check_stall)
+        TIMER_THREAD.call_later(self.stall, self._check_stall)
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until no job is queued or running (real time); for tests and benchmarks."""
@@ -181,11 +187,11 @@ def store_pool(store: object) -> Pool:
         try:
             pool = _STORE_POOLS.get(store)
             if pool is None:
-                pool = _STORE_POOLS[store] = Pool(f"store-{type(store).__name__}", STORE_THREADS)
+                pool = _STORE_POOLS[store] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
         except TypeError:  # not weakly referenceable, or unhashable: kept by id for the process
             pool = _STRONG_POOLS.get(id(store))
             if pool is None:
-                pool = _STRONG_POOLS[id(store)] = Pool(f"store-{type(store).__name__}", STORE_THREADS)
+                pool = _STRONG_POOLS[id(store)] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
     return pool
 
 

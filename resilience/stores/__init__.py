@@ -12,6 +12,7 @@ from resilience.stores._protocols import (
     SupportsLeaseInfo,
     SupportsReleaseListener,
     SupportsReleaseNotification,
+    SupportsRenewMany,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
@@ -33,4 +34,5 @@ __all__ = [
     "SupportsLeaseInfo",
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
+    "SupportsRenewMany",
 ]

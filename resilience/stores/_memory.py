@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Self
 from resilience._time import SYSTEM_TIME, SystemTimeProvider, sync_call_later
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from resilience._time import TimeProvider
 
@@ -47,6 +47,8 @@ class _MemoryStore:
         # A subclass that overrides an async method may suspend there (a test double does).
         if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
             cls._answers_inline = False
+        if cls.__module__ != __name__ and "renew" in vars(cls) and "renew_many" not in vars(cls):
+            cls.renew_many = _MemoryStore.renew_many  # type: ignore[method-assign] # its own `renew` for each
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
@@ -179,6 +181,13 @@ class _MemoryStore:
             timer.cancel()
             remove()
 
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        raise NotImplementedError
+
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """`renew` each `(key, owner, ttl)` (`SupportsRenewMany`: the lease runtime's batches)."""
+        return [self.renew(key, owner, ttl) for key, owner, ttl in items]
+
 
 class MemoryLockStore(_MemoryStore):
     """An in-process `LockStore`/`AsyncLockStore` with lease info and release notification.
@@ -246,6 +255,24 @@ class MemoryLockStore(_MemoryStore):
                 return False
             self._leases[key] = (owner, lease[1], now + ttl)
             return True
+
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
+        answers: list[bool | Exception] = []
+        rounded: dict[float, float] = {}
+        with self._mutex:
+            now = self._now()
+            for key, owner, ttl in items:
+                lease = self._live(key, now)
+                if lease is None or lease[0] != owner:
+                    answers.append(False)
+                    continue
+                ms = rounded.get(ttl)
+                if ms is None:
+                    ms = rounded[ttl] = _round_ttl(ttl)
+                self._leases[key] = (owner, lease[1], now + ms)
+                answers.append(True)
+        return answers
 
     def release(self, key: str, owner: str) -> bool:
         """See `LockStore.release`; wakes the waiters of `key`."""

@@ -13,7 +13,14 @@ from resilience._lease._core import (
     FIRST_BACKOFF,
     MIN_POLL,
     BackoffSchedule,
-    LeaseTimeline,
+    ARM,
+    DISARM,
+    LOSE,
+    RELEASE,
+    RENEW,
+    RENEW_SLACK,
+    REPORT,
+    LeaseMachine,
     SpinSchedule,
     lease_deadline,
     safety_margin,
@@ -93,75 +100,197 @@ def test_spin_schedule_retries_n_times() -> None:
     assert [schedule.next_wait(0.0, 5.0) for _ in range(3)] == [0.1, 0.1, None]
 
 
-def test_timeline_renews_every_interval_from_the_send_time() -> None:
-    """The next renewal is due one interval after the last successful send."""
-    timeline = LeaseTimeline(3.0, 1.0, sent_at=10.0)
-    assert timeline.first_renewal(10.0) == 11.0
-    assert timeline.deadline == 10.0 + 3.0 - 0.03
-    assert timeline.renewed(11.2, 11.3, 3.0) == 12.2
-    assert timeline.deadline == 11.2 + 3.0 - 0.03
-    assert not timeline.expired(14.0)
-    assert timeline.expired(14.17)
+def _held(ttl: float = 3.0, interval: float | None = 1.0, *, sent: float = 10.0, watch: bool = True) -> LeaseMachine:
+    machine = LeaseMachine(ttl, interval, watch=watch)
+    assert machine.acquired(sent, sent) == (ARM if watch or interval is not None else 0)
+    return machine
 
 
-def test_timeline_without_renewal() -> None:
+def _renewed(machine: LeaseMachine, sent: float, now: float | None = None) -> int:
+    """Tick at `sent` (a renewal is due) and answer True at `now`."""
+    assert machine.tick(sent) & RENEW
+    return machine.renew_answered(sent, sent if now is None else now, True)
+
+
+def test_acquired_arms_the_first_renewal_and_the_deadline_follows_the_send_time() -> None:
+    """The next renewal is due one interval after the last successful send; the deadline ttl - margin after it."""
+    machine = _held()
+    assert machine.armed_at == 11.0
+    assert machine.deadline == 10.0 + 3.0 - 0.03
+    assert _renewed(machine, 11.2, 11.3) == ARM
+    assert machine.armed_at == 12.2
+    assert machine.deadline == 11.2 + 3.0 - 0.03
+    assert not machine.expired(14.0)
+    assert machine.expired(14.17)
+
+
+def test_a_tick_before_anything_is_due_only_re_arms() -> None:
+    """An event that fires early (an earlier one was armed) finds nothing to do and re-arms."""
+    machine = _held()
+    assert machine.tick(10.5) == ARM
+    assert machine.armed_at == 11.0
+
+
+def test_a_renewal_may_go_a_few_milliseconds_early_so_due_renewals_go_together() -> None:
+    """Up to min(5 ms, interval/10) early; the deadline is never declared early."""
+    machine = _held()
+    assert machine.early_at == 11.0 - RENEW_SLACK
+    assert machine.tick(11.0 - RENEW_SLACK) & RENEW
+    assert machine.renew_ttl == 3.0
+
+
+def test_the_deadline_stays_armed_while_a_renewal_is_in_flight() -> None:
+    """A renewal that hangs: the tick at the deadline loses the lease, once."""
+    machine = _held()
+    assert machine.tick(11.0) == RENEW | ARM
+    assert machine.armed_at == machine.deadline
+    assert machine.tick(12.0) == ARM  # not due yet: nothing, and no second renewal
+    assert machine.tick(machine.deadline) == LOSE
+    assert machine.lost
+    assert machine.renew_answered(11.0, 13.5, True) == 0  # the late answer is ignored
+    assert machine.tick(20.0) == 0
+
+
+def test_a_renewal_answered_false_or_after_the_deadline_is_a_loss() -> None:
+    """The store says not ours, or says ours only after the local deadline: lost."""
+    machine = _held()
+    machine.tick(11.0)
+    assert machine.renew_answered(11.0, 11.1, False) == LOSE | DISARM
+    late = _held()
+    late.tick(11.0)
+    assert late.renew_answered(11.0, late.deadline, True) & LOSE
+
+
+def test_a_renewal_timed_out_is_a_loss_unless_the_body_ended() -> None:
+    """The runtime's bound on a renewal fired: lost; after the end, nothing."""
+    machine = _held()
+    machine.tick(11.0)
+    assert machine.renew_timed_out() & LOSE
+    ended = _held()
+    ended.tick(11.0)
+    ended.body_ended(11.5)
+    assert ended.renew_timed_out() == 0
+
+
+def test_without_renewal_only_the_deadline_is_armed() -> None:
     """No interval: no renewal is ever due; the deadline still holds."""
-    timeline = LeaseTimeline(3.0, None, sent_at=0.0)
-    assert timeline.first_renewal(0.0) is None
-    assert timeline.renewed(1.0, 1.0, 3.0) is None
-    assert timeline.deadline == 1.0 + 3.0 - 0.03
+    machine = _held(interval=None, sent=0.0)
+    assert machine.armed_at == machine.deadline == 3.0 - 0.03
+    assert machine.extend_answered(1.0, 1.0, 3.0, True) == 0  # the earlier event fires, then re-arms
+    assert machine.deadline == 1.0 + 3.0 - 0.03
+    assert machine.tick(3.0 - 0.03) == ARM
+    assert machine.armed_at == machine.deadline
+
+
+def test_an_unwatched_lease_arms_nothing_and_is_never_lost_by_time() -> None:
+    """A bare primitive handle: no renewal, no deadline watch, no loss at the end."""
+    machine = _held(interval=None, watch=False)
+    assert machine.armed_at == float("inf")
+    assert machine.body_ended(100.0) == RELEASE
 
 
 def test_extend_with_another_ttl_moves_the_deadline_both_ways() -> None:
     """An extend sets the deadline from its own ttl, even a shorter one."""
-    timeline = LeaseTimeline(30.0, None, sent_at=0.0)
-    timeline.renewed(1.0, 1.1, 1.0, extend=True)
-    assert timeline.ttl == 1.0
-    assert timeline.deadline == 1.0 + 1.0 - 0.01
-    timeline.renewed(2.0, 2.1, 60.0, extend=True)
-    assert timeline.deadline == 2.0 + 60.0 - 0.6
+    machine = _held(30.0, None, sent=0.0)
+    machine.extend_answered(1.0, 1.1, 1.0, True)
+    assert machine.ttl == 1.0
+    assert machine.deadline == 1.0 + 1.0 - 0.01
+    machine.extend_answered(2.0, 2.1, 60.0, True)
+    assert machine.deadline == 2.0 + 60.0 - 0.6
 
 
 def test_a_late_reply_never_moves_the_deadline_past_a_newer_success() -> None:
     """A renewal sent before an extend was answered, answered after it: the earlier deadline wins."""
-    timeline = LeaseTimeline(30.0, 10.0, sent_at=0.0)
-    timeline.renewed(10.5, 10.6, 1.0, extend=True)  # extend(1.0) sent and answered ...
-    timeline.renewed(10.0, 10.9, 30.0)  # ... while the renewal sent at 10.0 was in flight
-    assert timeline.ttl == 1.0
-    assert timeline.deadline == 10.5 + 1.0 - 0.01
-    timeline.renewed(11.0, 11.1, 1.0)  # sent after both were answered: it acted last
-    assert timeline.deadline == 11.0 + 1.0 - 0.01
+    machine = _held(30.0, 10.0, sent=0.0)
+    assert machine.tick(10.0) & RENEW  # the renewal (ttl 30) is sent at 10.0 ...
+    machine.extend_answered(10.5, 10.6, 1.0, True)  # ... extend(1.0) sent and answered meanwhile ...
+    machine.renew_answered(10.0, 10.9, True)  # ... then the renewal's answer comes back
+    assert machine.ttl == 1.0
+    assert machine.deadline == 10.5 + 1.0 - 0.01
+    assert machine.tick(11.0) & RENEW  # sent after both were answered: it acted last
+    assert machine.renew_ttl == 1.0
+    machine.renew_answered(11.0, 11.1, True)
+    assert machine.deadline == 11.0 + 1.0 - 0.01
 
 
 def test_an_extend_scales_the_heartbeat_with_the_ttl() -> None:
     """extend(ttl) shorter than the heartbeat: the renewals follow the new ttl."""
-    timeline = LeaseTimeline(1.0, 0.25, sent_at=0.0)
-    assert timeline.renewed(0.1, 0.1, 0.1, extend=True) == pytest.approx(0.1 + 0.025)
-    assert timeline.renewed(0.2, 0.2, 4.0, extend=True) == pytest.approx(0.2 + 0.25)
+    machine = _held(1.0, 0.25, sent=0.0)
+    machine.extend_answered(0.1, 0.1, 0.1, True)
+    assert machine.armed_at == pytest.approx(0.1 + 0.025)
+    machine.extend_answered(0.11, 0.11, 4.0, True)
+    assert machine.renew_at == pytest.approx(0.11 + 0.25)
+
+
+def test_extend_answered_false_is_a_loss_and_after_the_end_arms_nothing() -> None:
+    """False: lost. After the body ended an extend still records the store's answer, arms nothing."""
+    machine = _held()
+    assert machine.extend_answered(10.5, 10.6, 3.0, False) & LOSE
+    ended = _held()
+    ended.holder_released()
+    assert ended.extend_answered(10.5, 10.6, 3.0, True) == 0
+
+
+def test_the_end_releases_once_and_checks_the_deadline_again() -> None:
+    """body_ended: release; past the deadline also lost; a second end does nothing."""
+    machine = _held()
+    assert machine.body_ended(11.0) == RELEASE | DISARM
+    assert machine.body_ended(11.0) == 0
+    assert machine.holder_released() == 0
+    late = _held()
+    assert late.body_ended(late.deadline) == RELEASE | DISARM | LOSE
+    assert late.release_answered(True) == 0  # already lost: told once
+
+
+def test_a_release_answered_false_is_a_loss() -> None:
+    """The final release found another owner: the lease had been lost."""
+    machine = _held()
+    machine.body_ended(11.0)
+    assert machine.release_answered(False) == LOSE
+    assert machine.release_answered(False) == 0
+
+
+def test_a_renewal_in_flight_when_the_body_ends_is_ignored() -> None:
+    """Renewal stops first: its answer changes nothing."""
+    machine = _held()
+    machine.tick(11.0)
+    machine.body_ended(11.1)
+    assert machine.renew_answered(11.0, 11.2, False) == 0
+    assert machine.renew_failed(11.2) == 0
+    assert not machine.lost
 
 
 def test_failed_renewal_backs_off_up_to_a_tenth_of_ttl() -> None:
     """Retries after failures: 50 ms doubling, never more than ttl/10, never past the deadline."""
-    timeline = LeaseTimeline(30.0, 10.0, sent_at=0.0)
+    machine = _held(30.0, 10.0, sent=0.0)
     now = 10.0
     delays = []
-    while (retry := timeline.failed(now)) is not None:
-        delays.append(retry - now)
-        now = retry
+    while True:
+        assert machine.tick(now) & RENEW
+        assert machine.renew_failed(now) & REPORT
+        if machine.renew_at is None:
+            break
+        delays.append(machine.renew_at - now)
+        now = machine.renew_at
     assert delays[0] == pytest.approx(0.05)
     assert max(delays) <= 3.0
-    assert now < timeline.deadline
-    assert timeline.failures == len(delays) + 1
+    assert now < machine.deadline
+    assert machine.failures == len(delays) + 1
+    assert machine.armed_at == machine.deadline  # no retry left: the deadline decides
 
 
 def test_a_success_resets_the_failure_count() -> None:
     """After a successful renewal, the backoff starts again from 50 ms."""
-    timeline = LeaseTimeline(30.0, 10.0, sent_at=0.0)
-    timeline.failed(10.0)
-    timeline.failed(10.05)
-    timeline.renewed(10.2, 10.2, 30.0)
-    assert timeline.failures == 0
-    assert timeline.failed(10.3) == 10.3 + 0.05
+    machine = _held(30.0, 10.0, sent=0.0)
+    machine.tick(10.0)
+    machine.renew_failed(10.0)
+    machine.tick(10.05)
+    machine.renew_failed(10.05)
+    _renewed(machine, 10.2)
+    assert machine.failures == 0
+    machine.tick(20.2)
+    machine.renew_failed(20.3)
+    assert machine.renew_at == 20.3 + 0.05
 
 
 @given(
@@ -170,12 +299,54 @@ def test_a_success_resets_the_failure_count() -> None:
 )
 def test_renewal_retries_stay_before_the_deadline(ttl: float, failures: int) -> None:
     """Whatever the failures, a retry is never scheduled at or after the deadline, nor later than ttl/10."""
-    timeline = LeaseTimeline(ttl, ttl / 3, sent_at=0.0)
+    machine = _held(ttl, ttl / 3, sent=0.0)
     now = ttl / 3
     for _ in range(failures):
-        retry = timeline.failed(now)
+        assert machine.tick(now) & RENEW
+        machine.renew_failed(now)
+        retry = machine.renew_at
         if retry is None:
             break
-        assert now < retry < timeline.deadline
+        assert now < retry < machine.deadline
         assert retry - now <= ttl / 10 + 1e-12
         now = retry
+
+
+@given(ttl=st.floats(min_value=0.001, max_value=1e6))
+def test_every_accepted_ttl_can_be_held(ttl: float) -> None:
+    """The margin is at most ttl/2: a lease answered at once is held until at least half its ttl."""
+    assert 0 < safety_margin(ttl) <= ttl / 2
+    machine = _held(ttl, ttl / 3, sent=0.0)
+    assert machine.deadline >= ttl / 2
+    assert machine.tick(0.0) == ARM  # neither lost nor renewed at the instant it was acquired
+
+
+@given(
+    events=st.lists(
+        st.tuples(st.sampled_from(["tick", "ok", "no", "error", "timeout", "extend", "end", "release"]), st.floats(0, 2)),
+        max_size=30,
+    )
+)
+def test_the_machine_is_lost_at_most_once_and_silent_after_the_end(events: list[tuple[str, float]]) -> None:
+    """Any sequence of inputs: LOSE at most once; after the end nothing but the release's answer acts."""
+    machine = _held(1.0, 1 / 3, sent=0.0)
+    now = 0.0
+    losses = 0
+    for name, step in events:
+        now += step
+        flags = {
+            "tick": lambda: machine.tick(now),
+            "ok": lambda: machine.renew_answered(now - step, now, True),
+            "no": lambda: machine.renew_answered(now - step, now, False),
+            "error": lambda: machine.renew_failed(now),
+            "timeout": machine.renew_timed_out,
+            "extend": lambda: machine.extend_answered(now, now, 1.0, True),
+            "end": lambda: machine.body_ended(now),
+            "release": lambda: machine.release_answered(False),
+        }[name]()
+        losses += bool(flags & LOSE)
+        if flags & ARM:
+            assert machine.armed_at > now or machine.armed_at == machine.deadline
+        if machine.ended and name in {"tick", "ok", "no", "error", "timeout"}:
+            assert flags == 0
+    assert losses <= 1
