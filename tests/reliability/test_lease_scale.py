@@ -1,8 +1,9 @@
 """Many leases in one process (`make soak`): 10,000 held on a 1 s ttl for 10 s, none lost.
 
-The sync runtime adds no thread per lease: the shared timer thread, one thread for the store
-(more only while its calls hang) and one for callbacks. Needs a machine that is not saturated:
-30,000 renewals a second in one Python process.
+The sync runtime adds no thread per lease: the shared timer thread and one thread for the store
+(more only while its calls hang for 50 ms). 30,000 renewals a second in one Python process go
+out in batches (one store call for the renewals due within a few milliseconds); a smaller,
+fast version of the same mechanism runs in the suite (`tests/lease/test_batching.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def test_ten_thousand_sync_leases_none_lost_no_thread_per_lease() -> None:
     wait_idle(30)
     print(f"\n{LEASES} sync leases, ttl {TTL}s, {SECONDS}s: lost {lost}, extra threads {extra}")  # noqa: T201 - make soak reports it
     assert lost == 0
-    assert extra <= 4  # timer, store, callbacks (+1 while a burst of renewals queues)
+    assert extra <= 3  # the timer and the store's thread (+1 if a batch stalls 50 ms on a loaded machine)
 
 
 @pytest.mark.timeout(600)
