@@ -146,7 +146,7 @@ class Scheduler:
             if type(item) is Batch:
                 due = item.due(now, self)
             else:
-                assert isinstance(item, LeaseBase)  # noqa: S101 - the heap holds leases and batches
+                assert isinstance(item, LeaseBase)
                 if item._machine.armed_at != when:
                     if self.stale:
                         self.stale -= 1

@@ -9,17 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilience._lease._core import (
-    BACKOFF_CAP,
-    FIRST_BACKOFF,
-    MIN_POLL,
-    BackoffSchedule,
     ARM,
+    BACKOFF_CAP,
     DISARM,
+    FIRST_BACKOFF,
     LOSE,
+    MIN_POLL,
     RELEASE,
     RENEW,
     RENEW_SLACK,
     REPORT,
+    BackoffSchedule,
     LeaseMachine,
     SpinSchedule,
     lease_deadline,
@@ -321,9 +321,27 @@ def test_every_accepted_ttl_can_be_held(ttl: float) -> None:
     assert machine.tick(0.0) == ARM  # neither lost nor renewed at the instant it was acquired
 
 
+def _feed(machine: LeaseMachine, name: str, now: float, step: float) -> int:
+    if name == "tick":
+        return machine.tick(now)
+    if name in {"ok", "no"}:
+        return machine.renew_answered(now - step, now, name == "ok")
+    if name == "error":
+        return machine.renew_failed(now)
+    if name == "timeout":
+        return machine.renew_timed_out()
+    if name == "extend":
+        return machine.extend_answered(now, now, 1.0, True)
+    if name == "end":
+        return machine.body_ended(now)
+    return machine.release_answered(False)
+
+
 @given(
     events=st.lists(
-        st.tuples(st.sampled_from(["tick", "ok", "no", "error", "timeout", "extend", "end", "release"]), st.floats(0, 2)),
+        st.tuples(
+            st.sampled_from(["tick", "ok", "no", "error", "timeout", "extend", "end", "release"]), st.floats(0, 2)
+        ),
         max_size=30,
     )
 )
@@ -334,16 +352,7 @@ def test_the_machine_is_lost_at_most_once_and_silent_after_the_end(events: list[
     losses = 0
     for name, step in events:
         now += step
-        flags = {
-            "tick": lambda: machine.tick(now),
-            "ok": lambda: machine.renew_answered(now - step, now, True),
-            "no": lambda: machine.renew_answered(now - step, now, False),
-            "error": lambda: machine.renew_failed(now),
-            "timeout": machine.renew_timed_out,
-            "extend": lambda: machine.extend_answered(now, now, 1.0, True),
-            "end": lambda: machine.body_ended(now),
-            "release": lambda: machine.release_answered(False),
-        }[name]()
+        flags = _feed(machine, name, now, step)
         losses += bool(flags & LOSE)
         if flags & ARM:
             assert machine.armed_at > now or machine.armed_at == machine.deadline
