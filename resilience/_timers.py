@@ -94,6 +94,10 @@ class TimerThread:
                 self._cond.notify()
         return handle
 
+    def is_current(self) -> bool:
+        """Whether the calling thread is this timer thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
     def _serve(self) -> None:
         while True:
             with self._cond:

@@ -32,7 +32,17 @@ from resilience._timers import TIMER_THREAD
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["CALLBACKS", "IDLE_EXIT", "Pool", "Strand", "fork_generation", "run_logged", "store_pool", "wait_idle"]
+__all__ = [
+    "CALLBACKS",
+    "IDLE_EXIT",
+    "Pool",
+    "Strand",
+    "fork_generation",
+    "off_timer_thread",
+    "run_logged",
+    "store_pool",
+    "wait_idle",
+]
 
 _logger = logging.getLogger("resilience")
 
@@ -175,6 +185,20 @@ class Strand:
 
 CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS)
 """Where user callbacks of sync leases run (never on the timer thread nor a store's thread)."""
+
+
+
+def off_timer_thread(run: Callable[[], object]) -> None:
+    """Run `run()` now, unless called on the shared timer thread: then on the callback pool.
+
+    What a timer callback that must run user code (a signal's callbacks) does, so that the
+    timer thread stays free for every other lease and timeout.
+    """
+    if TIMER_THREAD.is_current():
+        CALLBACKS.submit(run)
+    else:
+        run()
+
 
 _STORE_POOLS: weakref.WeakKeyDictionary[object, Pool] = weakref.WeakKeyDictionary()
 _STRONG_POOLS: dict[int, Pool] = {}

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from resilience._lease._workers import off_timer_thread
 from resilience._signal import Signal
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import TimeoutRejectedError, ValidationError
@@ -136,7 +137,12 @@ class _Deadline:
     def __call__(self) -> None:
         error = TimeoutRejectedError(timeout=self.timeout)
         self.error = error  # before abort(): whoever sees the reason sees whose it is
-        self.signal.abort(error)
+        # The signal (and its children) read as aborted at once; the callbacks registered on
+        # them are user code, which never runs on the shared timer thread (it would delay
+        # every lease and timeout of the process): there they go to the callback pool.
+        run = self.signal._abort_deferred(error)
+        if run is not None:
+            off_timer_thread(run)
 
     @property
     def fired(self) -> bool:

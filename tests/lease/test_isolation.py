@@ -99,3 +99,51 @@ def test_a_slow_callback_never_delays_another_leases_loss(slow: str) -> None:
     assert delay <= 0.02, f"B's loss was told {delay * 1000:.1f} ms after its renewal answered"
     for lease in (a, b):
         lease.finish()  # type: ignore[attr-defined]
+
+
+def test_a_slow_callback_on_a_timeouts_signal_never_holds_the_timer_thread() -> None:
+    """A sync timeout fires on the shared timer thread; the callbacks on its signal run elsewhere.
+
+    The callable sees the abort at once; a callback that sleeps 1 s delays neither another
+    timeout nor a lease's events on the same thread.
+    """
+    from resilience import ResiliencePipelineBuilder, TimeoutRejectedError, get_context
+
+    slow = ResiliencePipelineBuilder().add_timeout(0.05).build()
+    quick = ResiliencePipelineBuilder().add_timeout(0.1).build()
+    callback_threads: list[str] = []
+    seen: dict[str, float] = {}
+
+    def sleeps_in_its_callback() -> None:
+        context = get_context()
+        assert context is not None
+
+        def sleep_1s(_reason: BaseException) -> None:
+            callback_threads.append(threading.current_thread().name)
+            time.sleep(1.0)
+
+        context.signal.add_callback(sleep_1s)
+        assert context.signal.wait(5)
+        seen["slow"] = time.monotonic()
+        context.signal.raise_if_aborted()
+
+    def waits() -> None:
+        context = get_context()
+        assert context is not None
+        started = time.monotonic()
+        assert context.signal.wait(5)
+        seen["quick"] = time.monotonic() - started
+        context.signal.raise_if_aborted()
+
+    def run_slow() -> None:
+        with pytest.raises(TimeoutRejectedError):
+            slow.execute(sleeps_in_its_callback)
+
+    worker = threading.Thread(target=run_slow)
+    worker.start()
+    with pytest.raises(TimeoutRejectedError):
+        quick.execute(waits)
+    worker.join(5)
+    assert seen["quick"] < 0.1 + 0.05, f"the second timeout fired {seen['quick']:.3f}s after it started"
+    assert callback_threads
+    assert callback_threads[0] != "resilience-timer"
