@@ -187,7 +187,6 @@ CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS)
 """Where user callbacks of sync leases run (never on the timer thread nor a store's thread)."""
 
 
-
 def off_timer_thread(run: Callable[[], object]) -> None:
     """Run `run()` now, unless called on the shared timer thread: then on the callback pool.
 
