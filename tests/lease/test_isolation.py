@@ -144,6 +144,7 @@ def test_a_slow_callback_on_a_timeouts_signal_never_holds_the_timer_thread() -> 
     with pytest.raises(TimeoutRejectedError):
         quick.execute(waits)
     worker.join(5)
-    assert seen["quick"] < 0.1 + 0.05, f"the second timeout fired {seen['quick']:.3f}s after it started"
+    # It fired on time, not after the other timeout's 1 s callback (room for a loaded machine).
+    assert seen["quick"] < 0.5, f"the second timeout fired {seen['quick']:.3f}s after it started"
     assert callback_threads
     assert callback_threads[0] != "resilience-timer"
