@@ -10,7 +10,7 @@ The timer thread only decides and enqueues. The work it hands on runs here:
   holds one thread, and the next lease's callbacks start on another.
 
 A pool has one thread while its jobs flow. When jobs wait and no job started or ended for
-its `stall` time (a call that hangs: `STORE_STALL`; a slow callback: `STALL`), it adds a
+its `stall` time (a call that hangs: `STORE_STALL`; callbacks: at once), it adds a
 thread, up to its bound; a thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000
 leases on one store thus costs the timer thread, one store thread and (once a callback runs)
 one callback thread while nothing is slow. Every job's exceptions, including
@@ -48,8 +48,10 @@ _logger = logging.getLogger("resilience")
 
 IDLE_EXIT = 30.0
 """Seconds a pool thread waits for work before it ends."""
-STALL = 0.005
-"""Seconds without progress while callbacks wait before the callback pool adds a thread."""
+STALL = 0.0
+"""Seconds without progress while callbacks wait before the callback pool adds a thread: none
+(callbacks are rare, a loss or a failed renewal; one that waits behind a slow one would delay
+its lease's news)."""
 STORE_STALL = 0.05
 """The same for a store's pool: a batch of renewals may take a few milliseconds (one thread
 serves thousands of leases while the store answers); a call that hangs adds a thread soon."""
@@ -98,7 +100,7 @@ class Pool:
             if self._idle > len(self._jobs) - 1:
                 self._cond.notify()
                 return
-            if self._threads == 0:
+            if self._threads == 0 or (self.stall <= 0 and self._threads < self.size):
                 self._start()
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
