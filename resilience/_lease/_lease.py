@@ -125,14 +125,16 @@ class Scheduler:
         with _LOCK:
             self._timer = None
             self._armed_at = -_NEVER  # re-armed once, below, not by each push
-            lost, renewals = self._take_due(self._tp.monotonic())
-            batches = by_store(renewals)
-            for batch in batches:
-                deadline = min(lease._machine.deadline for lease in batch.leases)
-                self._push(deadline, deadline, batch)
-            self._armed_at = _NEVER
-            if self._heap:
-                self._arm(self._heap[0][0])
+            try:
+                lost, renewals = self._take_due(self._tp.monotonic())
+                batches = by_store(renewals)
+                for batch in batches:
+                    deadline = min(lease._machine.deadline for lease in batch.leases)
+                    self._push(deadline, deadline, batch)
+            finally:  # whatever happened, the next event is armed: the heap is never orphaned
+                self._armed_at = _NEVER
+                if self._heap:
+                    self._arm(self._heap[0][0])
         if lost or batches:
             self._dispatch(lost, batches)
 
