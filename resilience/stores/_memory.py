@@ -48,7 +48,7 @@ class _MemoryStore:
         if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
             cls._answers_inline = False
         if cls.__module__ != __name__ and "renew" in vars(cls) and "renew_many" not in vars(cls):
-            cls.renew_many = _MemoryStore.renew_many  # type: ignore[method-assign] # its own `renew` for each
+            cls.renew_many = None  # type: ignore[assignment] # not offered: the engine calls its `renew` for each
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
@@ -186,7 +186,7 @@ class _MemoryStore:
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` (`SupportsRenewMany`: the lease runtime's batches)."""
-        return [self.renew(key, owner, ttl) for key, owner, ttl in items]
+        return [self.renew(key, owner, ttl) for key, owner, ttl in items]  # the semaphore store's
 
 
 class MemoryLockStore(_MemoryStore):
