@@ -253,11 +253,19 @@ _STRONG_SCHEDULERS: dict[int, tuple[TimeProvider, Scheduler]] = {}
 
 
 def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
-    """On the timer thread: losses are announced (their callbacks go to strands), renewals to pools."""
+    """On the timer thread: losses are announced (their callbacks go to strands), renewals to pools.
+
+    A batch on an in-process store that renews many at once (the memory stores: a few dict
+    updates under their lock, never user code) is renewed right here: no hop to another thread.
+    """
     for lease in lost:
         lease._then(LOSE)
     for batch in batches:
-        store_pool(batch.leases[0]._ops.pool_owner).submit(batch.run)
+        ops = batch.leases[0]._ops
+        if ops.inline and ops.renews_many:
+            batch.run()
+        else:
+            store_pool(ops.pool_owner).submit(batch.run)
 
 
 def scheduler_for(time_provider: TimeProvider) -> Scheduler:
