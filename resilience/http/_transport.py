@@ -172,10 +172,17 @@ class _Exchange:
         cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
+        shorter = False
         for key in _TIMEOUT_KEYS:
             own = original.get(key)
-            timeouts[key] = cut if own is None else min(own, cut)
-        request.extensions = {**self.extensions, "timeout": timeouts}
+            if own is None or own > cut:
+                timeouts[key] = cut
+                shorter = True
+            else:
+                timeouts[key] = own
+        # The common case (httpx's 5 s default under a 10 s attempt timeout): the client's own
+        # timeouts are the shorter ones already, and the caller's extensions serve as they are.
+        request.extensions = {**self.extensions, "timeout": timeouts} if shorter else self.extensions
         return request
 
     def deadline_passed(self) -> bool:
@@ -197,10 +204,10 @@ class _Exchange:
         Only the same flow's: a hedged attempt starting in another thread or task must not
         close a response that may be about to win the race.
         """
+        if not self._live:  # only this flow adds its own responses: none now means none to take
+            return []
         with self._lock:
             live = self._live
-            if not live:
-                return []
             self._live = [entry for entry in live if entry[0] != flow]
             return [response for owner, response in live if owner == flow]
 
@@ -317,6 +324,47 @@ def _send_abortable(transport: httpx.BaseTransport, request: httpx.Request) -> h
     return answer
 
 
+def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
+    """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
+    flow = threading.get_ident()
+    for discarded in exchange.take_earlier(flow):
+        discard(discarded)
+    abortable = ABORTABLE.get()
+    request = exchange.prepare(own_copy=abortable)
+    try:
+        response = _send_abortable(transport, request) if abortable else transport.handle_request(request)
+    except httpx.TimeoutException:
+        if exchange.deadline_passed():
+            # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let
+            # the timer fire, so the timeout strategy reports it and a retry sees the abort.
+            _signal().wait(_GRACE)
+        raise
+    response.request = request
+    if not exchange.add(flow, response):
+        discard(response)  # a hedged attempt that lost, answered after the execution ended
+    return response
+
+
+async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchange) -> httpx.Response:
+    """One attempt of an async request."""
+    flow = asyncio.current_task()
+    for discarded in exchange.take_earlier(flow):
+        await discard_async(discarded)
+    # No copy needed: httpx reads the extensions before its first await, so no other
+    # attempt of this loop can change them in between.
+    request = exchange.prepare()
+    try:
+        response = await transport.handle_async_request(request)
+    except httpx.TimeoutException:
+        if exchange.deadline_passed():
+            await _signal().wait_async(_GRACE)  # see _attempt
+        raise
+    response.request = request
+    if not exchange.add(flow, response):
+        await discard_async(response)  # see _attempt
+    return response
+
+
 class ResilientTransport(httpx.BaseTransport):
     """An httpx transport that sends every request through a resilience pipeline.
 
@@ -336,7 +384,7 @@ class ResilientTransport(httpx.BaseTransport):
         exchange = _Exchange(request, self.pipeline.time_provider)
         tokens = exchange.enter()
         try:
-            response = self.pipeline.execute(self._attempt, exchange)
+            response = self.pipeline.execute(_attempt, self.transport, exchange)
         except BaseException:
             for discarded in exchange.finish():
                 discard(discarded)
@@ -345,25 +393,6 @@ class ResilientTransport(httpx.BaseTransport):
             exchange.leave(tokens)
         for discarded in exchange.finish(keep=response):
             discard(discarded)
-        return response
-
-    def _attempt(self, exchange: _Exchange) -> httpx.Response:
-        flow = threading.get_ident()
-        for discarded in exchange.take_earlier(flow):
-            discard(discarded)
-        abortable = ABORTABLE.get()
-        request = exchange.prepare(own_copy=abortable)
-        try:
-            response = _send_abortable(self.transport, request) if abortable else self.transport.handle_request(request)
-        except httpx.TimeoutException:
-            if exchange.deadline_passed():
-                # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let
-                # the timer fire, so the timeout strategy reports it and a retry sees the abort.
-                _signal().wait(_GRACE)
-            raise
-        response.request = request
-        if not exchange.add(flow, response):
-            discard(response)  # a hedged attempt that lost, answered after the execution ended
         return response
 
     def close(self) -> None:
@@ -390,7 +419,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         exchange = _Exchange(request, self.pipeline.time_provider)
         tokens = exchange.enter()
         try:
-            response = await self.pipeline.execute_async(self._attempt, exchange)
+            response = await self.pipeline.execute_async(_attempt_async, self.transport, exchange)
         except BaseException:
             for discarded in exchange.finish():
                 await discard_async(discarded)
@@ -399,24 +428,6 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
             exchange.leave(tokens)
         for discarded in exchange.finish(keep=response):
             await discard_async(discarded)
-        return response
-
-    async def _attempt(self, exchange: _Exchange) -> httpx.Response:
-        flow = asyncio.current_task()
-        for discarded in exchange.take_earlier(flow):
-            await discard_async(discarded)
-        # No copy needed: httpx reads the extensions before its first await, so no other
-        # attempt of this loop can change them in between.
-        request = exchange.prepare()
-        try:
-            response = await self.transport.handle_async_request(request)
-        except httpx.TimeoutException:
-            if exchange.deadline_passed():
-                await _signal().wait_async(_GRACE)  # see ResilientTransport._attempt
-            raise
-        response.request = request
-        if not exchange.add(flow, response):
-            await discard_async(response)  # see ResilientTransport._attempt
         return response
 
     async def aclose(self) -> None:
