@@ -10,6 +10,13 @@ every GET with a fixed 200 and keep-alive:
 Sync and async clients, plain and resilient, are timed interleaved, round by round; the ratio
 is the median of per-round throughput ratios.
 
+On a loaded machine the wall-clock ratios swing from round to round (a request waits for a
+CPU), so each round also records the CPU time spent per request by the client process (every
+thread) and by the server process (Linux: `/proc`). With one request in flight at a time, a
+quiet machine's throughput is bounded by that CPU work, so the ratio of the sums
+`(client + server)` estimates the quiet ratio; it is printed beside the measured one, as an
+estimate.
+
     .venv/bin/python benchmarks/http_transport.py --requests 2000 --rounds 7 --server raw
 """
 
@@ -19,12 +26,14 @@ import argparse
 import asyncio
 import gc
 import http.server
+import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import httpx
 
@@ -91,18 +100,59 @@ def wait_listening(port: int) -> None:
     raise RuntimeError("the benchmark server did not start")
 
 
-def time_sync(fn: Callable[[], object], number: int) -> float:
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SERVER_PID: int | None = None
+"""The server process, whose CPU time each round reads from `/proc` (None: not measured)."""
+CPU: dict[str, list[tuple[float, float]]] = {}
+"""Per candidate and round: (client CPU seconds, server CPU seconds) per request."""
+
+
+def server_cpu() -> float:
+    """The server process's user + system CPU seconds so far (0 where `/proc` is missing)."""
+    if SERVER_PID is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{SERVER_PID}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14 and 15)
+
+
+def time_sync(fn: Callable[[], object], number: int, name: str | None = None) -> float:
+    cpu, served = time.process_time(), server_cpu()
     start = time.perf_counter()
     for _ in range(number):
         fn()
-    return (time.perf_counter() - start) / number
+    elapsed = time.perf_counter() - start
+    if name is not None:
+        CPU.setdefault(name, []).append(((time.process_time() - cpu) / number, (server_cpu() - served) / number))
+    return elapsed / number
 
 
-async def time_async(fn: Callable[[], Awaitable[object]], number: int) -> float:
+async def time_async(fn: Callable[[], Awaitable[object]], number: int, name: str | None = None) -> float:
+    cpu, served = time.process_time(), server_cpu()
     start = time.perf_counter()
     for _ in range(number):
         await fn()
-    return (time.perf_counter() - start) / number
+    elapsed = time.perf_counter() - start
+    if name is not None:
+        CPU.setdefault(name, []).append(((time.process_time() - cpu) / number, (server_cpu() - served) / number))
+    return elapsed / number
+
+
+def show_cpu(names: list[str]) -> None:
+    """CPU per request (median of rounds) and the quiet-machine ratio it implies."""
+    if not all(name in CPU for name in names):
+        return
+    plain, resilient = (CPU.pop(name) for name in names)
+    client = [statistics.median(c for c, _ in rounds) for rounds in (plain, resilient)]
+    server = [statistics.median(s for _, s in rounds) for rounds in (plain, resilient)]
+    print(
+        f"CPU per request (median of rounds): client {client[0] * 1e6:,.1f} -> {client[1] * 1e6:,.1f} us "
+        f"(+{(client[1] - client[0]) * 1e6:,.1f}), server {server[0] * 1e6:,.1f} / {server[1] * 1e6:,.1f} us; "
+        f"CPU-bound throughput ratio (estimate for a quiet machine): "
+        f"{(client[0] + server[0]) / (client[1] + server[1]):.3f}x\n"
+    )
 
 
 def show(title: str, samples: dict[str, list[float]]) -> None:
@@ -123,6 +173,7 @@ def show(title: str, samples: dict[str, list[float]]) -> None:
         f"{statistics.median(added) * 1e6:+.1f} us"
     )
     print(f"per-round ratios: {', '.join(f'{r:.3f}' for r in ratios)}\n")
+    show_cpu(list(samples))
 
 
 class _Instant(httpx.BaseTransport):
@@ -165,7 +216,7 @@ def bench_sync(url: str, number: int, rounds: int) -> None:
         gc.disable()
         for _ in range(rounds):
             for name, client in clients.items():
-                samples[name].append(time_sync(lambda c=client: c.get(url), number))
+                samples[name].append(time_sync(lambda c=client: c.get(url), number, name))
     finally:
         gc.enable()
         for client in clients.values():
@@ -188,7 +239,7 @@ def bench_async(url: str, number: int, rounds: int) -> None:
             gc.disable()
             for _ in range(rounds):
                 for name, client in clients.items():
-                    samples[name].append(await time_async(lambda c=client: c.get(url), number))
+                    samples[name].append(await time_async(lambda c=client: c.get(url), number, name))
         finally:
             gc.enable()
             for client in clients.values():
@@ -210,6 +261,8 @@ def main() -> None:
         return
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--server", args.server])
+    global SERVER_PID
+    SERVER_PID = server.pid
     try:
         wait_listening(port)
         url = f"http://127.0.0.1:{port}/"
