@@ -40,7 +40,8 @@ Public modules:
     resilience.telemetry   TelemetryOptions, TelemetryEvent, Severity (OpenTelemetry export)
     resilience.exceptions  the error tree (all re-exported here)
     resilience.testing     FakeTimeProvider, capture_events
-    resilience.http        resilient httpx transports and the standard HTTP pipeline (extra [http])
+    resilience.http        resilient httpx transports and the standard HTTP pipelines (extra [http])
+    resilience.http.requests  the same for a requests.Session: ResilientHTTPAdapter (extra [requests])
 """
 
 from resilience._builder import PipelineBuilder, ResiliencePipelineBuilder

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tests.redis_support import RedisServer
 
 ROOT = Path(__file__).parent.parent
-USER_EXTRAS = {"redis", "http", "postgres"}  # what users install; tools for developers are groups
+USER_EXTRAS = {"redis", "http", "requests", "postgres"}  # what users install; tools for developers are groups
 
 
 @pytest.fixture(scope="module")

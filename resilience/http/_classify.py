@@ -6,6 +6,9 @@
   opts in.
 - `parse_retry_after(response, now)`: the `Retry-After` header (seconds or an HTTP-date) in seconds.
 - `authority(url)`: scheme, host and port, the key of a per-authority circuit.
+
+The rules know httpx's responses and errors; another client (the `requests` adapter) adds its
+own with `register_client` when its module is imported.
 """
 
 from __future__ import annotations
@@ -14,28 +17,56 @@ import datetime as dt
 import email.utils
 import math
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard
 
 import httpx
 
 from resilience.exceptions import TimeoutRejectedError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from resilience._outcome import Outcome
 
 __all__ = [
     "IDEMPOTENT_METHODS",
     "REQUEST",
     "RETRY_EXTENSION",
+    "AnyRequest",
+    "AnyResponse",
     "authority",
+    "authority_of",
     "current_request",
+    "is_response",
     "is_transient",
     "is_transient_status",
     "parse_retry_after",
+    "register_client",
     "retry_allowed",
 ]
 
-REQUEST: Final[ContextVar[tuple[httpx.Request, str] | None]] = ContextVar("resilience_http_request", default=None)
+
+class AnyRequest(Protocol):
+    """What the rules read of a request: httpx's `Request` or requests' `PreparedRequest`."""
+
+    @property
+    def method(self) -> str | None: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+class AnyResponse(Protocol):
+    """What the rules read of a response: httpx's or requests' `Response`."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+REQUEST: Final[ContextVar[tuple[Any, str] | None]] = ContextVar("resilience_http_request", default=None)
 """The request a resilient transport is sending and its authority, while its pipeline runs."""
 
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
@@ -51,13 +82,49 @@ safe to repeat); `False` forbids retrying even a GET.
 # Transport errors worth another attempt: the request may not have reached the server, or the
 # server did not answer in time. A LocalProtocolError or UnsupportedProtocol is the caller's
 # mistake and would fail the same way again.
-_TRANSIENT_ERRORS: Final = (
+_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     httpx.TimeoutException,
     httpx.NetworkError,
     httpx.RemoteProtocolError,
     httpx.ProxyError,
     TimeoutRejectedError,
 )
+_NOT_TRANSIENT: tuple[type[BaseException], ...] = ()  # subclasses of the above that are not
+_RESPONSES: tuple[type, ...] = (httpx.Response,)
+_DISCARDS: dict[type, Callable[[Any], None]] = {}
+
+
+def register_client(
+    response: type,
+    *,
+    transient: tuple[type[BaseException], ...],
+    not_transient: tuple[type[BaseException], ...] = (),
+    discard: Callable[[Any], None],
+) -> None:
+    """Teach the rules another client's responses and errors (its adapter module calls this once).
+
+    `transient`: its errors worth another attempt, except the `not_transient` subclasses;
+    `discard(response)`: closes a response nobody will read.
+    """
+    global _TRANSIENT_ERRORS, _NOT_TRANSIENT, _RESPONSES  # noqa: PLW0603 - read on each call, set once per client
+    if response in _RESPONSES:
+        return
+    _TRANSIENT_ERRORS = (*_TRANSIENT_ERRORS, *transient)
+    _NOT_TRANSIENT = (*_NOT_TRANSIENT, *not_transient)
+    _RESPONSES = (*_RESPONSES, response)
+    _DISCARDS[response] = discard
+
+
+def is_response(value: object) -> TypeGuard[AnyResponse]:
+    """Whether `value` is an HTTP response of a known client (httpx, or a registered one)."""
+    return isinstance(value, _RESPONSES)
+
+
+def discarder(response: object) -> Callable[[Any], None] | None:
+    """How to close a response of a registered client (None for httpx's and for anything else)."""
+    return _DISCARDS.get(type(response)) if _DISCARDS else None
+
+
 _IDEMPOTENCY_KEY: Final = "idempotency-key"
 
 
@@ -74,16 +141,17 @@ def is_transient(outcome: Outcome[Any]) -> bool:
     """
     error = outcome.error
     if error is not None:
-        return isinstance(error, _TRANSIENT_ERRORS)
+        return isinstance(error, _TRANSIENT_ERRORS) and not isinstance(error, _NOT_TRANSIENT)
     value = outcome.value
-    return isinstance(value, httpx.Response) and is_transient_status(value.status_code)
+    return is_response(value) and is_transient_status(value.status_code)
 
 
-def current_request(outcome: Outcome[Any] | None = None) -> httpx.Request | None:
+def current_request(outcome: Outcome[Any] | None = None) -> Any:
     """The request a resilient transport is sending, for code running in its pipeline.
 
     Callbacks (`on_retry`, `on_opened`, ...), predicates and the callable see it while the
     transport runs the pipeline; elsewhere, the request of `outcome`'s response, else None.
+    An `httpx.Request`, or a `requests.PreparedRequest` under the `requests` adapter.
     """
     sending = REQUEST.get()
     if sending is not None:
@@ -91,25 +159,29 @@ def current_request(outcome: Outcome[Any] | None = None) -> httpx.Request | None
     value = None if outcome is None else outcome.value
     if isinstance(value, httpx.Response):
         return value._request
+    if isinstance(value, _RESPONSES):
+        return getattr(value, "request", None)
     return None
 
 
-def retry_allowed(request: httpx.Request | None, *, unsafe_methods: bool = False) -> bool:
+def retry_allowed(request: AnyRequest | None, *, unsafe_methods: bool = False) -> bool:
     """Whether sending `request` again is allowed.
 
     The request's `RETRY_EXTENSION` extension decides when present; otherwise idempotent
     methods are, and so are the others when `unsafe_methods` is true or the request carries an
     `Idempotency-Key` header (the server then deduplicates it). Unknown request: allowed.
+    A `requests` request has no extensions: the method and the header decide.
     """
     if request is None:
         return True
-    chosen = request.extensions.get(RETRY_EXTENSION)
+    extensions = getattr(request, "extensions", None)
+    chosen = None if extensions is None else extensions.get(RETRY_EXTENSION)
     if chosen is not None:
         return bool(chosen)
     return unsafe_methods or request.method in IDEMPOTENT_METHODS or _IDEMPOTENCY_KEY in request.headers
 
 
-def parse_retry_after(response: httpx.Response, now: float) -> float | None:
+def parse_retry_after(response: AnyResponse, now: float) -> float | None:
     """The response's `Retry-After` in seconds from `now` (a Unix time), or None.
 
     Both forms of RFC 9110: delay-seconds (a decimal fraction is accepted) and an HTTP-date; a
@@ -139,6 +211,9 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 def authority(url: httpx.URL) -> str:
     """`scheme://host:port` of a URL, the default port made explicit (one circuit per authority)."""
-    scheme = url.scheme
-    port = url.port or _DEFAULT_PORTS.get(scheme, 0)
-    return f"{scheme}://{url.host}:{port}"
+    return authority_of(url.scheme, url.host, url.port)
+
+
+def authority_of(scheme: str, host: str | None, port: int | None) -> str:
+    """`scheme://host:port`, the default port of the scheme when `port` is None."""
+    return f"{scheme}://{host or ''}:{port or _DEFAULT_PORTS.get(scheme, 0)}"

@@ -22,6 +22,7 @@ from resilience._validation import Duration, Problems
 from resilience.http._classify import (
     REQUEST,
     current_request,
+    is_response,
     is_transient,
     parse_retry_after,
     retry_allowed,
@@ -97,7 +98,7 @@ class HttpRetryStrategyOptions:
 
         def delay_generator(args: RetryDelayArguments) -> float | None:
             value = args.outcome.value
-            return parse_retry_after(value, time_provider.time()) if isinstance(value, httpx.Response) else None
+            return parse_retry_after(value, time_provider.time()) if is_response(value) else None
 
         return RetryStrategyOptions(
             max_retries=self.max_retries,
@@ -131,6 +132,8 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
         result = None if on_retry is None else on_retry(args)
         response = args.outcome.value
         if not isinstance(response, httpx.Response):
+            if is_response(response):  # another client's (the requests adapter): sync only
+                discard(response)
             return result
         if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
             discard(response)

@@ -33,23 +33,34 @@ import logging
 import queue
 import threading
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import httpx
 
 from resilience._context import _CURRENT
-from resilience.http._classify import REQUEST, authority
+from resilience.http._classify import REQUEST, authority, discarder, is_response
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from resilience._pipeline import ResiliencePipeline
     from resilience._signal import Signal
     from resilience._time import TimeProvider
     from resilience.telemetry._otel import EventFields
 
-__all__ = ["ABORTABLE", "DEADLINE", "AsyncResilientTransport", "ResilientTransport", "discard", "discard_async"]
+__all__ = [
+    "ABORTABLE",
+    "DEADLINE",
+    "AsyncResilientTransport",
+    "ResilientTransport",
+    "discard",
+    "discard_async",
+    "send_abortable",
+]
 
 _logger = logging.getLogger("resilience")
+R = TypeVar("R")
 
 DEADLINE: Final[ContextVar[float | None]] = ContextVar("resilience_http_deadline", default=None)
 """The nearest deadline (time provider's `monotonic()`) set by the HTTP timeout strategies around the inner pipeline."""
@@ -84,8 +95,19 @@ def _drainable(response: httpx.Response) -> bool:
     return length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT
 
 
-def discard(response: httpx.Response) -> None:
-    """Close a response nobody will read, draining a small body first to keep its connection."""
+def discard(response: Any) -> None:
+    """Close a response nobody will read, draining a small body first to keep its connection.
+
+    An httpx response, or one of a registered client (`register_client`), closed its own way.
+    """
+    if not isinstance(response, httpx.Response):
+        other = discarder(response)
+        if other is not None:
+            try:
+                other(response)
+            except Exception:  # the response is thrown away; nothing to report to the caller
+                _logger.debug("discarding a response failed", exc_info=True)
+        return
     try:
         if _drainable(response):
             for _ in response.iter_raw():
@@ -120,7 +142,7 @@ class _Exchange:
         self.clock = clock
         # Each response an attempt produced and nobody discarded yet, with the flow (thread or
         # task) that produced it. Hedged attempts run in other flows at the same time.
-        self._live: list[tuple[object, httpx.Response]] = []
+        self._live: list[tuple[object, Any]] = []
         self._lock = threading.Lock()
         self.finished = False
         self.extensions = request.extensions  # the caller's, restored when no deadline applies
@@ -140,7 +162,7 @@ class _Exchange:
                 base["server.port"] = url.port
         outcome = event.outcome
         value = None if outcome is None else outcome.value
-        if isinstance(value, httpx.Response):
+        if is_response(value):
             return {**base, "http.response.status_code": value.status_code}
         return base
 
@@ -190,7 +212,7 @@ class _Exchange:
         deadline = DEADLINE.get()
         return deadline is not None and self.clock.monotonic() >= deadline
 
-    def add(self, flow: object, response: httpx.Response) -> bool:
+    def add(self, flow: object, response: Any) -> bool:
         """Remember an attempt's response; False once the execution has ended (discard it then)."""
         with self._lock:
             if self.finished:
@@ -198,7 +220,7 @@ class _Exchange:
             self._live.append((flow, response))
             return True
 
-    def take_earlier(self, flow: object) -> list[httpx.Response]:
+    def take_earlier(self, flow: object) -> list[Any]:
         """The responses this flow produced before: a new attempt in it means they were given up.
 
         Only the same flow's: a hedged attempt starting in another thread or task must not
@@ -211,7 +233,7 @@ class _Exchange:
             self._live = [entry for entry in live if entry[0] != flow]
             return [response for owner, response in live if owner == flow]
 
-    def finish(self, keep: httpx.Response | None = None) -> list[httpx.Response]:
+    def finish(self, keep: object = None) -> list[Any]:
         """The execution ended: every response but `keep`; later ones are refused by `add`."""
         with self._lock:
             self.finished = True
@@ -267,20 +289,20 @@ _SENDERS: Final = _Senders()
 class _Send:
     """One abortable send: the sender's answer, or the attempt's giving up, whichever comes first."""
 
-    __slots__ = ("_abandoned", "_answer", "_lock", "done", "transport")
+    __slots__ = ("_abandoned", "_answer", "_lock", "done", "send")
 
-    def __init__(self, transport: httpx.BaseTransport) -> None:
-        self.transport = transport
+    def __init__(self, send: Callable[[], Any]) -> None:
+        self.send = send
         self._lock = threading.Lock()
-        self._answer: httpx.Response | BaseException | None = None
+        self._answer: Any = None
         self._abandoned = False
         self.done = threading.Event()
 
-    def run(self, request: httpx.Request) -> None:
+    def run(self) -> None:
         """On a sender: send; hand the answer over, or discard it if the attempt gave up."""
-        answer: httpx.Response | BaseException
+        answer: Any
         try:
-            answer = self.transport.handle_request(request)
+            answer = self.send()
         except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
             answer = exc
         with self._lock:
@@ -288,40 +310,40 @@ class _Send:
             if not abandoned:
                 self._answer = answer
         self.done.set()
-        if abandoned and isinstance(answer, httpx.Response):
+        if abandoned and is_response(answer):
             discard(answer)  # the attempt is gone (lost the race, or timed out)
 
     def abandon(self, _reason: BaseException) -> None:
         """The attempt's signal aborted (a signal callback)."""
         self.done.set()
 
-    def answer(self) -> httpx.Response | BaseException | None:
-        """The answer if it arrived; else None, and the sender will discard it."""
+    def answer(self) -> Any:
+        """The response or error if it arrived; else None, and the sender will discard it."""
         with self._lock:
             if self._answer is None:
                 self._abandoned = True
             return self._answer
 
 
-def _send_abortable(transport: httpx.BaseTransport, request: httpx.Request) -> httpx.Response:
-    """Send `request` from a sender thread; raise the signal's reason as soon as it aborts."""
+def send_abortable(send: Callable[[], R]) -> R:
+    """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
-    send = _Send(transport)
-    remove = signal.add_callback(send.abandon)
+    job = _Send(send)
+    remove = signal.add_callback(job.abandon)
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
-        _SENDERS.submit(functools.partial(contextvars.copy_context().run, send.run, request))
-        send.done.wait()
+        _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))
+        job.done.wait()
     finally:
         remove()
-    answer = send.answer()
+    answer = job.answer()
     if answer is None:
         reason = signal.reason
         assert reason is not None  # only an abort sets `done` before an answer
         raise reason
     if isinstance(answer, BaseException):
         raise answer
-    return answer
+    return answer  # type: ignore[no-any-return]
 
 
 def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
@@ -332,7 +354,10 @@ def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Respo
     abortable = ABORTABLE.get()
     request = exchange.prepare(own_copy=abortable)
     try:
-        response = _send_abortable(transport, request) if abortable else transport.handle_request(request)
+        if abortable:
+            response = send_abortable(functools.partial(transport.handle_request, request))
+        else:
+            response = transport.handle_request(request)
     except httpx.TimeoutException:
         if exchange.deadline_passed():
             # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let

@@ -275,9 +275,9 @@ def test_an_abandoned_send_discards_its_late_response() -> None:
     """The sender side of an abandoned sync attempt: the response arriving afterwards is closed."""
     response = httpx.Response(200, content=b"late")
     transport = httpx.MockTransport(lambda request: response)
-    send = _Send(transport)
+    send = _Send(lambda: transport.handle_request(httpx.Request("GET", "https://example.com/")))
     send.abandon(RuntimeError("lost"))
     assert send.done.is_set()
     assert send.answer() is None  # gave up: the sender owns whatever comes
-    send.run(httpx.Request("GET", "https://example.com/"))
+    send.run()
     assert response.is_closed

@@ -10,6 +10,7 @@ PUBLIC_MODULES = [
     "resilience",
     "resilience.exceptions",
     "resilience.http",
+    "resilience.http.requests",
     "resilience.limiters",
     "resilience.primitives",
     "resilience.strategies",

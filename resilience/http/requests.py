@@ -1,0 +1,211 @@
+"""A `requests` adapter that sends every request through a pipeline (extra `[requests]`).
+
+    import requests
+    from resilience.http import standard_pipeline
+    from resilience.http.requests import ResilientHTTPAdapter
+
+    session = requests.Session()
+    session.mount("https://", ResilientHTTPAdapter(standard_pipeline(name="github")))
+    session.get("https://api.github.com/zen")
+
+The same code as the httpx transports: each attempt's `requests.Response` is the outcome's
+value and requests' errors propagate unchanged; the HTTP strategies (`standard_pipeline`,
+`standard_hedging_pipeline`, `http_*_strategy`) treat its transient errors and statuses, its
+`Retry-After`, its idempotent methods and its per-authority circuits as they do httpx's; every
+response the pipeline gives up on is closed; the time left before an HTTP timeout's deadline
+becomes the attempt's `timeout=`. Importing this module teaches the HTTP rules requests' types.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from resilience._context import _CURRENT
+from resilience.http._classify import REQUEST, authority_of, register_client
+from resilience.http._transport import (
+    _GRACE,
+    _KNOWN_METHODS,
+    _MIN_TIMEOUT,
+    ABORTABLE,
+    DEADLINE,
+    _Exchange,
+    discard,
+    send_abortable,
+)
+from resilience.telemetry._otel import CONTEXT_TAGS
+
+if TYPE_CHECKING:
+    from resilience._pipeline import ResiliencePipeline
+    from resilience._time import TimeProvider
+    from resilience.telemetry._otel import EventFields
+
+__all__ = ["ResilientHTTPAdapter"]
+
+_DRAIN_LIMIT: Final = 64 * 1024
+
+
+def _discard(response: requests.Response) -> None:
+    """Close a response nobody will read: a small body is read first, so its connection is reused."""
+    length = response.headers.get("content-length")
+    try:
+        if length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT:
+            _ = response.content  # read to the end: the connection goes back to the pool
+    finally:
+        response.close()
+
+
+register_client(
+    requests.Response,
+    # A connection refused or reset, a timeout (connect or read), a body cut short.
+    transient=(
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+        requests.exceptions.ChunkedEncodingError,
+    ),
+    # A certificate problem is a ConnectionError too, but would fail the same way again.
+    not_transient=(requests.exceptions.SSLError,),
+    discard=_discard,
+)
+
+
+class _RequestsExchange(_Exchange):
+    """One request's state across its attempts, for a `requests.PreparedRequest`."""
+
+    __slots__ = ("_authority", "_host", "_port", "prepared", "timeout")
+
+    def __init__(self, request: requests.PreparedRequest, clock: TimeProvider, timeout: Any) -> None:
+        # The base's fields, set here: a PreparedRequest has no extensions to keep.
+        self.request = request  # type: ignore[assignment]
+        self.prepared: requests.PreparedRequest = request
+        self.clock = clock
+        self._live = []
+        self._lock = threading.Lock()
+        self.finished = False
+        self._base_tags = None
+        self.timeout = timeout
+        parts = urlsplit(request.url or "")
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._authority = authority_of(parts.scheme, parts.hostname, parts.port)
+
+    def tags(self, event: EventFields) -> dict[str, Any]:
+        """Extra metric tags of the events of this request (as for httpx: no path, no URL)."""
+        base = self._base_tags
+        if base is None:
+            method = self.prepared.method or ""
+            base = self._base_tags = {
+                "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+                "server.address": self._host,
+            }
+            if self._port is not None:
+                base["server.port"] = self._port
+        outcome = event.outcome
+        value = None if outcome is None else outcome.value
+        if isinstance(value, requests.Response):
+            return {**base, "http.response.status_code": value.status_code}
+        return base
+
+    def enter(self) -> tuple[Any, Any]:
+        """Publish the request and its authority (for the strategies) and the tags (for telemetry)."""
+        return REQUEST.set((self.request, self._authority)), CONTEXT_TAGS.set(self.tags)
+
+    def attempt_timeout(self) -> Any:
+        """The caller's `timeout=`, shortened to the time left before the nearest HTTP timeout's deadline."""
+        own = self.timeout
+        deadline = DEADLINE.get()
+        if deadline is None:
+            return own
+        cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
+        if own is None:
+            return cut
+        if isinstance(own, tuple):
+            connect, read = own
+            return (cut if connect is None else min(connect, cut), cut if read is None else min(read, cut))
+        if isinstance(own, int | float):
+            return min(own, cut)
+        return own  # a urllib3 Timeout object: the caller's, as given
+
+
+def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
+    """One attempt: discard this flow's earlier responses, send with the deadline as the timeout."""
+    flow = threading.get_ident()
+    for discarded in exchange.take_earlier(flow):
+        discard(discarded)
+    send = functools.partial(
+        HTTPAdapter.send, adapter, exchange.prepared, timeout=exchange.attempt_timeout(), **options
+    )
+    try:
+        # Under HTTP hedging, sent from a sender thread so that a loser is abandoned at once.
+        response: requests.Response = send_abortable(send) if ABORTABLE.get() else send()
+    except requests.exceptions.Timeout:
+        if exchange.deadline_passed():
+            # requests' timeout, set to our deadline, beat the strategy's timer by a hair: let
+            # the timer fire, so the timeout strategy reports it and a retry sees the abort.
+            context = _CURRENT.get()
+            if context is not None:
+                context.signal.wait(_GRACE)
+        raise
+    if not exchange.add(flow, response):
+        discard(response)  # a hedged attempt that lost, answered after the execution ended
+    return response
+
+
+class ResilientHTTPAdapter(HTTPAdapter):
+    """A `requests` transport adapter that sends every request through a resilience pipeline.
+
+    `session.mount("https://", ResilientHTTPAdapter(standard_pipeline()))`. Each attempt is
+    sent by `requests.adapters.HTTPAdapter` (its connection pool: `pool_connections`,
+    `pool_maxsize`, `pool_block`; urllib3's own retries stay off, the pipeline retries); its
+    response is the attempt's outcome value and its errors propagate unchanged. Responses an
+    attempt produced but the pipeline did not return are closed before the next attempt and at
+    the end; the returned one is handed to the session as is (`stream=True` streams it).
+    A request has no extensions in `requests`: an `Idempotency-Key` header (or the pipeline's
+    `retry_unsafe_methods`) lets a POST be retried.
+    """
+
+    def __init__(
+        self,
+        pipeline: ResiliencePipeline,
+        *,
+        pool_connections: int = 10,
+        pool_maxsize: int = 10,
+        pool_block: bool = False,
+    ) -> None:
+        super().__init__(
+            pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=0, pool_block=pool_block
+        )
+        self.pipeline = pipeline
+
+    def send(  # noqa: PLR0917 - requests' signature
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        """Send `request` through the pipeline; return the response it settles on."""
+        exchange = _RequestsExchange(request, self.pipeline.time_provider, timeout)
+        options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
+        tokens = exchange.enter()
+        try:
+            response: requests.Response = self.pipeline.execute(_attempt, self, exchange, options)
+        except BaseException:
+            for discarded in exchange.finish():
+                discard(discarded)
+            raise
+        finally:
+            exchange.leave(tokens)
+        for discarded in exchange.finish(keep=response):
+            discard(discarded)
+        return response
+
+    def __repr__(self) -> str:
+        return f"<ResilientHTTPAdapter pipeline={self.pipeline!r}>"
