@@ -89,3 +89,25 @@ async def test_a_transport_error_is_tagged_with_its_type_and_no_status(kind: str
     assert retries
     assert all(p["exception.type"] == "httpx.ConnectError" and "http.response.status_code" not in p for p in retries)
     assert all(p["server.port"] == port for p in retries)
+
+
+async def test_hedged_attempts_carry_the_tags_too(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+    """A hedged attempt runs on another thread or task: the request's tags go with it."""
+    from resilience.http import standard_hedging_pipeline
+
+    url = server.script("/hedged", Reply(503), Reply(200))
+    reader = InMemoryMetricReader()
+    pipeline = standard_hedging_pipeline(
+        name="search",
+        hedging_delay=30,
+        telemetry=TelemetryOptions(meter_provider=MeterProvider(metric_readers=[reader])),
+    )
+    client = Client(kind, pipeline)
+    clients.append(client)
+    assert (await client.request("GET", url)).status_code == 200
+    server_tags = {"http.request.method": "GET", "server.address": "127.0.0.1", "server.port": server.port}
+    (hedging,) = [p for p in points(reader, "resilience.strategy.events") if p["event.name"] == "OnHedging"]
+    assert hedging.items() >= {"strategy.name": "Hedging", **server_tags}.items()
+    attempts = [p for p in points(reader, "resilience.strategy.attempt.duration") if p["strategy.name"] == "Hedging"]
+    assert sorted(p["http.response.status_code"] for p in attempts) == [200, 503]
+    assert all(p.items() >= server_tags.items() for p in attempts)
