@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from resilience._context import new_context
+from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
 from resilience._timers import TIMER_THREAD
 from resilience.strategies._circuit_controller import CircuitController
@@ -246,7 +247,8 @@ class CircuitSync:
         exchange = self._prepare()
         if exchange is None:
             return
-        watchdog = TIMER_THREAD.call_later(self.stall_after, self.stalled)
+        # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
+        watchdog = TIMER_THREAD.call_later(self.stall_after, lambda: off_timer_thread(self.stalled))
         try:
             reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
