@@ -98,7 +98,7 @@ def process_worker(start: Any, results: Any) -> None:
         pipeline = build_pipeline(store)
 
         def job() -> str:
-            time.sleep(0.3)  # the work; long enough that every other process finds the lock held
+            time.sleep(1.0)  # the work: every other process, even one slow to wake, finds the lock held
             return f"{name} ran the job with fencing token {get_lock_token()}"
 
         start.wait()  # midnight: every process wakes up at once
