@@ -94,6 +94,7 @@ class _PrefixedStore:
         self.prefix = prefix + ":"
         self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
         self._answers_inline = getattr(inner, "_answers_inline", False)
+        self._fair_queue = getattr(inner, "_fair_queue", False)
         self._pool_owner = getattr(inner, "_pool_owner", inner)
         # The flavours the wrapped store serves, as it says (the Redis stores do).
         self.has_sync_client: bool = getattr(inner, "has_sync_client", True)
@@ -104,6 +105,9 @@ class _PrefixedStore:
 
     def acquire_or_ttl(self, key: str, *args: Any) -> Any:
         return self.inner.acquire_or_ttl(self.prefix + key, *args)
+
+    def acquire_or_queue(self, key: str, *args: Any) -> Any:
+        return self.inner.acquire_or_queue(self.prefix + key, *args)
 
     def renew(self, key: str, *args: Any) -> Any:
         return self.inner.renew(self.prefix + key, *args)
@@ -120,6 +124,9 @@ class _PrefixedStore:
     async def acquire_or_ttl_async(self, key: str, *args: Any) -> Any:
         return await self.inner.acquire_or_ttl_async(self.prefix + key, *args)
 
+    async def acquire_or_queue_async(self, key: str, *args: Any) -> Any:
+        return await self.inner.acquire_or_queue_async(self.prefix + key, *args)
+
     async def renew_async(self, key: str, *args: Any) -> Any:
         return await self.inner.renew_async(self.prefix + key, *args)
 
@@ -129,9 +136,9 @@ class _PrefixedStore:
     async def wait_released_async(self, key: str, *args: Any) -> Any:
         return await self.inner.wait_released_async(self.prefix + key, *args)
 
-    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        listen: Callable[[str, Callable[[], object]], Callable[[], None]] = self.inner.add_release_listener
-        return listen(self.prefix + key, callback)
+    def add_release_listener(self, key: str, callback: Callable[[], object], *owner: str | None) -> Callable[[], None]:
+        listen: Callable[..., Callable[[], None]] = self.inner.add_release_listener
+        return listen(self.prefix + key, callback, *owner)
 
     def __repr__(self) -> str:
         return f"<{self.prefix}* of {self.inner!r}>"
@@ -143,7 +150,7 @@ def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (*_METHODS, "add_release_listener")
+    names = (*_METHODS, "add_release_listener", "acquire_or_queue", "acquire_or_queue_async")
     missing = tuple(name for name in names if not callable(getattr(store, name, None)))
     return _prefixed_variant(missing)(store, prefix)
 

@@ -212,22 +212,26 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
         return True
 
 
-async def _wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal) -> None:
-    """Wait up to `seconds`, woken early by a release; the signal aborting raises its reason."""
+async def _wait(
+    ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal, owner: str | None
+) -> bool:
+    """Wait up to `seconds`, woken early by a release (True); the signal aborting raises its reason."""
     async with signal.cancel_scope():
-        await _pause(ops, key, seconds, time_provider)
+        return await _pause(ops, key, seconds, time_provider, owner)
+    return False  # pragma: no cover - the scope re-raises the signal's reason
 
 
-async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider) -> None:
-    """Wait for a release notification, or just sleep.
+async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, owner: str | None) -> bool:
+    """Wait for a release notification (for a queued `owner`: its turn), or just sleep.
 
-    A fake clock that moves when slept on (`auto_advance`) is slept on: nothing else would ever
-    advance it to the timeout of a notification wait.
+    True when a release ended the wait. A fake clock that moves when slept on
+    (`auto_advance`) is slept on: nothing else would ever advance it to the timeout of a
+    notification wait.
     """
     if ops.notify_async and not getattr(time_provider, "auto_advance", False):
-        await ops.wait_released_async(key, seconds)
-    else:
-        await time_provider.sleep_async(seconds)
+        return await ops.wait_released_async(key, seconds, owner)
+    await time_provider.sleep_async(seconds)
+    return False
 
 
 async def acquire_lease_async(
@@ -244,12 +248,13 @@ async def acquire_lease_async(
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
     ttl = params.ttl
+    queued = ops.fair and schedule is not None
     while True:
         if signal is not None:
             signal.raise_if_aborted()
         sent = time_provider.monotonic()
         try:
-            token, held_for = await ops.acquire_async(key, owner, ttl)
+            token, held_for = await (ops.queue_async(key, owner, ttl) if queued else ops.acquire_async(key, owner, ttl))
         except BaseException:
             _release_in_background(ops, key, owner, time_provider)
             raise
@@ -271,12 +276,22 @@ async def acquire_lease_async(
             lease._begin(sent)
             return lease, None
         wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-        if wait is None:
+        if wait is None or schedule is None:
+            if queued:  # leave the queue: the turn passes on
+                await _release_bounded(ops, key, owner, time_provider)
             return None, held_for
-        if signal is None:
-            await _pause(ops, key, wait, time_provider)
-        else:
-            await _wait(ops, key, wait, time_provider, signal)
+        waiter = owner if queued else None
+        try:
+            if signal is None:
+                released = await _pause(ops, key, wait, time_provider, waiter)
+            else:
+                released = await _wait(ops, key, wait, time_provider, signal, waiter)
+        except BaseException:
+            if queued:
+                _release_in_background(ops, key, owner, time_provider)
+            raise
+        if released:
+            schedule.woken(time_provider.monotonic())
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

@@ -68,6 +68,10 @@ class AcquireSchedule(Protocol):
         """
         ...
 
+    def woken(self, now: float) -> None:
+        """The last wait was ended at `now` by a release notification, not by its timeout."""
+        ...
+
 
 class BackoffSchedule:
     """The lock strategy's wait: bounded, jittered exponential backoff within a `wait` budget.
@@ -107,22 +111,39 @@ class BackoffSchedule:
             delay = min(delay, max(held_for, MIN_POLL))
         return min(delay, left)
 
+    def woken(self, now: float) -> None:
+        """See `AcquireSchedule.woken`: nothing to do, the budget is time."""
+
 
 class SpinSchedule:
-    """The primitives' wait: `retries` more attempts, `delay` apart (a bounded spin)."""
+    """The primitives' `retries`: up to `retries` more attempts, `delay` apart (a bounded spin).
 
-    __slots__ = ("delay", "left")
+    A wait that a release notification ends early does not use up a retry (DESIGN §2.9
+    revision 2), as long as the nominal budget (`retries * delay` from the first refusal) is
+    not spent: a caller that asked for about 5 s is not sent away after 0.25 s of wake-ups,
+    nor kept forever by a stream of them.
+    """
+
+    __slots__ = ("deadline", "delay", "left")
 
     def __init__(self, retries: int, delay: float) -> None:
         self.left = retries
         self.delay = delay
+        self.deadline: float | None = None
 
     def next_wait(self, now: float, held_for: float | None) -> float | None:  # noqa: ARG002 - protocol
         """See `AcquireSchedule.next_wait`."""
+        if self.deadline is None:
+            self.deadline = now + self.left * self.delay
         if self.left <= 0:
             return None
         self.left -= 1
         return self.delay
+
+    def woken(self, now: float) -> None:
+        """See `AcquireSchedule.woken`: the retry that wait used is given back, within the budget."""
+        if self.deadline is not None and now < self.deadline:
+            self.left += 1
 
 
 # What an input asks of the runtime (`LeaseMachine`): flags, or-ed together.

@@ -610,26 +610,63 @@ class Lease(LeaseBase):
         return self._detach()
 
 
-def _sync_wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal) -> None:
-    """Wait up to `seconds`, woken early by a release or the signal (then raise its reason)."""
+class _Wake:
+    """What a sync waiter sleeps on: set by a release (`released`), its timer or its signal."""
+
+    __slots__ = ("event", "released")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.released = False
+
+    def on_release(self) -> None:
+        self.released = True
+        self.event.set()
+
+    def reset(self) -> None:
+        self.released = False
+        self.event.clear()
+
+
+def _sync_wait(
+    ops: StoreOps,
+    key: str,
+    seconds: float,
+    time_provider: TimeProvider,
+    signal: Signal,
+    owner: str | None = None,
+    wake: _Wake | None = None,
+) -> bool:
+    """Wait up to `seconds`, woken early by a release or the signal (then raise its reason).
+
+    True when a release ended the wait. A queued waiter (`owner`) passes the `wake` its
+    listener was registered with for the whole acquire, so that a turn announced between its
+    refused attempt and this wait is not missed.
+    """
     if ops.listen is None and ops.notify:
         end = time_provider.monotonic() + seconds
+        released = False
         while not signal.aborted:
             left = end - time_provider.monotonic()
-            if left <= 0 or ops.wait_released(key, min(left, _NOTIFY_SLICE)):
+            if left <= 0:
+                break
+            if ops.wait_released(key, min(left, _NOTIFY_SLICE), owner):
+                released = True
                 break
         signal.raise_if_aborted()
-        return
+        return released
     if getattr(time_provider, "auto_advance", False):
         time_provider.sleep(seconds)  # a fake clock that moves when slept on
         signal.raise_if_aborted()
-        return
-    woken = threading.Event()
+        return False
+    registered = wake is not None
+    wake = wake or _Wake()
+    woken = wake.event
     timer = (
         None if isinstance(time_provider, SystemTimeProvider) else sync_call_later(time_provider, seconds, woken.set)
     )
     remove_signal = signal.add_callback(lambda _reason: woken.set())
-    remove_listener = None if ops.listen is None else ops.listen(key, woken.set)
+    remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
     try:
         woken.wait(seconds if timer is None else None)
     finally:
@@ -639,6 +676,7 @@ def _sync_wait(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvi
         if remove_listener is not None:
             remove_listener()
     signal.raise_if_aborted()
+    return wake.released
 
 
 def acquire_lease(
@@ -657,32 +695,60 @@ def acquire_lease(
     The lease's signal is a child of `signal`, which also ends any wait at once (its reason is
     raised). Store errors propagate unchanged; an acquire interrupted by anything (an error,
     KeyboardInterrupt) first sends a best-effort release for its owner id, in case the store
-    granted the lease but the reply was lost.
+    granted the lease but the reply was lost. On a store that queues waiters (`ops.fair`), a
+    caller that will wait joins the queue and sleeps until its turn; one that gives up (or is
+    interrupted) leaves it with that same release.
     """
     owner = owner or new_owner()
     ttl = params.ttl
-    while True:
-        if signal is not None:
-            signal.raise_if_aborted()
-        sent = time_provider.monotonic()
-        try:
-            token, held_for = ops.acquire(key, owner, ttl)
-        except BaseException:
-            _release_in_background(ops, key, owner)
-            raise
-        if token is not None:
-            if signal is not None and signal.aborted:
-                _release_quietly(ops, key, owner)  # the store just answered: no reason to wait
+    queued = ops.fair and schedule is not None
+    wake = _Wake() if queued and ops.listen is not None else None
+    stop_listening = None if wake is None or ops.listen is None else ops.listen(key, wake.on_release, owner)
+    try:
+        while True:
+            if signal is not None:
                 signal.raise_if_aborted()
-            lease = Lease(
-                ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent, tag=tag
-            )
-            lease._begin(sent)
-            return lease, None
-        wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-        if wait is None:
-            return None, held_for
-        _sync_wait(ops, key, wait, time_provider, signal or Signal())
+            if wake is not None:
+                wake.reset()
+            sent = time_provider.monotonic()
+            try:
+                token, held_for = ops.queue(key, owner, ttl) if queued else ops.acquire(key, owner, ttl)
+            except BaseException:
+                _release_in_background(ops, key, owner)
+                raise
+            if token is not None:
+                if signal is not None and signal.aborted:
+                    _release_quietly(ops, key, owner)  # the store just answered: no reason to wait
+                    signal.raise_if_aborted()
+                lease = Lease(
+                    ops,
+                    key,
+                    owner,
+                    token,
+                    params=params,
+                    time_provider=time_provider,
+                    parent=signal,
+                    sent_at=sent,
+                    tag=tag,
+                )
+                lease._begin(sent)
+                return lease, None
+            wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
+            if wait is None or schedule is None:
+                if queued:
+                    _release_quietly(ops, key, owner)  # leave the queue: the turn passes on
+                return None, held_for
+            try:
+                released = _sync_wait(ops, key, wait, time_provider, signal or Signal(), owner if queued else None, wake)
+            except BaseException:
+                if queued:
+                    _release_in_background(ops, key, owner)
+                raise
+            if released:
+                schedule.woken(time_provider.monotonic())
+    finally:
+        if stop_listening is not None:
+            stop_listening()
 
 
 def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:

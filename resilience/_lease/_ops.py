@@ -32,6 +32,7 @@ class StoreOps:
     """The store calls the lease engine makes, for one store (sync and/or async)."""
 
     __slots__ = (
+        "fair",
         "has_async",
         "has_sync",
         "inline",
@@ -62,9 +63,21 @@ class StoreOps:
         self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
         # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
         # release *or* its signal, whichever comes first, with no polling.
-        self.listen: Callable[[str, Callable[[], object]], Callable[[], None]] | None = (
+        self.listen: Callable[..., Callable[[], None]] | None = (
             store.add_release_listener if isinstance(store, SupportsReleaseListener) else None
         )
+        # A store that queues its waiters (`acquire_or_queue`, and an `owner` for its release
+        # notification): a waiter joins the queue, sleeps until its turn, and leaves the queue
+        # with `release` when it gives up.
+        self.fair = False
+
+    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
+        raise NotImplementedError
+
+    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `queue`."""
+        raise NotImplementedError
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left."""
@@ -110,12 +123,16 @@ class StoreOps:
         """`store.release_async`."""
         return bool(await self.store.release_async(key, owner))
 
-    def wait_released(self, key: str, timeout: float) -> bool:
-        """`store.wait_released` (only when `notify`)."""
+    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
+        """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn."""
+        if owner is not None and self.fair:
+            return bool(self.store.wait_released(key, timeout, owner))
         return bool(self.store.wait_released(key, timeout))
 
-    async def wait_released_async(self, key: str, timeout: float) -> bool:
-        """`store.wait_released_async` (only when `notify_async`)."""
+    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
+        """`store.wait_released_async` (only when `notify_async`); for a queued `owner`, until its turn."""
+        if owner is not None and self.fair:
+            return bool(await self.store.wait_released_async(key, timeout, owner))
         return bool(await self.store.wait_released_async(key, timeout))
 
 
@@ -126,6 +143,17 @@ class LockOps(StoreOps):
 
     def __init__(self, store: Any) -> None:
         super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
+        self.fair = bool(getattr(store, "_fair_queue", False))
+
+    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue`."""
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl)
+        return token, held_for
+
+    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue`."""
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl)
+        return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryLockStore", "MemorySemaphoreStore"]
 
 _SWEEP_FLOOR = 1024
+QUEUE_ENTRY = 3.0
+"""How long a waiter's queue entry lives (seconds) unless it tries again (as `RedisLockStore`'s)."""
+QUEUE_BOUND = 1000
+"""At most this many waiters queue per lock; more keep polling outside the queue."""
 
 
 def _round_ttl(ttl: float) -> float:
@@ -55,7 +59,8 @@ class _MemoryStore:
         self._provider_ref: Callable[[], TimeProvider | None] = lambda: provider
         self._mutex = threading.Lock()
         self._counter = 0
-        self._listeners: dict[str, dict[int, Callable[[], object]]] = {}
+        # key -> id -> (callback, the queued owner it waits for, None for any release)
+        self._listeners: dict[str, dict[int, tuple[Callable[[], object], str | None]]] = {}
         self._listener_ids = 0
         self._sweep_at = _SWEEP_FLOOR
 
@@ -92,12 +97,17 @@ class _MemoryStore:
 
     # -- release notification -----------------------------------------------------------------
 
-    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        """Call `callback()` (on the releasing thread) the next time `key` is released; returns the remover."""
+    def add_release_listener(
+        self, key: str, callback: Callable[[], object], owner: str | None = None
+    ) -> Callable[[], None]:
+        """Call `callback()` (on the releasing thread) the next time `key` is released; returns the remover.
+
+        With `owner` (a queued waiter of a lock), only when the release hands it the turn.
+        """
         with self._mutex:
             self._listener_ids += 1
             ident = self._listener_ids
-            self._listeners.setdefault(key, {})[ident] = callback
+            self._listeners.setdefault(key, {})[ident] = (callback, owner)
 
         def remove() -> None:
             with self._mutex:
@@ -109,10 +119,17 @@ class _MemoryStore:
 
         return remove
 
-    def _take_listeners(self, key: str) -> list[Callable[[], object]]:
-        # Under the mutex: the callbacks to run once it is released.
-        listeners = self._listeners.pop(key, None)
-        return [] if listeners is None else list(listeners.values())
+    def _take_listeners(self, key: str, turn: str | None = None) -> list[Callable[[], object]]:
+        # Under the mutex: the callbacks to run once it is released. With `turn` (the head of
+        # a lock's queue), the other queued waiters keep sleeping.
+        listeners = self._listeners.get(key)
+        if listeners is None:
+            return []
+        woken = [ident for ident, (_, owner) in listeners.items() if owner is None or turn is None or owner == turn]
+        callbacks = [listeners.pop(ident)[0] for ident in woken]
+        if not listeners:
+            del self._listeners[key]
+        return callbacks
 
     @staticmethod
     def _notify(callbacks: list[Callable[[], object]]) -> None:
@@ -122,12 +139,13 @@ class _MemoryStore:
     def _is_free(self, key: str, owner: str | None) -> bool:
         raise NotImplementedError
 
-    def wait_released(self, key: str, timeout: float) -> bool:
+    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True at once if it is free) or `timeout` passes (False).
 
-        The timeout is measured on the store's time provider.
+        The timeout is measured on the store's time provider. With `owner` (a queued waiter of
+        a lock), "free" and "released" mean: its turn has come.
         """
-        if self._is_free(key, None):
+        if self._is_free(key, owner):
             return True
         woken = threading.Event()
         released: list[bool] = []
@@ -136,9 +154,9 @@ class _MemoryStore:
             released.append(True)
             woken.set()
 
-        remove = self.add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release, owner)
         try:
-            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner):  # pragma: no cover - released between the check and the subscription
                 return True
             if isinstance(self._time_provider, SystemTimeProvider):
                 woken.wait(max(timeout, 0.0))
@@ -152,9 +170,9 @@ class _MemoryStore:
             remove()
         return bool(released)
 
-    async def wait_released_async(self, key: str, timeout: float) -> bool:
+    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
-        if self._is_free(key, None):
+        if self._is_free(key, owner):
             return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
@@ -171,10 +189,10 @@ class _MemoryStore:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, False)  # noqa: FBT003
 
-        remove = self.add_release_listener(key, on_release)
+        remove = self.add_release_listener(key, on_release, owner)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
-            if self._is_free(key, None):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner):  # pragma: no cover - released between the check and the subscription
                 return True
             return await future
         finally:
@@ -194,12 +212,17 @@ class MemoryLockStore(_MemoryStore):
 
     It excludes executions within one process only (use a Redis store across processes).
     `time_provider` (default: the system clock) is the clock leases expire on; a pipeline
-    refuses a memory store whose clock is not its own.
+    refuses a memory store whose clock is not its own. Waiters queue fairly, as in
+    `RedisLockStore`: a free lock goes to the longest-waiting live waiter (`acquire_or_queue`).
     """
+
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
         self._leases: dict[str, tuple[str, int, float]] = {}  # key -> (owner, token, expires)
+        self._queues: dict[str, dict[str, float]] = {}  # key -> waiting owner -> entry expiry, FIFO
 
     def __len__(self) -> int:
         """How many keys hold state (live leases, and expired ones not yet swept)."""
@@ -213,37 +236,83 @@ class MemoryLockStore(_MemoryStore):
             return None
         return lease
 
+    def _head(self, key: str, now: float) -> str | None:
+        # Under the mutex: the live head of the key's queue, dropping expired entries.
+        queue = self._queues.get(key)
+        if queue is None:
+            return None
+        if any(expires <= now for expires in queue.values()):
+            queue = {owner: expires for owner, expires in queue.items() if expires > now}
+            if not queue:
+                del self._queues[key]
+                return None
+            self._queues[key] = queue
+        return next(iter(queue))
+
+    def _leave(self, key: str, owner: str) -> None:
+        queue = self._queues.get(key)
+        if queue is not None and queue.pop(owner, None) is not None and not queue:
+            del self._queues[key]
+
     def _sweep(self, now: float) -> None:
         # Under the mutex, amortised O(1): drop expired leases once the table doubled.
-        if len(self._leases) < self._sweep_at:
+        if len(self._leases) + len(self._queues) < self._sweep_at:
             return
         self._leases = {key: lease for key, lease in self._leases.items() if lease[2] > now}
-        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._leases))
+        for key in list(self._queues):
+            self._head(key, now)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._queues)))
 
     def _is_free(self, key: str, owner: str | None) -> bool:
-        with self._mutex:
-            lease = self._live(key, self._now())
-        return lease is None or lease[0] == owner
-
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """`(token, None)` when acquired (or already ours); `(None, holder's time left)` when held."""
-        ttl = _round_ttl(ttl)
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
             if lease is not None:
-                if lease[0] != owner:
-                    return None, lease[2] - now
+                return lease[0] == owner
+            head = self._head(key, now)
+        return head is None or head == owner
+
+    def _acquire(self, key: str, owner: str, ttl: float, *, join: bool) -> tuple[int | None, float | None]:
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            now = self._now()
+            lease = self._live(key, now)
+            if lease is not None and lease[0] == owner:
                 token = lease[1]
             else:
+                head = None if lease is not None else self._head(key, now)
+                if lease is not None or (head is not None and head != owner):
+                    if join:
+                        queue = self._queues.setdefault(key, {})
+                        if owner in queue or len(queue) < QUEUE_BOUND:
+                            queue[owner] = now + QUEUE_ENTRY
+                    return None, None if lease is None else lease[2] - now
+                if head is not None:
+                    self._leave(key, owner)
                 self._sweep(now)
                 token = self._next_token()
             self._leases[key] = (owner, token, now + ttl)
             return token, None
 
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`(token, None)` when acquired (or already ours); `(None, holder's time left)` when held.
+
+        A free lock that waiters queue for goes to the first of them: anyone else is refused
+        (with no time left to report).
+        """
+        return self._acquire(key, owner, ttl, join=False)
+
+    def acquire_or_queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        The entry lives `QUEUE_ENTRY` seconds unless `owner` tries again; `release(key, owner)`
+        by a waiter that gives up leaves the queue.
+        """
+        return self._acquire(key, owner, ttl, join=True)
+
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """See `LockStore.acquire` (an owner that holds the key gets its token and a fresh ttl)."""
-        return self.acquire_or_ttl(key, owner, ttl)[0]
+        return self._acquire(key, owner, ttl, join=False)[0]
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """See `LockStore.renew`; never re-acquires an expired lease."""
@@ -275,23 +344,38 @@ class MemoryLockStore(_MemoryStore):
         return answers
 
     def release(self, key: str, owner: str) -> bool:
-        """See `LockStore.release`; wakes the waiters of `key`."""
+        """See `LockStore.release`; wakes the head of the key's queue (or every waiter if none queues).
+
+        A waiter that does not hold the lock leaves the queue instead (False); if it was the
+        head of a free lock, the turn passes on.
+        """
         with self._mutex:
-            lease = self._live(key, self._now())
+            now = self._now()
+            lease = self._live(key, now)
             if lease is None or lease[0] != owner:
-                return False
-            del self._leases[key]
-            callbacks = self._take_listeners(key)
+                was_head = lease is None and self._head(key, now) == owner
+                self._leave(key, owner)
+                if not was_head:
+                    return False
+                released = False
+            else:
+                del self._leases[key]
+                released = True
+            callbacks = self._take_listeners(key, self._head(key, now))
         self._notify(callbacks)
-        return True
+        return released
 
     async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        return self.acquire_or_ttl(key, owner, ttl)
+        return self._acquire(key, owner, ttl, join=False)
+
+    async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        return self._acquire(key, owner, ttl, join=True)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        return self.acquire_or_ttl(key, owner, ttl)[0]
+        return self._acquire(key, owner, ttl, join=False)[0]
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""

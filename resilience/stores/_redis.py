@@ -27,7 +27,7 @@ from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseLis
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["RedisLockStore", "RedisSemaphoreStore"]
+__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions"]
 
 _SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
 _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
@@ -92,6 +92,28 @@ def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     text = exc.object
     msg = f"key: {text[:80]!r} cannot be sent to Redis ({exc.reason} at position {exc.start} in {exc.encoding})"
     return ValidationError(msg)
+
+
+def companions(lock_key: str) -> tuple[str, str, str] | None:
+    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (queue, expiries, watch).
+
+    A key with a hash tag keeps it when a suffix is appended; a key without one is wrapped in
+    braces, so that its whole text becomes the tag (the slot it already hashes to). A key that
+    has a `}` but no hash tag cannot be wrapped that way: None (such a lock is not queued).
+    """
+    start = lock_key.find("{")
+    if start != -1 and lock_key.find("}", start + 1) > start + 1:
+        base = lock_key
+    elif "}" not in lock_key:
+        base = "{" + lock_key + "}"
+    else:
+        return None
+    return f"{base}:q", f"{base}:q:t", f"{base}:q:w"
+
+
+def _wait_ms(timeout: float) -> int:
+    """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
+    return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
 
 
 def _answer(reply: Any) -> tuple[int | None, float | None]:
@@ -332,18 +354,26 @@ class _RedisStore:
                 )
         return listener
 
-    def _listen(self, channel: str, callback: Callable[[], object]) -> Callable[[], None]:
+    def _listen(self, channel: str, callback: Callable[[], object], owner: str | None = None) -> Callable[[], None]:
         listener = self._sync_listener(self._sync_client("add_release_listener").get())
         if listener is None:  # no pub/sub on this client: nothing will call back
             return _nothing
-        return listener.listen(channel, callback)
+        return listener.listen(channel, callback, owner)
 
-    def _wait_sync(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
+    def _wait_sync(
+        self,
+        channel: str,
+        timeout: float,
+        held: scripts.LuaScript,
+        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        owner: str | None = None,
+    ) -> bool:
         runner = self._sync_client("wait_released")
         client = runner.get()
+        keys, args = check or ([channel], [])
 
         def is_free() -> bool:
-            return not runner.run(held, [channel], [])
+            return not runner.run(held, keys, args)
 
         listener = self._sync_listener(client)
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
@@ -351,14 +381,22 @@ class _RedisStore:
                 return True
             threading.Event().wait(max(0.0, timeout))
             return False
-        return listener.wait(channel, timeout, is_free)
+        return listener.wait(channel, timeout, is_free, owner)
 
-    async def _wait_async(self, channel: str, timeout: float, held: scripts.LuaScript) -> bool:
+    async def _wait_async(
+        self,
+        channel: str,
+        timeout: float,
+        held: scripts.LuaScript,
+        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        owner: str | None = None,
+    ) -> bool:
         runner = self._async_client("wait_released_async")
         client = await runner.get()
+        keys, args = check or ([channel], [])
 
         async def is_free() -> bool:
-            return not await runner.run(held, [channel], [])
+            return not await runner.run(held, keys, args)
 
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
@@ -374,7 +412,7 @@ class _RedisStore:
                 return True
             await asyncio.sleep(max(0.0, timeout))
             return False
-        return await listener.wait(channel, timeout, is_free)
+        return await listener.wait(channel, timeout, is_free, owner)
 
     def close(self) -> None:
         """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
@@ -436,15 +474,40 @@ class RedisLockStore(_RedisStore):
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
 
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+
     def key(self, key: str) -> str:
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
 
-    def _acquire_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
+    def queue_keys(self, key: str) -> tuple[str, str, str] | None:
+        """The Redis keys of `key`'s waiter queue (arrivals, entry expiries, watch), in its hash slot.
+
+        None for a key that has a `}` but no hash tag: it cannot share a Cluster slot with
+        companion keys, so its waiters are not queued (they poll, as before fair waiting).
+        """
+        return companions(self.key(key))
+
+    def _keys(self, key: str, count: int) -> list[str]:
+        lock_key = self.key(key)
+        queue = companions(lock_key)
+        return [lock_key] if queue is None else [lock_key, *queue[: count - 1]]
+
+    def _acquire_args(self, key: str, owner: str, ttl: float, entry_ms: int = 0) -> tuple[list[str], list[object]]:
+        return self._keys(key, 3), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+
+    def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return [self.key(key)], [_check_str("owner", owner), _ttl_ms(ttl)]
 
+    def _held_check(self, key: str, owner: str | None, timeout: float) -> tuple[list[str], list[object]]:
+        return self._keys(key, 4), ["" if owner is None else _check_str("owner", owner), _wait_ms(timeout)]
+
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
-        """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another."""
+        """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another.
+
+        A free lock that waiters queue for goes to the first of them: anyone else is refused.
+        """
         keys, args = self._acquire_args(key, owner, ttl)
         token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
         return token if token > 0 else None
@@ -454,31 +517,50 @@ class RedisLockStore(_RedisStore):
         keys, args = self._acquire_args(key, owner, ttl)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
 
+    def acquire_or_queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
+        waiter that gives up leaves the queue. The lock, once free, goes to the queue's head.
+        """
+        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
+        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
-        keys, args = self._acquire_args(key, owner, ttl)
+        keys, args = self._renew_args(key, owner, ttl)
         return bool(self._sync_client("renew").run(scripts.LOCK_RENEW, keys, args))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free the lock if `owner` holds it (True), and wake the waiters on it."""
-        keys = [self.key(key)]
+        """Free the lock if `owner` holds it (True), and wake the head of its queue.
+
+        A waiter that does not hold the lock leaves the queue instead (False).
+        """
+        keys = self._keys(key, 4)
         return self._run_release_sync(keys, scripts.LOCK_RELEASE, [_check_str("owner", owner), scripts.TOMBSTONE_MS])
 
-    def wait_released(self, key: str, timeout: float) -> bool:
+    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True) or `timeout` seconds pass (False).
 
-        True at once when the key is free. True is a hint to try again now; without pub/sub on
-        the client a held key is simply waited out for `timeout` (a plain poll interval).
+        True at once when the key is free for the caller: with `owner` (a queued waiter), when
+        it is free and `owner` heads the queue; woken only when its turn comes. True is a hint
+        to try again now; without pub/sub on the client a held key is simply waited out for
+        `timeout` (a plain poll interval).
         """
-        return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD)
+        check = self._held_check(key, owner, timeout)
+        return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
-    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
+    def add_release_listener(
+        self, key: str, callback: Callable[[], object], owner: str | None = None
+    ) -> Callable[[], None]:
         """Call `callback()` (on the listener thread) when `key` is released; returns the remover.
 
         What a sync waiter sleeps on: woken by a release without polling (one `SUBSCRIBE` per
-        key, shared by every waiter of the store). Needs the sync client.
+        key, shared by every waiter of the store). With `owner`, only when the release hands
+        the turn to that queued waiter. A release is announced only when somebody queues or
+        watches (`wait_released`). Needs the sync client.
         """
-        return self._listen(self.key(key), callback)
+        return self._listen(self.key(key), callback, owner)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
@@ -491,20 +573,26 @@ class RedisLockStore(_RedisStore):
         keys, args = self._acquire_args(key, owner, ttl)
         return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
 
+    async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
+        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        keys, args = self._acquire_args(key, owner, ttl)
+        keys, args = self._renew_args(key, owner, ttl)
         return bool(await self._async_client("renew_async").run(scripts.LOCK_RENEW, keys, args))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        keys = [self.key(key)]
+        keys = self._keys(key, 4)
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
 
-    async def wait_released_async(self, key: str, timeout: float) -> bool:
+    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
-        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD)
+        check = self._held_check(key, owner, timeout)
+        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
 
 class RedisSemaphoreStore(_RedisStore):

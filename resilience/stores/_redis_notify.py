@@ -43,8 +43,12 @@ _RELEASED = frozenset({"message", "smessage"})
 _SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
 
 
-def _parse(message: Any) -> tuple[str, str] | None:
-    """`(kind, channel)` of a pub/sub message: kind "released" or "subscribed"; else None."""
+def _parse(message: Any) -> tuple[str, str, str | None] | None:
+    """`(kind, channel, turn)` of a pub/sub message: kind "released" or "subscribed"; else None.
+
+    `turn` is the owner whose turn a release announces (payload `h:<owner>`, the lock's fair
+    queue), or None when the release is for everyone.
+    """
     if not isinstance(message, dict):
         return None
     kind, channel = message.get("type"), message.get("channel")
@@ -55,10 +59,19 @@ def _parse(message: Any) -> tuple[str, str] | None:
     if not isinstance(channel, str):
         return None
     if kind in _RELEASED:
-        return "released", channel
+        data = message.get("data")
+        if isinstance(data, bytes):
+            data = data.decode("utf-8", "surrogateescape")
+        turn = data[2:] if isinstance(data, str) and data.startswith("h:") else None
+        return "released", channel, turn
     if kind in _SUBSCRIBED:
-        return "subscribed", channel
+        return "subscribed", channel, None
     return None
+
+
+def _woken(owner: str | None, turn: str | None) -> bool:
+    """Whether a waiter for `owner` (None: any release) is woken by a release announcing `turn`."""
+    return owner is None or turn is None or owner == turn
 
 
 async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
@@ -122,20 +135,24 @@ class SyncReleaseListener:
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[Callable[[], object]]] = {}  # channel -> wake-up callbacks
+        # channel -> wake-up callback -> the queued owner it waits for (None: any release)
+        self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
         self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def wait(self, channel: str, timeout: float, is_free: Callable[[], bool]) -> bool:
-        """Block until `channel` is released (True) or `timeout` passes (False); True at once if free."""
+    def wait(self, channel: str, timeout: float, is_free: Callable[[], bool], owner: str | None = None) -> bool:
+        """Block until `channel` is released (True) or `timeout` passes (False); True at once if free.
+
+        With `owner`, only a release that announces `owner`'s turn wakes it.
+        """
         deadline = time.monotonic() + max(0.0, timeout)
         event = threading.Event()
         with self._lock:
             confirmed = self._subscribe(channel)
-            self._waiters.setdefault(channel, set()).add(event.set)
+            self._waiters.setdefault(channel, {})[event.set] = owner
             self._idle.pop(channel, None)
             if confirmed is not None:
                 self._ensure_thread()
@@ -148,16 +165,17 @@ class SyncReleaseListener:
         finally:
             self._remove(channel, event.set)
 
-    def listen(self, channel: str, callback: Callable[[], object]) -> Callable[[], None]:
+    def listen(self, channel: str, callback: Callable[[], object], owner: str | None = None) -> Callable[[], None]:
         """Call `callback()` (on the listener thread) when `channel` is released; returns the remover.
 
         No check, no wait: the caller sleeps its own time and is woken early by a release (one
         `SUBSCRIBE` per channel, kept a while after its last listener). Nothing happens if the
-        subscription fails: the caller's own timeout is the fallback.
+        subscription fails: the caller's own timeout is the fallback. With `owner`, only a
+        release that announces `owner`'s turn calls back.
         """
         with self._lock:
             confirmed = self._subscribe(channel)
-            self._waiters.setdefault(channel, set()).add(callback)
+            self._waiters.setdefault(channel, {})[callback] = owner
             self._idle.pop(channel, None)
             if confirmed is not None:
                 self._ensure_thread()
@@ -167,7 +185,7 @@ class SyncReleaseListener:
         with self._lock:
             waiters = self._waiters.get(channel)
             if waiters is not None:
-                waiters.discard(callback)
+                waiters.pop(callback, None)
                 if not waiters:
                     del self._waiters[channel]
                     self._idle[channel] = time.monotonic()
@@ -268,13 +286,15 @@ class SyncReleaseListener:
                 with self._lock:
                     self._dispatch(*parsed)
 
-    def _dispatch(self, kind: str, channel: str) -> None:
+    def _dispatch(self, kind: str, channel: str, turn: str | None) -> None:
         if kind == "subscribed":
             confirmed = self._subscribed.get(channel)
             if confirmed is not None:
                 confirmed.set()
             return
-        for wake in list(self._waiters.get(channel, ())):
+        for wake, owner in list(self._waiters.get(channel, {}).items()):
+            if not _woken(owner, turn):
+                continue
             try:
                 wake()
             except Exception:  # noqa: BLE001 -- one listener never stops the others
@@ -287,7 +307,7 @@ class AsyncReleaseListener:
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
         self._sharded = sharded
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # event -> owner (None: any)
         self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
@@ -295,11 +315,16 @@ class AsyncReleaseListener:
         self._subscribing: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    async def wait(self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
-        """Wait until `channel` is released (True) or `timeout` passes (False); True at once if free."""
+    async def wait(
+        self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]], owner: str | None = None
+    ) -> bool:
+        """Wait until `channel` is released (True) or `timeout` passes (False); True at once if free.
+
+        With `owner`, only a release that announces `owner`'s turn wakes it.
+        """
         event = asyncio.Event()
         # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
-        self._waiters.setdefault(channel, set()).add(event)
+        self._waiters.setdefault(channel, {})[event] = owner
         self._idle.pop(channel, None)
         try:
             async with asyncio.timeout(max(0.0, timeout)):
@@ -316,7 +341,7 @@ class AsyncReleaseListener:
         finally:
             waiters = self._waiters.get(channel)
             if waiters is not None:
-                waiters.discard(event)
+                waiters.pop(event, None)
                 if not waiters:
                     del self._waiters[channel]
                     self._idle[channel] = time.monotonic()
@@ -416,14 +441,15 @@ class AsyncReleaseListener:
             parsed = _parse(message)
             if parsed is None:
                 continue
-            kind, channel = parsed
+            kind, channel, turn = parsed
             if kind == "subscribed":
                 confirmed = self._subscribed.get(channel)
                 if confirmed is not None:
                     confirmed.set()
                 continue
-            for event in self._waiters.get(channel, ()):
-                event.set()
+            for event, owner in self._waiters.get(channel, {}).items():
+                if _woken(owner, turn):
+                    event.set()
 
     async def _read(self) -> Any:
         """The next message, or None after at most about `_POLL` seconds (never at once)."""

@@ -14,6 +14,15 @@ Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (t
 issued, kept after release as a tombstone so that the next token is at least one more). While
 held, the key expires with the lease, so `PTTL` is the remaining lease time.
 
+Fair waiting (DESIGN §2.8 revision 2, modelled on Redisson's fair lock): waiters on a lock
+form a FIFO queue in two companion keys in the lock's hash slot (`_redis.companions` names
+them): `<q>` (a sorted set: member = waiting owner, score = arrival number) and `<q>:t` (the
+same members scored by the server-ms time their entry expires; a waiter refreshes its entry at
+each attempt, so a crashed waiter drops out). A free lock goes only to the queue's live head
+(or to anyone when nobody waits); a release announces the head's turn on the lock's channel
+(`h:<owner>`), and only when somebody waits or watches (`<q>:w`, set by a waiter outside the
+queue, see `LOCK_HELD`), so an uncontended release publishes nothing.
+
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
 milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
 that holder's token); the braces put both in one hash slot.
@@ -29,6 +38,8 @@ __all__ = [
     "LOCK_HELD",
     "LOCK_RELEASE",
     "LOCK_RENEW",
+    "QUEUE_BOUND",
+    "QUEUE_ENTRY_MS",
     "SEMAPHORE_ACQUIRE",
     "SEMAPHORE_HELD",
     "SEMAPHORE_RELEASE",
@@ -36,6 +47,13 @@ __all__ = [
     "TOMBSTONE_MS",
     "LuaScript",
 ]
+
+QUEUE_ENTRY_MS = 3_000
+"""How long a waiter's queue entry lives (ms) unless it tries again; a waiter tries at least
+once a second (the backoff cap), so only a crashed or stuck waiter drops out, and a crashed
+head delays the lock by at most this much."""
+QUEUE_BOUND = 1_000
+"""At most this many waiters queue per lock; more keep polling outside the queue."""
 
 TOMBSTONE_MS = 60_000
 """How long a released key keeps its last token (ms). Beyond it, server-TIME seeding takes over."""
@@ -69,6 +87,81 @@ end
 """
 
 # A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
+# The fair queue of a lock (KEYS[2] arrivals, KEYS[3] entry expiries; absent when the lock
+# key cannot share a slot with companions on Cluster: then nobody queues). `queue_head`
+# drops the expired entries and returns the live head's owner (or false); `join` adds the
+# owner at the back (or refreshes its entry), unless `bound` entries already wait.
+_QUEUE = """
+local function server_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+local function queue_head()
+  if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then
+    return false
+  end
+  local now_ms = server_ms()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+  for i = 1, #gone do
+    redis.call('ZREM', KEYS[2], gone[i])
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+  end
+  while true do
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not first then
+      return false
+    end
+    if redis.call('ZSCORE', KEYS[3], first) then
+      return first
+    end
+    redis.call('ZREM', KEYS[2], first)  -- an entry without an expiry is dead
+  end
+end
+local function join(owner, entry_ms, bound)
+  entry_ms = tonumber(entry_ms)
+  if not redis.call('ZSCORE', KEYS[2], owner) then
+    if redis.call('ZCARD', KEYS[2]) >= tonumber(bound) then
+      return  -- full: this waiter keeps polling outside the queue
+    end
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local arrival = 1
+    if last[2] then
+      arrival = tonumber(last[2]) + 1
+    end
+    redis.call('ZADD', KEYS[2], arrival, owner)
+  end
+  redis.call('ZADD', KEYS[3], server_ms() + entry_ms, owner)
+  for i = 2, 3 do
+    if redis.call('PTTL', KEYS[i]) < entry_ms then
+      redis.call('PEXPIRE', KEYS[i], entry_ms)
+    end
+  end
+end
+local function leave(owner)
+  redis.call('ZREM', KEYS[2], owner)
+  redis.call('ZREM', KEYS[3], owner)
+end
+-- Tell the waiters that the lock is free: the head by name (only it acts on it), or, with
+-- nobody queued, whoever watches `KEYS[4]`. Silent when nobody waits (no wasted PUBLISH).
+local function announce(command)
+  if command == '' then
+    return
+  end
+  if not KEYS[2] then
+    redis.call(command, KEYS[1], 'released')
+    return
+  end
+  local head = queue_head()
+  if head then
+    redis.call(command, KEYS[1], 'h:' .. head)
+  elseif redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call(command, KEYS[1], 'released')
+  end
+end
+"""
+
 _TTL_CHECK = """
 local function check_ttl(ttl)
   ttl = tonumber(ttl)
@@ -83,10 +176,15 @@ LOCK_ACQUIRE = LuaScript(
     "lock_acquire",
     _MINT
     + _TTL_CHECK
+    + _QUEUE
     + """
--- KEYS[1] lock key; ARGV[1] owner; ARGV[2] ttl (ms).
+-- KEYS[1] lock key; KEYS[2], KEYS[3] its queue (absent: no fair queue);
+-- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] queue entry ttl (ms), 0 to not join the queue;
+-- ARGV[4] queue bound.
 -- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry refreshed);
--- -remaining ms when held by another owner; 0 when held with no expiry to report.
+-- -remaining ms when held by another owner; 0 when held with no expiry to report, or free
+-- but promised to the head of the queue. A refused caller with ARGV[3] > 0 joins the queue
+-- (or refreshes its entry); a free lock goes to the live head, or to anyone if none waits.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -96,17 +194,29 @@ if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(lease[2])
 end
+local head = false
+if not lease[1] then
+  head = queue_head()
+  if not head or head == ARGV[1] then
+    if head then
+      leave(ARGV[1])
+    end
+    local token = mint(lease[2])
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return token
+  end
+end
+if KEYS[2] and tonumber(ARGV[3]) > 0 then
+  join(ARGV[1], ARGV[3], ARGV[4])
+end
 if lease[1] then
   local left = redis.call('PTTL', KEYS[1])
   if left > 0 then
     return -left
   end
-  return 0
 end
-local token = mint(lease[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return token
+return 0
 """,
 )
 
@@ -131,17 +241,28 @@ return 0
 
 LOCK_RELEASE = LuaScript(
     "lock_release",
-    """
--- KEYS[1] lock key; ARGV[1] owner; ARGV[2] tombstone (ms);
--- ARGV[3] 'PUBLISH', 'SPUBLISH' (Cluster) or '' (no notification).
+    _QUEUE
+    + """
+-- KEYS[1] lock key; KEYS[2], KEYS[3] its queue, KEYS[4] its watch key (absent: no queue);
+-- ARGV[1] owner; ARGV[2] tombstone (ms); ARGV[3] 'PUBLISH', 'SPUBLISH' (Cluster) or '' (no
+-- notification).
 -- Returns 1 when ARGV[1] held the lease (now free, its token kept as a tombstone), else 0.
--- It publishes before it writes: a server without SPUBLISH fails the script with nothing changed.
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+-- A caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
+-- acquire was interrupted); when it was the head of a free lock, the turn passes on.
+-- It announces before it frees: a server without SPUBLISH fails the script with nothing
+-- changed but expired queue entries dropped.
+local holder = redis.call('HGET', KEYS[1], 'owner')
+if holder ~= ARGV[1] then
+  if KEYS[2] and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+    local was_head = queue_head() == ARGV[1]
+    leave(ARGV[1])
+    if was_head and not holder then
+      announce(ARGV[3])
+    end
+  end
   return 0
 end
-if ARGV[3] ~= '' then
-  redis.call(ARGV[3], KEYS[1], 'released')
-end
+announce(ARGV[3])
 redis.call('HDEL', KEYS[1], 'owner')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
@@ -247,9 +368,26 @@ return 1
 
 LOCK_HELD = LuaScript(
     "lock_held",
-    """
--- KEYS[1] lock key. Returns 1 when someone holds the lock, else 0 (read-only).
-return redis.call('HEXISTS', KEYS[1], 'owner')
+    _QUEUE
+    + """
+-- KEYS[1] lock key; KEYS[2], KEYS[3] its queue, KEYS[4] its watch key (absent: no queue);
+-- ARGV[1] the waiting owner ('' for a caller outside the queue); ARGV[2] how long it waits (ms).
+-- Returns 0 when ARGV[1] may take the lock now (free, with nobody ahead of it), else 1.
+-- A caller outside the queue then watches the lock for ARGV[2] ms, so that the next release
+-- is announced even if nobody queues.
+if redis.call('HEXISTS', KEYS[1], 'owner') == 0 then
+  local head = queue_head()
+  if not head or head == ARGV[1] then
+    return 0
+  end
+end
+if KEYS[2] and ARGV[1] == '' then
+  local ms = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[4]) < ms then
+    redis.call('SET', KEYS[4], '1', 'PX', ms)
+  end
+end
+return 1
 """,
 )
 

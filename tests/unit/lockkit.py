@@ -56,6 +56,19 @@ class FaultyStore(MemoryLockStore):
             await self.async_acquire_gate.wait()
         return self.acquire_or_ttl(key, owner, ttl)
 
+    def acquire_or_queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        # A waiter's attempt (it joins the fair queue when refused): recorded as an acquire.
+        self.calls.append(("acquire", key, owner))
+        if self.acquire_error is not None:
+            raise self.acquire_error
+        return super().acquire_or_queue(key, owner, ttl)
+
+    async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        if self.async_acquire_gate is not None:
+            self.calls.append(("acquire-wait", key, owner))
+            await self.async_acquire_gate.wait()
+        return self.acquire_or_queue(key, owner, ttl)
+
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         self.calls.append(("renew", key, owner))
         if self.renew_gate is not None:
