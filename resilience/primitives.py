@@ -8,9 +8,10 @@
 `lock(client)` and `semaphore(client, limit=N)` drive the same lease engine as the pipeline's
 lock strategy (`resilience._lease`), with the primitives' parameter set:
 
-- acquisition is a bounded spin: `retries` more attempts, `retry_delay` apart, each wait cut
-  short when the store announces a release (`SupportsReleaseNotification`); `retries=0`
-  fails fast;
+- acquisition fails fast by default; `wait=` keeps trying for that long (the lock strategy's
+  backoff, woken by releases), `retries=` is a bounded spin (`retry_delay` apart; a wait that
+  a release ends early uses up no retry); on a store that queues waiters (Redis, memory) a
+  waiting caller joins the key's FIFO queue and is woken when its turn comes;
 - `run` / `hold` renew every `heartbeat` (default ttl/4, or never with `heartbeat=False`),
   watch the local deadline, and raise the loss error when the lease was lost, even when the
   body returned;
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar
 from resilience._context import _CURRENT, LOCK_TOKEN, current_context, new_context
 from resilience._lease import (
     AsyncLease,
+    BackoffSchedule,
     Lease,
     LeaseParams,
     LockOps,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience._lease import LeaseBase, StoreOps
+    from resilience._lease._core import AcquireSchedule
     from resilience._signal import Signal
     from resilience._time import TimeProvider
     from resilience._validation import Duration
@@ -308,12 +311,19 @@ class LockHandle:
 class _Options:
     """One call's validated options."""
 
-    __slots__ = ("heartbeat", "on_renew_error", "retries", "retry_delay", "ttl")
+    __slots__ = ("heartbeat", "on_renew_error", "retries", "retry_delay", "ttl", "wait")
 
     def __init__(
-        self, ttl: float, retries: int, retry_delay: float, heartbeat: float | None, on_renew_error: Any
+        self,
+        ttl: float,
+        retries: int,
+        retry_delay: float,
+        heartbeat: float | None,
+        on_renew_error: Any,
+        wait: float | None = None,
     ) -> None:
         self.ttl = ttl
+        self.wait = wait
         self.retries = retries
         self.retry_delay = retry_delay
         self.heartbeat = heartbeat
@@ -540,6 +550,7 @@ class Locks:
         ttl: Duration | None,
         retries: object,
         retry_delay: object,
+        wait: object = None,
         heartbeat: object = None,
         on_renew_error: object = None,
         run: bool,
@@ -550,6 +561,9 @@ class Locks:
         seconds = self.ttl if ttl is None else problems.duration("ttl", ttl, minimum=0.001)
         count = problems.integer("retries", retries, minimum=0)
         delay = problems.duration("retry_delay", retry_delay)
+        budget = None if wait is None else problems.duration("wait", wait)
+        if wait is not None and retries != 0:
+            problems.add("wait", "give either wait (a time budget) or retries (a count), not both")
         interval: float | None = None
         if run:
             if heartbeat is None:
@@ -572,7 +586,7 @@ class Locks:
         assert seconds is not None
         assert count is not None
         assert delay is not None
-        return _Options(seconds, count, delay, interval, on_renew_error)
+        return _Options(seconds, count, delay, interval, on_renew_error, budget)
 
     # -- engine -----------------------------------------------------------------------------
 
@@ -611,10 +625,16 @@ class Locks:
         """The key as the lock strategy records held keys (store, key in it); None: reentry is allowed."""
         return (id(self.store), self._key_prefix + key)
 
+    def _schedule(self, options: _Options) -> AcquireSchedule | None:
+        """`wait=`: the lock strategy's backoff within a time budget; `retries=`: a bounded spin; else fail fast."""
+        if options.wait:
+            return BackoffSchedule(self._tp.monotonic(), options.wait, self._tp.random())
+        return SpinSchedule(options.retries, options.retry_delay) if options.retries else None
+
     def _acquire_sync(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[Lease | None, float | None]:
-        schedule = SpinSchedule(options.retries, options.retry_delay) if options.retries else None
+        schedule = self._schedule(options)
         return acquire_lease(
             self._ops,
             key,
@@ -627,7 +647,7 @@ class Locks:
     async def _acquire_async(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[AsyncLease | None, float | None]:
-        schedule = SpinSchedule(options.retries, options.retry_delay) if options.retries else None
+        schedule = self._schedule(options)
         return await acquire_lease_async(
             self._ops,
             key,
@@ -647,6 +667,7 @@ class Locks:
         ttl: Duration | None = None,
         retries: int = 0,
         retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
     ) -> LockHold:
@@ -659,6 +680,7 @@ class Locks:
             ttl=ttl,
             retries=retries,
             retry_delay=retry_delay,
+            wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
             run=True,
@@ -674,6 +696,7 @@ class Locks:
         ttl: Duration | None = None,
         retries: int = 0,
         retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
     ) -> T:
@@ -684,8 +707,12 @@ class Locks:
             fn: the body; it gets the `LockHandle` (token, signal, ...).
             ttl: lease length (default: the primitive's ttl), >= 1 ms.
             retries: more attempts when the key is held (0: fail fast), `retry_delay` apart; a
-                wait ends early when the store announces a release.
+                wait ends early when the store announces a release, and such a wake-up does
+                not use up a retry (within the nominal `retries * retry_delay`).
             retry_delay: the wait between attempts.
+            wait: instead of `retries`, keep trying for this long (a `Duration`), in the
+                store's fair order, woken by releases (like the lock strategy's `wait`);
+                giving both is a `ValidationError`.
             heartbeat: renewal period: None for max(1 ms, ttl/4), False for no renewal (the
                 local deadline still applies), or a duration of at most ttl/2.
             on_renew_error: told `exc` when a renewal round trip failed (not a loss: the next
@@ -704,6 +731,7 @@ class Locks:
             ttl=ttl,
             retries=retries,
             retry_delay=retry_delay,
+            wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
         ) as handle:
@@ -718,6 +746,7 @@ class Locks:
         ttl: Duration | None = None,
         retries: int = 0,
         retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
     ) -> T:
@@ -728,13 +757,21 @@ class Locks:
             ttl=ttl,
             retries=retries,
             retry_delay=retry_delay,
+            wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
         ) as handle:
             return await fn(handle)
 
     def acquire(
-        self, key: str, /, *, ttl: Duration | None = None, retries: int = 0, retry_delay: Duration = 0.1
+        self,
+        key: str,
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
     ) -> LockHandle | None:
         """Take `key` and return its handle, or None when it stays held.
 
@@ -743,7 +780,7 @@ class Locks:
         `release()` when done.
         """
         self._need("acquire", is_async=False)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
+        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -754,11 +791,18 @@ class Locks:
         return self._handle(key, lease, held_for, started)
 
     async def acquire_async(
-        self, key: str, /, *, ttl: Duration | None = None, retries: int = 0, retry_delay: Duration = 0.1
+        self,
+        key: str,
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
         self._need("acquire_async", is_async=True)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, run=False)
+        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:

@@ -1,7 +1,8 @@
 """A sync wait on a held Redis key sleeps on the release notification, without polling.
 
-A 1 s wait with no release: the refused acquire, one SUBSCRIBE, the last attempt. Before, the
-wait was cut into 50 ms `wait_released` slices, each a script call (23 calls for 1 s).
+A 1 s wait with no release: the refused acquire (which queues the waiter), one SUBSCRIBE, the
+last attempt, and the release that takes the waiter out of the fair queue when it gives up.
+Before, the wait was cut into 50 ms `wait_released` slices, each a script call (23 calls for 1 s).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _calls(admin: redis.Redis) -> int:
 
 
 @pytest.mark.timeout(60)
-def test_a_one_second_wait_sends_at_most_three_commands(fresh_redis_server: RedisServer) -> None:
+def test_a_one_second_wait_sends_at_most_four_commands(fresh_redis_server: RedisServer) -> None:
     admin = redis.Redis(port=fresh_redis_server.port)
     client = redis.Redis(port=fresh_redis_server.port)
     locks = lock(client, ttl=30)
@@ -44,7 +45,7 @@ def test_a_one_second_wait_sends_at_most_three_commands(fresh_redis_server: Redi
     waited = time.monotonic() - started
     sent = _calls(admin) - before
     assert waited >= 0.9
-    assert sent <= 3, f"{sent} commands for a 1 s wait"
+    assert sent <= 4, f"{sent} commands for a 1 s wait"
     assert holder.release()
     locks.close()
     client.close()

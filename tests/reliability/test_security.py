@@ -33,8 +33,8 @@ KNOWN_SCRIPTS = {value.sha: value.source for value in vars(scripts).values() if 
 
 # The exact line documented in docs/redis.md ("Least privilege"); `{user}` and `{password}` filled in.
 ACL_LINE = (
-    "ACL SETUSER {user} reset on >{password} ~lock:* ~{{semaphore:* &lock:* &{{semaphore:* "
-    "-@all +evalsha +eval +time +hget +hmget +hset +hdel +hexists +pexpire +pttl "
+    "ACL SETUSER {user} reset on >{password} ~lock:* ~{{lock:* ~{{semaphore:* &lock:* &{{semaphore:* "
+    "-@all +evalsha +eval +time +exists +set +hget +hmget +hset +hdel +hexists +pexpire +pttl "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
     "+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping"
 )
