@@ -320,6 +320,7 @@ class _Options:
         retry_delay: float,
         heartbeat: float | None,
         on_renew_error: Any,
+        *,
         wait: float | None = None,
     ) -> None:
         self.ttl = ttl
@@ -586,7 +587,7 @@ class Locks:
         assert seconds is not None
         assert count is not None
         assert delay is not None
-        return _Options(seconds, count, delay, interval, on_renew_error, budget)
+        return _Options(seconds, count, delay, interval, on_renew_error, wait=budget)
 
     # -- engine -----------------------------------------------------------------------------
 

@@ -213,15 +213,17 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
 
 
 async def _wait(
-    ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal, owner: str | None
+    ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal | None, *, owner: str | None
 ) -> bool:
     """Wait up to `seconds`, woken early by a release (True); the signal aborting raises its reason."""
+    if signal is None:
+        return await _pause(ops, key, seconds, time_provider, owner=owner)
     async with signal.cancel_scope():
-        return await _pause(ops, key, seconds, time_provider, owner)
+        return await _pause(ops, key, seconds, time_provider, owner=owner)
     return False  # pragma: no cover - the scope re-raises the signal's reason
 
 
-async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, owner: str | None) -> bool:
+async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, *, owner: str | None) -> bool:
     """Wait for a release notification (for a queued `owner`: its turn), or just sleep.
 
     True when a release ended the wait. A fake clock that moves when slept on
@@ -247,51 +249,56 @@ async def acquire_lease_async(
 ) -> tuple[AsyncLease | None, float | None]:
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
-    ttl = params.ttl
     queued = ops.fair and schedule is not None
     while True:
         if signal is not None:
             signal.raise_if_aborted()
         sent = time_provider.monotonic()
         try:
-            token, held_for = await (ops.queue_async(key, owner, ttl) if queued else ops.acquire_async(key, owner, ttl))
+            token, held_for = await (
+                ops.queue_async(key, owner, params.ttl) if queued else ops.acquire_async(key, owner, params.ttl)
+            )
         except BaseException:
             _release_in_background(ops, key, owner, time_provider)
             raise
         if token is not None:
-            if signal is not None and signal.aborted:
-                _release_in_background(ops, key, owner, time_provider)
-                signal.raise_if_aborted()
-            lease = AsyncLease(
-                ops,
-                key,
-                owner,
-                token,
-                params=params,
-                time_provider=time_provider,
-                parent=signal,
-                sent_at=sent,
-                tag=tag,
-            )
-            lease._begin(sent)
-            return lease, None
+            return _granted(
+                ops, key, (owner, token, sent, tag), params=params, time_provider=time_provider, signal=signal
+            ), None
         wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
         if wait is None or schedule is None:
             if queued:  # leave the queue: the turn passes on
                 await _release_bounded(ops, key, owner, time_provider)
             return None, held_for
-        waiter = owner if queued else None
         try:
-            if signal is None:
-                released = await _pause(ops, key, wait, time_provider, waiter)
-            else:
-                released = await _wait(ops, key, wait, time_provider, signal, waiter)
+            released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
         except BaseException:
             if queued:
                 _release_in_background(ops, key, owner, time_provider)
             raise
         if released:
             schedule.woken(time_provider.monotonic())
+
+
+def _granted(
+    ops: StoreOps,
+    key: str,
+    grant: tuple[str, int, float, object],
+    *,
+    params: LeaseParams,
+    time_provider: TimeProvider,
+    signal: Signal | None,
+) -> AsyncLease:
+    """The lease for an acquire the store granted (released at once if the signal aborted meanwhile)."""
+    owner, token, sent, tag = grant
+    if signal is not None and signal.aborted:
+        _release_in_background(ops, key, owner, time_provider)
+        signal.raise_if_aborted()
+    lease = AsyncLease(
+        ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent, tag=tag
+    )
+    lease._begin(sent)
+    return lease
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

@@ -634,6 +634,7 @@ def _sync_wait(
     seconds: float,
     time_provider: TimeProvider,
     signal: Signal,
+    *,
     owner: str | None = None,
     wake: _Wake | None = None,
 ) -> bool:
@@ -700,8 +701,8 @@ def acquire_lease(
     interrupted) leaves it with that same release.
     """
     owner = owner or new_owner()
-    ttl = params.ttl
     queued = ops.fair and schedule is not None
+    # A queued waiter listens for its turn during the whole acquire (see `_sync_wait`).
     wake = _Wake() if queued and ops.listen is not None else None
     stop_listening = None if wake is None or ops.listen is None else ops.listen(key, wake.on_release, owner)
     try:
@@ -711,44 +712,85 @@ def acquire_lease(
             if wake is not None:
                 wake.reset()
             sent = time_provider.monotonic()
-            try:
-                token, held_for = ops.queue(key, owner, ttl) if queued else ops.acquire(key, owner, ttl)
-            except BaseException:
-                _release_in_background(ops, key, owner)
-                raise
+            token, held_for = _attempt(ops, key, owner, params.ttl, queued=queued)
             if token is not None:
-                if signal is not None and signal.aborted:
-                    _release_quietly(ops, key, owner)  # the store just answered: no reason to wait
-                    signal.raise_if_aborted()
-                lease = Lease(
-                    ops,
-                    key,
-                    owner,
-                    token,
-                    params=params,
-                    time_provider=time_provider,
-                    parent=signal,
-                    sent_at=sent,
-                    tag=tag,
-                )
-                lease._begin(sent)
-                return lease, None
+                grant = _Grant(owner, token, sent, tag)
+                return _granted(ops, key, grant, params=params, time_provider=time_provider, signal=signal), None
             wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
             if wait is None or schedule is None:
                 if queued:
                     _release_quietly(ops, key, owner)  # leave the queue: the turn passes on
                 return None, held_for
-            try:
-                released = _sync_wait(ops, key, wait, time_provider, signal or Signal(), owner if queued else None, wake)
-            except BaseException:
-                if queued:
-                    _release_in_background(ops, key, owner)
-                raise
-            if released:
-                schedule.woken(time_provider.monotonic())
+            _wait_turn(ops, key, wait, schedule, time_provider=time_provider, signal=signal, owner=owner, wake=wake)
     finally:
         if stop_listening is not None:
             stop_listening()
+
+
+def _wait_turn(
+    ops: StoreOps,
+    key: str,
+    wait: float,
+    schedule: AcquireSchedule,
+    *,
+    time_provider: TimeProvider,
+    signal: Signal | None,
+    owner: str,
+    wake: _Wake | None,
+) -> None:
+    """Wait before the next attempt; tell `schedule` when a release ended the wait.
+
+    A queued waiter (`ops.fair`) that is interrupted leaves the queue in the background.
+    """
+    queued = ops.fair
+    try:
+        waiter = owner if queued else None
+        released = _sync_wait(ops, key, wait, time_provider, signal or Signal(), owner=waiter, wake=wake)
+    except BaseException:
+        if queued:
+            _release_in_background(ops, key, owner)
+        raise
+    if released:
+        schedule.woken(time_provider.monotonic())
+
+
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    owner: str
+    token: int
+    sent: float
+    tag: object
+
+
+def _granted(
+    ops: StoreOps, key: str, grant: _Grant, *, params: LeaseParams, time_provider: TimeProvider, signal: Signal | None
+) -> Lease:
+    """The lease for an acquire the store granted (released at once if the signal aborted meanwhile)."""
+    if signal is not None and signal.aborted:
+        _release_quietly(ops, key, grant.owner)  # the store just answered: no reason to wait
+        signal.raise_if_aborted()
+    lease = Lease(
+        ops,
+        key,
+        grant.owner,
+        grant.token,
+        params=params,
+        time_provider=time_provider,
+        parent=signal,
+        sent_at=grant.sent,
+        tag=grant.tag,
+    )
+    lease._begin(grant.sent)
+    return lease
+
+
+def _attempt(ops: StoreOps, key: str, owner: str, ttl: float, *, queued: bool) -> tuple[int | None, float | None]:
+    """One acquire (joining the store's queue when `queued`); interrupted, it releases in the background."""
+    try:
+        return ops.queue(key, owner, ttl) if queued else ops.acquire(key, owner, ttl)
+    except BaseException:
+        _release_in_background(ops, key, owner)
+        raise
 
 
 def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:

@@ -153,6 +153,9 @@ local function announce(command)
     redis.call(command, KEYS[1], 'released')
     return
   end
+  if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+    return  -- nobody queues or watches: the common, uncontended release
+  end
   local head = queue_head()
   if head then
     redis.call(command, KEYS[1], 'h:' .. head)

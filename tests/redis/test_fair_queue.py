@@ -51,9 +51,7 @@ def test_eight_waiters_acquire_in_the_order_they_queued(sync_redis: Any, key: st
 
     def waiter(index: int) -> None:
         if index % 2:
-            pipeline = (
-                ResiliencePipelineBuilder().add_lock(key, ttl=5, wait=10, store=strategy_store).build()
-            )
+            pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=5, wait=10, store=strategy_store).build()
             pipeline.execute(lambda: order.append(index))
         else:
             with locks.hold(key, retries=100, retry_delay=0.1):
