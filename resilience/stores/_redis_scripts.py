@@ -92,36 +92,41 @@ end
 # drops the expired entries and returns the live head's owner (or false); `join` adds the
 # owner at the back (or refreshes its entry), unless `bound` entries already wait.
 _QUEUE = """
+local now_ms = false
 local function server_ms()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  if not now_ms then
+    local now = redis.call('TIME')
+    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  end
+  return now_ms
 end
 local function queue_head()
   if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then
     return false
-  end
-  local now_ms = server_ms()
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-  for i = 1, #gone do
-    redis.call('ZREM', KEYS[2], gone[i])
-  end
-  if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
   end
   while true do
     local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not first then
       return false
     end
-    if redis.call('ZSCORE', KEYS[3], first) then
+    local expires = redis.call('ZSCORE', KEYS[3], first)
+    if expires and tonumber(expires) > server_ms() then
       return first
     end
-    redis.call('ZREM', KEYS[2], first)  -- an entry without an expiry is dead
+    redis.call('ZREM', KEYS[2], first)  -- expired (or without an expiry): a waiter that is gone
+    redis.call('ZREM', KEYS[3], first)
   end
 end
 local function join(owner, entry_ms, bound)
-  entry_ms = tonumber(entry_ms)
   if not redis.call('ZSCORE', KEYS[2], owner) then
+    -- Drop the expired entries first, so that waiters that are gone never fill the bound.
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', server_ms())
+    for i = 1, #gone do
+      redis.call('ZREM', KEYS[2], gone[i])
+    end
+    if #gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', server_ms())
+    end
     if redis.call('ZCARD', KEYS[2]) >= tonumber(bound) then
       return  -- full: this waiter keeps polling outside the queue
     end
@@ -132,12 +137,10 @@ local function join(owner, entry_ms, bound)
     end
     redis.call('ZADD', KEYS[2], arrival, owner)
   end
-  redis.call('ZADD', KEYS[3], server_ms() + entry_ms, owner)
-  for i = 2, 3 do
-    if redis.call('PTTL', KEYS[i]) < entry_ms then
-      redis.call('PEXPIRE', KEYS[i], entry_ms)
-    end
-  end
+  redis.call('ZADD', KEYS[3], server_ms() + tonumber(entry_ms), owner)
+  -- Every entry lives the same QUEUE_ENTRY_MS, so the newest refresh outlives them all.
+  redis.call('PEXPIRE', KEYS[2], entry_ms)
+  redis.call('PEXPIRE', KEYS[3], entry_ms)
 end
 local function leave(owner)
   redis.call('ZREM', KEYS[2], owner)
