@@ -702,7 +702,10 @@ def acquire_lease(
     """
     owner = owner or new_owner()
     queued = ops.fair and schedule is not None
-    # A queued waiter listens for its turn during the whole acquire (see `_sync_wait`).
+    # A queued waiter listens for its turn during its whole acquire, from before its first
+    # attempt (see `_sync_wait`): a turn announced between a refused attempt and the wait is
+    # never missed. On Redis that costs no round trip: the listener's SUBSCRIBE is sent on its
+    # own connection without waiting for the reply, and only for a key not already subscribed.
     wake = _Wake() if queued and ops.listen is not None else None
     stop_listening = None if wake is None or ops.listen is None else ops.listen(key, wake.on_release, owner)
     try:

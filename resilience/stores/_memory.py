@@ -125,7 +125,10 @@ class _MemoryStore:
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
-        woken = [ident for ident, (_, owner) in listeners.items() if owner is None or turn is None or owner == turn]
+        if turn is None:
+            del self._listeners[key]
+            return [callback for callback, _ in listeners.values()]
+        woken = [ident for ident, (_, owner) in listeners.items() if owner is None or owner == turn]
         callbacks = [listeners.pop(ident)[0] for ident in woken]
         if not listeners:
             del self._listeners[key]
@@ -277,7 +280,10 @@ class MemoryLockStore(_MemoryStore):
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
-            if lease is not None and lease[0] == owner:
+            if lease is None and key not in self._queues:  # the common case: free, nobody waits
+                self._sweep(now)
+                token = self._next_token()
+            elif lease is not None and lease[0] == owner:
                 token = lease[1]
             else:
                 head = None if lease is not None else self._head(key, now)
@@ -361,6 +367,8 @@ class MemoryLockStore(_MemoryStore):
             else:
                 del self._leases[key]
                 released = True
+            if key not in self._listeners:  # the common case: nobody waits
+                return released
             callbacks = self._take_listeners(key, self._head(key, now))
         self._notify(callbacks)
         return released
