@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis.cluster
 
@@ -47,8 +48,8 @@ def _one_master() -> RedisServer:
     return node
 
 
-def _worker(port: int, job: tuple[int, int, float, float], out: multiprocessing.Queue) -> None:
-    keys, threads, seconds, start_at = job
+def _worker(port: int, job: tuple[int, int, float, Any], out: multiprocessing.Queue) -> None:
+    keys, threads, seconds, go = job
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=port)
     store = RedisLockStore(client)
     names = [f"bench:many:{i}" for i in range(keys)]
@@ -57,14 +58,15 @@ def _worker(port: int, job: tuple[int, int, float, float], out: multiprocessing.
         if store.acquire(name, owner, 10):
             store.release(name, owner)
     counts = [0] * threads
+    out.put("ready")
+    go.wait()
+    start_at = time.monotonic()
 
     def loop(index: int) -> None:
         rng = random.Random(index)
-        while time.time() < start_at:
-            time.sleep(0.001)
         end = start_at + seconds
         done = 0
-        while time.time() < end:
+        while time.monotonic() < end:
             name = rng.choice(names)
             owner = uuid.uuid4().hex
             if store.acquire(name, owner, 10) is not None:
@@ -85,13 +87,16 @@ def _worker(port: int, job: tuple[int, int, float, float], out: multiprocessing.
 def measure(port: int, options: argparse.Namespace) -> float:
     context = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = context.Queue()
-    start_at = time.time() + 3.0  # every process connected and warmed up before the clock starts
+    go = context.Event()  # set once every process is connected and warmed up
     processes = [
-        context.Process(target=_worker, args=(port, (options.keys, options.threads, options.seconds, start_at), out))
+        context.Process(target=_worker, args=(port, (options.keys, options.threads, options.seconds, go), out))
         for _ in range(options.processes)
     ]
     for process in processes:
         process.start()
+    for _ in processes:
+        assert out.get(timeout=120) == "ready"
+    go.set()
     total = sum(out.get(timeout=120) for _ in processes)
     for process in processes:
         process.join()
