@@ -8,6 +8,7 @@ so each check tries a few times and needs one clean hold (before: never).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
     from tests.redis_support import RedisServer
 
 ATTEMPTS = 200
+
+untraced = pytest.mark.skipif(
+    sys.gettrace() is not None,
+    reason="under a tracer (the coverage run) every line is several times slower, and a Redis round trip"
+    " plus the lease's own steps no longer fit in the 1 ms the margin leaves: the other interpreters run it",
+)
 
 
 def _pipeline(store: Any, events: Events) -> Any:
@@ -77,6 +84,7 @@ async def test_memory_async() -> None:
 
 
 @pytest.mark.redis
+@untraced
 def test_redis_sync(redis_server: RedisServer) -> None:
     client = redis.Redis(port=redis_server.port)
     try:
@@ -86,6 +94,7 @@ def test_redis_sync(redis_server: RedisServer) -> None:
 
 
 @pytest.mark.redis
+@untraced
 async def test_redis_async(redis_server: RedisServer) -> None:
     client = redis.asyncio.Redis(port=redis_server.port)
     try:
