@@ -161,6 +161,7 @@ def test_an_opening_in_one_process_rejects_calls_in_the_others(
     fleet.ready(2, client)
     events: list[tuple[float, TelemetryEvent]] = []
     pipeline = member(redis_server, fleet.key, events, break_duration=30)
+    client.set(f"{fleet.log}:go", 1)
     fail_until_open(pipeline, lambda: any(event.name == "OnCircuitOpened" for _, event in events))
     opened_at = next(t for t, event in events if event.name == "OnCircuitOpened")
     time.sleep(INTERVAL + MARGIN)
@@ -206,6 +207,7 @@ def test_an_isolation_from_one_process_holds_every_process(
     fleet.ready(2, client)
     control = CircuitBreakerManualControl()
     pipeline = member(redis_server, fleet.key, control=control)
+    client.set(f"{fleet.log}:go", 1)
     time.sleep(2 * INTERVAL)
     isolated_at = time.time()
     control.isolate()
@@ -240,6 +242,7 @@ def test_a_redis_restart_keeps_the_fleet_open(
     fleet.ready(2, client)
     provider = CircuitBreakerStateProvider()
     pipeline = member(server, fleet.key, provider=provider, break_duration=30)
+    client.set(f"{fleet.log}:go", 1)
     fail_until_open(pipeline, lambda: provider.state is CircuitState.OPEN)
     assert client.hget(f"circuit:{fleet.key}", "st") == "1"
     opened_at = time.time()
@@ -248,6 +251,7 @@ def test_a_redis_restart_keeps_the_fleet_open(
     assert client.exists(f"circuit:{fleet.key}") == 0 or client.hget(f"circuit:{fleet.key}", "st") == "1"
     wait_for(lambda: client.hget(f"circuit:{fleet.key}", "st") == "1", timeout=10)
     assert client.pttl(f"circuit:{fleet.key}") > 0
+    client.set(f"{fleet.log}:go", 1)  # the restart emptied the server
     late = fleet.start("observe", duration=60, break_duration=30)
     fleet.ready(1, client)  # the restart emptied the list
     assert client.lrange(f"{fleet.log}:ready", -1, -1)[0].split()[1] == "OPEN"
