@@ -86,6 +86,7 @@ def test_help_names_every_public_module() -> None:
     assert [name for name in PUBLIC_MODULES[1:] if name not in doc] == []
 
 
+@pytest.mark.once  # a docs build: the same on every interpreter
 def test_every_public_name_is_on_the_api_page(tmp_path: Path) -> None:
     """The API page documents every name of every `__all__` (re-exports under their home module)."""
     site = tmp_path / "site"
