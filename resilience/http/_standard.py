@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from resilience._pipeline import ResiliencePipeline
     from resilience._time import TimeProvider
     from resilience._validation import Duration
+    from resilience.strategies._base import StrategyOptions
     from resilience.strategies._circuit_controller import CircuitBreakerManualControl
     from resilience.strategies._hedging import OnHedgingArguments
     from resilience.strategies._retry import OnRetryArguments
@@ -74,29 +75,30 @@ def standard_pipeline(
         builder.add_concurrency_limiter(max_concurrency)
     if rate_limit is not None:
         builder.add_rate_limiter(rate_limit, per=1.0)
-    return (
-        builder.add(http_timeout_strategy(total_timeout, name="TotalTimeout"))
-        .add(
-            http_retry_strategy(
-                max_retries=max_retries,
-                delay=retry_delay,
-                max_delay=max_retry_delay,
-                retry_unsafe_methods=retry_unsafe_methods,
-                on_retry=on_retry,
-            )
+    builder.add(http_timeout_strategy(total_timeout, name="TotalTimeout")).add(
+        http_retry_strategy(
+            max_retries=max_retries,
+            delay=retry_delay,
+            max_delay=max_retry_delay,
+            retry_unsafe_methods=retry_unsafe_methods,
+            on_retry=on_retry,
         )
-        .add(
-            http_circuit_breaker_strategy(
-                failure_ratio=failure_ratio,
-                minimum_throughput=minimum_throughput,
-                sampling_duration=sampling_duration,
-                break_duration=break_duration,
-                manual_control=manual_control,
-            )
-        )
-        .add(http_timeout_strategy(attempt_timeout, name="AttemptTimeout"))
-        .build()
     )
+    circuit = http_circuit_breaker_strategy(
+        failure_ratio=failure_ratio,
+        minimum_throughput=minimum_throughput,
+        sampling_duration=sampling_duration,
+        break_duration=break_duration,
+        manual_control=manual_control,
+    )
+    return _with_endpoint(builder, circuit, attempt_timeout)
+
+
+def _with_endpoint(
+    builder: ResiliencePipelineBuilder, circuit: StrategyOptions, attempt_timeout: Duration
+) -> ResiliencePipeline:
+    """The innermost strategies of both standard pipelines: the authority's circuit, then the attempt's timeout."""
+    return builder.add(circuit).add(http_timeout_strategy(attempt_timeout, name="AttemptTimeout")).build()
 
 
 def request_authority(_context: ResilienceContext) -> str:
@@ -146,16 +148,11 @@ def standard_hedging_pipeline(
     )
     if max_concurrency is not None:
         builder.add_concurrency_limiter(max_concurrency, key=request_authority)
-    return (
-        builder.add(
-            http_circuit_breaker_strategy(
-                failure_ratio=failure_ratio,
-                minimum_throughput=minimum_throughput,
-                sampling_duration=sampling_duration,
-                break_duration=break_duration,
-                manual_control=manual_control,
-            )
-        )
-        .add(http_timeout_strategy(attempt_timeout, name="AttemptTimeout"))
-        .build()
+    circuit = http_circuit_breaker_strategy(
+        failure_ratio=failure_ratio,
+        minimum_throughput=minimum_throughput,
+        sampling_duration=sampling_duration,
+        break_duration=break_duration,
+        manual_control=manual_control,
     )
+    return _with_endpoint(builder, circuit, attempt_timeout)
