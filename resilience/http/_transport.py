@@ -240,6 +240,21 @@ class _Exchange:
             live, self._live = self._live, []
         return [response for _, response in live if response is not keep]
 
+    def send(self, execute: Callable[[], R]) -> R:
+        """Run the pipeline (`execute()`) with this request published; close every other response."""
+        tokens = self.enter()
+        try:
+            response = execute()
+        except BaseException:
+            for discarded in self.finish():
+                discard(discarded)
+            raise
+        finally:
+            self.leave(tokens)
+        for discarded in self.finish(keep=response):
+            discard(discarded)
+        return response
+
 
 class _Senders:
     """Threads that send the requests of abortable sync attempts; idle ones are reused.
@@ -407,18 +422,7 @@ class ResilientTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
-        tokens = exchange.enter()
-        try:
-            response = self.pipeline.execute(_attempt, self.transport, exchange)
-        except BaseException:
-            for discarded in exchange.finish():
-                discard(discarded)
-            raise
-        finally:
-            exchange.leave(tokens)
-        for discarded in exchange.finish(keep=response):
-            discard(discarded)
-        return response
+        return exchange.send(lambda: self.pipeline.execute(_attempt, self.transport, exchange))
 
     def close(self) -> None:
         """Close the wrapped transport."""

@@ -194,18 +194,7 @@ class ResilientHTTPAdapter(HTTPAdapter):
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _RequestsExchange(request, self.pipeline.time_provider, timeout)
         options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
-        tokens = exchange.enter()
-        try:
-            response: requests.Response = self.pipeline.execute(_attempt, self, exchange, options)
-        except BaseException:
-            for discarded in exchange.finish():
-                discard(discarded)
-            raise
-        finally:
-            exchange.leave(tokens)
-        for discarded in exchange.finish(keep=response):
-            discard(discarded)
-        return response
+        return exchange.send(lambda: self.pipeline.execute(_attempt, self, exchange, options))
 
     def __repr__(self) -> str:
         return f"<ResilientHTTPAdapter pipeline={self.pipeline!r}>"
