@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, overload
 
 from resilience._signal import Signal
 
@@ -31,6 +31,18 @@ __all__ = [
 
 T = TypeVar("T")
 D = TypeVar("D")
+
+
+class LazyDeadline(Protocol):
+    """A deadline on a linked context's signal that schedules nothing until the signal is made."""
+
+    def arm(self) -> None:
+        """The context's signal was just made: abort it at the deadline (now, if it passed)."""
+        ...
+
+    def passed(self) -> bool:
+        """Whether the deadline passed while the scope ran (firing it makes the signal)."""
+        ...
 
 
 class ResiliencePropertyKey(Generic[T]):
@@ -177,6 +189,13 @@ class ResilienceContext:
     # first read of `signal` (most callables never read it; a child signal costs 0.9 us).
     _signal_source: ResilienceContext | None = None
     _scope_ended: bool = False
+    # Set by a sync timeout on its scope's context: a deadline with no timer until the signal
+    # is first read (most callables never read it), checked lazily by `_abort_reason`.
+    _deadline: LazyDeadline | None = None
+    # Set by the pipeline when, as its execution started, no event at Information or below
+    # could reach anything (no listener, logger off, no OpenTelemetry): the strategies then
+    # skip their own checks on the success path. Derived contexts inherit it.
+    _quiet: bool = False
 
     def __init__(
         self,
@@ -218,15 +237,20 @@ class ResilienceContext:
 
     def _link_signal(self, source: ResilienceContext) -> Signal:
         parent = source.signal
+        made = False
         with _LINK_LOCK:  # two threads reading it at once must get the same signal
             signal = self._signal
             if signal is None:
                 signal = self._signal = parent.child()
+                made = True
                 # Set before reading the flag, the reverse of `_end_signal_scope`: one of the
                 # two sees the other's write, so a child made as the scope ends is detached
                 # (what an eagerly made child would be by then).
                 if self._scope_ended:
                     signal.detach()
+        deadline = self._deadline
+        if made and deadline is not None:
+            deadline.arm()  # someone can observe the signal now: the deadline must abort it
         return signal
 
     def _abort_reason(self) -> BaseException | None:
@@ -236,12 +260,21 @@ class ResilienceContext:
             signal = context._signal
             if signal is not None:
                 return signal._reason
+            deadline = context._deadline
+            if deadline is not None and deadline.passed():
+                return context.signal._reason  # made now, and aborted by its deadline
             context = context._signal_source
         return None
 
     def _raise_if_aborted(self) -> None:
         """`signal.raise_if_aborted()`, without creating a linked signal not yet read."""
-        reason = self._abort_reason()
+        signal = self._signal  # the common cases first, without the walk's call
+        if signal is not None:
+            reason = signal._reason
+        elif self._signal_source is None and self._deadline is None:
+            return
+        else:
+            reason = self._abort_reason()
         if reason is not None:
             raise reason
 
@@ -270,6 +303,7 @@ class ResilienceContext:
         # later still reaches the child (they must share one chain).
         child._signal = self.signal if signal is None else signal
         child._attempt = self._attempt if attempt is None else attempt
+        child._quiet = self._quiet
         return child
 
     def _derive_linked(self, *, attempt: int | None = None) -> ResilienceContext:
@@ -286,6 +320,7 @@ class ResilienceContext:
         child._properties = None if props is None else ResilienceProperties(parent=props)
         child._signal_source = self
         child._attempt = self._attempt if attempt is None else attempt
+        child._quiet = self._quiet
         return child
 
     def __repr__(self) -> str:

@@ -316,10 +316,14 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._otel_active())
+            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
         ):
-            return self._execute_observed(plan, context, fn, args, kwargs)
+            context._quiet = False  # a derived context inherits the caller's
+            if self._source.options.trace_executions:
+                return self._execute_observed(plan, context, fn, args, kwargs)
+            return self._observe(plan, context, fn, args, kwargs)
         if plan.strategies:
+            context._quiet = True
             return self._run(plan, context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
@@ -336,9 +340,6 @@ class ResiliencePipeline:
         if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
             raise _refuse_awaitable(fn, result)
         return result
-
-    def _otel_active(self) -> bool:
-        return _otel.is_active(self._source.options)
 
     def _span(self, context: ResilienceContext) -> Any:
         """The execution span's context manager when `trace_executions` is on and a tracer records."""
@@ -372,7 +373,8 @@ class ResiliencePipeline:
         return result
 
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
-        _refuse_before_running(fn)
+        if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
+            _refuse_before_running(fn)
 
         invocation = Invocation(fn) if plan.invoked else None
 
@@ -436,10 +438,14 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._otel_active())
+            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
         ):
-            return await self._execute_observed_async(plan, context, fn, args, kwargs)
+            context._quiet = False  # a derived context inherits the caller's
+            if self._source.options.trace_executions:
+                return await self._execute_observed_async(plan, context, fn, args, kwargs)
+            return await self._observe_async(plan, context, fn, args, kwargs)
         if plan.strategies:
+            context._quiet = True
             return await self._run_async(plan, context, fn, args, kwargs)
         if parent is not None:
             parent._raise_if_aborted()

@@ -194,7 +194,7 @@ class LockEvents:
 
     def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
         """`OnLockAcquired` (Debug), with the time waited since `started`."""
-        if self._telemetry.enabled(Severity.DEBUG):
+        if (context is None or not context._quiet) and self._telemetry.enabled(Severity.DEBUG):
             waited = self._time_provider.monotonic() - started
             self._emit("OnLockAcquired", Severity.DEBUG, LockEventArguments(context, key, token, wait_duration=waited))
 
@@ -206,7 +206,7 @@ class LockEvents:
 
     def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockReleased` (Debug), with the hold time."""
-        if self._telemetry.enabled(Severity.DEBUG):
+        if (context is None or not context._quiet) and self._telemetry.enabled(Severity.DEBUG):
             held = self._time_provider.monotonic() - lease.acquired_at
             self._emit(
                 "OnLockReleased", Severity.DEBUG, LockEventArguments(context, key, lease.token, hold_duration=held)

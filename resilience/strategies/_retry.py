@@ -175,7 +175,7 @@ def retry_strategy(
 class RetryStrategy:
     """The built retry strategy: performs `RetryCore`'s decisions, sync or async."""
 
-    __slots__ = ("_core", "_delay_generator", "_heard", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
+    __slots__ = ("_core", "_delay_generator", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
 
     def __init__(
         self,
@@ -194,7 +194,6 @@ class RetryStrategy:
         options = telemetry.options
         # Attempt durations are measured only when someone may read them.
         self._measured = bool(options.listeners or options.severity_provider or on_retry)
-        self._heard = bool(options.listeners or options.severity_provider)
         self._traced = options.trace_executions
 
     def _attempted(
@@ -212,6 +211,16 @@ class RetryStrategy:
         )
         return retry
 
+    def _succeeded(self, context: ResilienceContext, result: object, attempt: int, duration: float) -> None:
+        """Report a successful attempt (its signal is not read: nothing is retried)."""
+        self._telemetry.emit(
+            "ExecutionAttempt",
+            Severity.INFORMATION,
+            operation_key=context.operation_key,
+            outcome=Ok(result),
+            arguments=ExecutionAttemptArguments(attempt, duration, False),  # noqa: FBT003 - positional field
+        )
+
     def _retrying(
         self, inner: ResilienceContext, outcome: Outcome[Any], delay: float, duration: float
     ) -> OnRetryArguments:
@@ -228,8 +237,11 @@ class RetryStrategy:
         handler = core.handler
         clock = self._time
         context._raise_if_aborted()  # never start the callable under an aborted signal
-        # Durations are read only when an attempt's event or on_retry can see them.
-        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
+        # Durations are read only when an attempt's event or on_retry can see them. A quiet
+        # execution (see ResilienceContext._quiet) skips the checks: a success reports
+        # nothing, and the clock costs less than asking whether a failure would be heard.
+        quiet = context._quiet
+        measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -248,8 +260,8 @@ class RetryStrategy:
             if failure is None:
                 # A success (unhandled result) returns here, reported only if someone hears it.
                 if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
-                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
-                        self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
+                    if not quiet and measured:
+                        self._succeeded(context, result, attempt, clock.monotonic() - started)
                     return result  # type: ignore[no-any-return]
                 handled = True
             else:
@@ -278,8 +290,11 @@ class RetryStrategy:
         handler = core.handler
         clock = self._time
         context._raise_if_aborted()  # never start the callable under an aborted signal
-        # Durations are read only when an attempt's event or on_retry can see them.
-        measured = self._measured or self._telemetry.enabled(Severity.WARNING)
+        # Durations are read only when an attempt's event or on_retry can see them. A quiet
+        # execution (see ResilienceContext._quiet) skips the checks: a success reports
+        # nothing, and the clock costs less than asking whether a failure would be heard.
+        quiet = context._quiet
+        measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
         attempt = 0
         state = 0.0
         while True:
@@ -298,8 +313,8 @@ class RetryStrategy:
             if failure is None:
                 # A success (unhandled result) returns here, reported only if someone hears it.
                 if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
-                    if measured and (self._heard or self._telemetry.enabled(Severity.INFORMATION)):
-                        self._attempted(context, Ok(result), attempt, clock.monotonic() - started, handled=False)
+                    if not quiet and measured:
+                        self._succeeded(context, result, attempt, clock.monotonic() - started)
                     return result  # type: ignore[no-any-return]
                 handled = True
             else:

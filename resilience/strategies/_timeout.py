@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._time import TimeProvider
+    from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
 
@@ -117,8 +117,8 @@ def timeout_strategy(
 class _Deadline:
     """The timer's target: aborts the scope's signal with a fresh `TimeoutRejectedError`.
 
-    The scope is the child signal itself (async), or a context whose child signal is made on
-    first read (sync, `_derive_linked`): firing then makes it.
+    The scope is a signal, or a context whose child signal is made on first read
+    (`_derive_linked`): firing then makes it.
     """
 
     __slots__ = ("error", "scope", "timeout")
@@ -149,6 +149,65 @@ class _Deadline:
         """True when the signal aborted because of this deadline (not the caller's abort)."""
         error = self.error
         return error is not None and self.signal.reason is error
+
+
+class _LazyDeadline(_Deadline):
+    """The sync timeout's deadline on its scope's context: no timer until the signal is made.
+
+    Most callables never read their signal, and then nothing can see the abort before the
+    callable ends: the deadline is only compared with the clock when an `Exception` ends the
+    callable, when the scope ends, and when `_abort_reason` walks past it. The first read of
+    the signal (`arm`, from `ResilienceContext._link_signal`) schedules the timer for the time
+    left, or fires at once if none is: what anyone observes is what an eager timer gives.
+    """
+
+    __slots__ = ("_clock", "_due", "_ended", "_timer")
+
+    def __init__(self, scope: ResilienceContext, timeout: float, clock: TimeProvider) -> None:
+        self.scope = scope
+        self.timeout = timeout
+        self.error = None
+        self._clock = clock
+        self._due = clock.monotonic() + timeout
+        self._timer: TimerHandle | None = None
+        self._ended = False
+
+    def arm(self) -> None:
+        """The scope's signal was just made: abort it at the deadline (now if it passed)."""
+        if self._ended or self.error is not None:
+            return  # judged when the scope ended, or firing is what made the signal
+        remaining = self._due - self._clock.monotonic()
+        if remaining <= 0:
+            self()
+            return
+        timer = self._timer = self._clock.call_later(remaining, self)
+        if self.ended:  # the scope ended on another thread meanwhile: one of us cancels it
+            timer.cancel()
+
+    @property
+    def ended(self) -> bool:
+        """True once `end()` ran (read again after arming: another thread may end the scope)."""
+        return self._ended
+
+    def passed(self) -> bool:
+        """Whether the deadline passed while the scope runs (the caller then fires it)."""
+        return not self._ended and self._clock.monotonic() >= self._due
+
+    def expired(self) -> bool:
+        """`fired`, after firing a deadline that passed unobserved (an `Exception` ended the call)."""
+        if self.error is None and self.passed():
+            self()
+        return self.fired
+
+    def end(self) -> None:
+        """The scope ends: a deadline that passed unobserved aborts the signal now; no timer stays."""
+        scope: ResilienceContext = self.scope  # type: ignore[assignment]
+        if scope._signal is None and self.error is None and self.passed():
+            self()  # a context kept past the scope reads as aborted, as with an eager timer
+        self._ended = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
 
 
 class _AsyncDeadline(Signal):
@@ -277,8 +336,8 @@ class TimeoutStrategy:
         self._generator = timeout_generator
         self._on_timeout = on_timeout
 
-    def _timed_out(self, context: ResilienceContext, deadline: _Deadline | _AsyncDeadline) -> OnTimeoutArguments:
-        arguments = OnTimeoutArguments(context, deadline.timeout)
+    def _timed_out(self, context: ResilienceContext, timeout: float) -> OnTimeoutArguments:
+        arguments = OnTimeoutArguments(context, timeout)
         self._telemetry.emit("OnTimeout", Severity.ERROR, operation_key=context.operation_key, arguments=arguments)
         return arguments
 
@@ -290,27 +349,27 @@ class TimeoutStrategy:
             timeout = _generated_timeout(generated, self.timeout)
             if timeout is None:
                 return callback(context)
-        # The child signal is made only when the callable reads it or the deadline fires.
+        # The child signal is made only when the callable reads it or the deadline fires, and
+        # the timer only then (see _Deadline).
         inner = context._derive_linked()
         inner._raise_if_aborted()  # never start the callable under an aborted signal
-        deadline = _Deadline(inner, timeout)  # type: ignore[arg-type]
-        timer = self._time.call_later(deadline.timeout, deadline)
+        deadline = inner._deadline = _LazyDeadline(inner, timeout, self._time)  # type: ignore[arg-type]
         try:
             return callback(inner)
         except Exception as exc:
-            if not deadline.fired:
+            if not deadline.expired():
                 raise
             reason = inner.signal.reason
             assert isinstance(reason, TimeoutRejectedError)
             if self._on_timeout is not None:
-                call_back(self._on_timeout, self._timed_out(context, deadline))
+                call_back(self._on_timeout, self._timed_out(context, deadline.timeout))
             else:
-                self._timed_out(context, deadline)
+                self._timed_out(context, deadline.timeout)
             if exc is reason:
                 raise
             raise reason from exc
         finally:
-            timer.cancel()
+            deadline.end()
             inner._end_signal_scope()
 
     async def execute_async(
@@ -341,9 +400,9 @@ class TimeoutStrategy:
             reason = scope.reason
             assert isinstance(reason, TimeoutRejectedError)
             if self._on_timeout is not None:
-                await call_back_async(self._on_timeout, self._timed_out(context, scope))
+                await call_back_async(self._on_timeout, self._timed_out(context, scope.timeout))
             else:
-                self._timed_out(context, scope)
+                self._timed_out(context, scope.timeout)
             if exc is reason:
                 raise
             raise reason from exc

@@ -267,6 +267,13 @@ INSTRUMENTS = _InstrumentCache()
 _UNKNOWN: Any = object()
 _ENV_METER_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 _env_names_provider: bool | None = None
+# The global meter provider last seen, and what `_meter_provider` made of it.
+_last_global: tuple[Any, Any] = (_UNKNOWN, None)
+
+
+def _remember_global(provider: Any, found: Any) -> None:
+    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
+    _last_global = (provider, found)
 
 
 def _environment_names_meter_provider() -> bool:
@@ -295,8 +302,19 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     # the environment names none; read the API's global directly to skip its environment
     # lookup on that (hot) path. Any other case, or an API without that global, asks the API.
     global_provider = getattr(sys.modules.get("opentelemetry.metrics._internal"), "_METER_PROVIDER", _UNKNOWN)
-    if global_provider is None and not _environment_names_meter_provider():
-        return None
+    if global_provider is None:
+        names = _env_names_provider
+        if not (_environment_names_meter_provider() if names is None else names):
+            return None
+    elif global_provider is not _UNKNOWN:
+        # What `get_meter_provider()` returns once a provider is set, remembered by identity
+        # (one tuple, replaced whole, so a reader never pairs one provider with another's answer).
+        last = _last_global
+        if global_provider is last[0]:
+            return last[1]  # type: ignore[no-any-return]
+        found = None if type(global_provider).__name__ in _NOOP_PROVIDERS else global_provider
+        _remember_global(global_provider, found)
+        return found
     provider: MeterProvider = metrics.get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
 
@@ -390,6 +408,9 @@ def metrics_only(options: TelemetryOptions) -> Instruments | None:
     provider = _meter_provider(options)
     if provider is None or _recording_span(options) is not None:
         return None
+    last = INSTRUMENTS._last  # the cache's own fast path, without its call
+    if last is not None and last[0] is provider:
+        return last[1]
     return INSTRUMENTS.get(provider)
 
 
@@ -422,19 +443,20 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
     """
     name = event.name
     arguments = event.arguments
-    outcome = event.outcome
-    error = None if outcome is None else outcome.error
+    # `Ok.error` is a property (a Python call); the slot says the same, and Ok has none.
+    error = getattr(event.outcome, "_error", None)
     # Everything `tags()` reads, so that equal keys always stand for equal tags.
     key: _Key = (
         name,
-        event.severity,
+        event.severity._value_,  # the string: an Enum member hashes through a Python call
         event.pipeline_name,
         event.pipeline_instance,
         event.strategy_name,
         None if error is None else type(error),
         event.operation_key if options.tag_operation_key else None,
     )
-    extra = _context_tags(event)
+    contextual = CONTEXT_TAGS.get()
+    extra = None if contextual is None else contextual(event)
     if extra is not None:
         key = (*key, *extra.items())  # the integration's tags are part of what a key stands for
     batch = instruments.batch

@@ -157,16 +157,17 @@ class TelemetrySource:
         The common production case, a meter provider and no recording span, buffers the
         measurements without building the event.
         """
-        instruments = _otel.metrics_only(self.options)
+        options = self.options
+        if name in _otel.SPAN_ONLY:  # no metric records it (building it cost a fifth of an execution)
+            return None if _otel.exports(name, options) else Severity.NONE
+        instruments = _otel.metrics_only(options)
         if instruments is None:
-            return None if _otel.exports(name, self.options) else Severity.NONE
-        if name in _otel.SPAN_ONLY:
-            return Severity.NONE  # no metric records it (building it cost a fifth of an execution)
+            return None if _otel.exports(name, options) else Severity.NONE
         fields = _Fields(self, name, severity)
         fields.operation_key = operation_key
         fields.outcome = outcome
         fields.arguments = arguments
-        _otel.record(instruments, fields, self.options)
+        _otel.record(instruments, fields, options)
         return severity
 
 
