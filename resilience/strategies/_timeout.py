@@ -2,7 +2,8 @@
 
 Both modes run the inner part under a derived context with a child signal that a timer on the
 time provider aborts at the deadline with a fresh `TimeoutRejectedError` (in a sync execution
-the child is made only when the callable reads it or the deadline fires: `_derive_linked`).
+the child, and the timer, are made only when something reads the signal or the deadline is
+found passed: `_derive_linked` and `_LazyDeadline`).
 
 - **Async**: the callable runs in the caller's task under `child_signal.cancel_scope()`, so the
   deadline cancels it; only this strategy's own deadline becomes `TimeoutRejectedError`, while
@@ -189,6 +190,12 @@ class _LazyDeadline(_Deadline):
         """True once `end()` ran (read again after arming: another thread may end the scope)."""
         return self._ended
 
+    def __call__(self) -> None:
+        # Fired once: by the timer, or on the calling thread when the clock says it is due
+        # (the timer may still be on its way then; its late call must not replace the error).
+        if self.error is None:
+            _Deadline.__call__(self)
+
     def passed(self) -> bool:
         """Whether the deadline passed while the scope runs (the caller then fires it)."""
         return not self._ended and self._clock.monotonic() >= self._due
@@ -350,7 +357,7 @@ class TimeoutStrategy:
             if timeout is None:
                 return callback(context)
         # The child signal is made only when the callable reads it or the deadline fires, and
-        # the timer only then (see _Deadline).
+        # the timer only then (see _LazyDeadline).
         inner = context._derive_linked()
         inner._raise_if_aborted()  # never start the callable under an aborted signal
         deadline = inner._deadline = _LazyDeadline(inner, timeout, self._time)  # type: ignore[arg-type]
