@@ -21,14 +21,14 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["RedisCluster", "RedisServer", "fresh_redis_server", "redis_cluster", "redis_server"]
+__all__ = ["RedisCluster", "RedisServer", "Roundtrips", "fresh_redis_server", "redis_cluster", "redis_server"]
 
 _START_TIMEOUT = 10.0
 
@@ -261,3 +261,41 @@ def redis_cluster() -> Iterator[RedisCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+class Roundtrips:
+    """Counts the pipelines a client executes (with the commands each holds) and its single EVALSHAs.
+
+    Wraps the client's `pipeline()` and `evalsha()` in place (sync or asyncio: the wrappers
+    return whatever the originals return).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.pipelines: list[int] = []
+        self.singles = 0
+        original_pipeline, original_evalsha = client.pipeline, client.evalsha
+        counter = self
+
+        def pipeline(*args: Any, **kwargs: Any) -> Any:
+            pipe = original_pipeline(*args, **kwargs)
+            execute = pipe.execute
+
+            def counted(*a: Any, **k: Any) -> Any:
+                counter.pipelines.append(len(pipe))
+                return execute(*a, **k)
+
+            pipe.execute = counted
+            return pipe
+
+        def evalsha(*args: Any, **kwargs: Any) -> Any:
+            counter.singles += 1
+            return original_evalsha(*args, **kwargs)
+
+        client.pipeline = pipeline
+        client.evalsha = evalsha
+
+    def frozen(self) -> Roundtrips:
+        """A copy of the counts so far (what a later release or clean-up sends is not in it)."""
+        copy = object.__new__(Roundtrips)
+        copy.pipelines, copy.singles = list(self.pipelines), self.singles
+        return copy

@@ -3,9 +3,11 @@
 Events sit in a `Scheduler` per (loop, clock) whose one timer comes from the time provider
 (`call_later`); a timer that fires on another thread (a fake clock advanced elsewhere) hops
 onto the loop. Renewals on a store that answers at once (the memory stores) are sent right
-there, in batches; any other renewal is a task of its own on the lease's loop (never a step
-run outside a task), which the deadline cancels: each renewal is bounded by the time left on
-the lease. The final release runs in its own task, shielded from the caller's cancellation
+there, in batches; a batch on a store that renews many in one call (`renew_many_async`: the
+Redis stores pipeline it) is one task; any other renewal is a task of its own on the lease's
+loop (never a step run outside a task). The deadline bounds each: a lease's own task is
+cancelled at its deadline, a batch's at the latest deadline in it (each lease in it is lost at
+its own). The final release runs in its own task, shielded from the caller's cancellation
 and bounded by `RELEASE_TIMEOUT`.
 """
 
@@ -63,12 +65,59 @@ def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
     for lease in lost:
         lease._then(LOSE)
     for batch in batches:
-        if batch.leases[0]._ops.inline:
+        ops = batch.leases[0]._ops
+        if ops.inline:
             batch.run()  # an in-process store answers at once: no task needed
+            continue
+        if ops.renews_many_async:
+            first = batch.leases[0]
+            assert isinstance(first, AsyncLease)
+            _spawn(first._loop, _renew_batch(batch, first._loop))
             continue
         for lease in batch.leases:
             assert isinstance(lease, AsyncLease)
             lease._renew_task = _spawn(lease._loop, lease._renew_once())
+
+
+async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
+    """Renew a batch in one store call (`renew_many_async`: one pipelined round trip on Redis).
+
+    Bounded by the latest deadline among its leases, on their clock: a lease whose deadline
+    comes earlier is lost by the batch's heap entry meanwhile (its late answer is then
+    ignored), and when the bound fires every lease still unanswered has run out of time.
+    """
+    leases = batch.leases
+    first = leases[0]
+    clock = first._tp
+    sent = clock.monotonic()
+    answers: list[bool | Exception] = [False] * len(leases)
+    todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+    if todo:
+        items = [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
+        task = asyncio.current_task()
+        assert task is not None
+        thread = threading.get_ident()
+        timed_out = False
+
+        def bound() -> None:
+            nonlocal timed_out
+            timed_out = True
+            _on_loop(loop, thread, task.cancel)
+
+        timer = clock.call_later(max(leases[n]._machine.deadline for n in todo) - sent, bound)
+        try:
+            got = await first._ops.renew_many_async(items)
+        except asyncio.CancelledError:
+            if not timed_out:  # pragma: no cover - the loop is shutting down
+                raise
+            for n in todo:
+                leases[n]._input(lambda machine, _now: machine.renew_timed_out())
+            return
+        finally:
+            timer.cancel()
+        for n, answer in zip(todo, got, strict=True):
+            answers[n] = answer
+    settle(leases, sent, answers)
 
 
 _SCHEDULERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, tuple[TimeProvider, Scheduler]]] = (

@@ -12,8 +12,9 @@ scheduler feeds `tick` to every lease that is due (renewals due within a few mil
 taken together), declares the losses there and then, and hands the renewals on as batches,
 one per store (`_renew_batch`: one store call renews many leases when the store offers
 `renew_many`; the answers are settled under one lock hold). Sync batches run on the store's
-pool, never on the timer thread; async ones run on the loop (a store that answers at once) or
-as one task per renewal, which the deadline cancels.
+pool, never on the timer thread; async ones run on the loop (a store that answers at once), as
+one task per batch (a store with `renew_many_async`), or as one task per renewal; the deadlines
+cancel those tasks.
 
 A loss marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
 the signal's callbacks and the loss notification to where the lease's user code runs (sync:

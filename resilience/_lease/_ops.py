@@ -14,6 +14,7 @@ from resilience.stores._protocols import (
     AsyncSemaphoreStore,
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
+    AsyncSupportsRenewMany,
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
@@ -43,6 +44,7 @@ class StoreOps:
         "notify_async",
         "pool_owner",
         "renews_many",
+        "renews_many_async",
         "store",
     )
 
@@ -58,6 +60,7 @@ class StoreOps:
         self.notify = isinstance(store, SupportsReleaseNotification)
         self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
         self.renews_many = isinstance(store, SupportsRenewMany)
+        self.renews_many_async = isinstance(store, AsyncSupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
         self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
@@ -110,6 +113,14 @@ class StoreOps:
             except Exception as exc:  # noqa: BLE001 - reported with this item
                 results.append(exc)
         return results
+
+    async def renew_many_async(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `renew_many` (only when `renews_many_async`): one store call for the batch."""
+        try:
+            answers = await self.store.renew_many_async(items)
+        except Exception as exc:  # noqa: BLE001 - the call failed: every renewal in it failed
+            return [exc] * len(items)
+        return [answer if isinstance(answer, Exception) else bool(answer) for answer in answers]
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew_async`."""

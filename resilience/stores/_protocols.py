@@ -22,6 +22,7 @@ __all__ = [
     "AsyncSemaphoreStore",
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
+    "AsyncSupportsRenewMany",
     "LockStore",
     "SemaphoreStore",
     "SupportsLeaseInfo",
@@ -157,6 +158,15 @@ class SupportsRenewMany(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
+class AsyncSupportsRenewMany(Protocol, metaclass=_StoreMeta):
+    """The asyncio flavour of `SupportsRenewMany`: the async runtime sends one task per batch."""
+
+    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `SupportsRenewMany.renew_many`."""
+        ...
+
+
+@runtime_checkable
 class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsReleaseNotification`."""
 
@@ -208,6 +218,7 @@ _FLAVOURED.update(
         SupportsReleaseNotification,
         SupportsReleaseListener,
         SupportsRenewMany,
+        AsyncSupportsRenewMany,
         AsyncSupportsReleaseNotification,
     }
 )

@@ -164,6 +164,21 @@ class _SyncClient:
         # for SCRIPT LOAD, and the next EVALSHA finds it.
         return client.eval(script.source, len(keys), *keys, *args)
 
+    def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
+        """`run(script, keys, args)` for each call in one pipeline: each reply, or the error it raised.
+
+        One round trip (per Cluster node); the replies that say NOSCRIPT go again as EVAL in a
+        second one. A call that is already an error (its arguments were refused) is not sent.
+        """
+        client = self._client if self._client is not None else self.get()
+        if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
+            return [call if isinstance(call, Exception) else _reply_or_error(self.run, script, call) for call in calls]
+        sent = [call for call in calls if not isinstance(call, Exception)]
+        replies = _pipelined(client, [(script.sha, call) for call in sent])
+        if again := _noscript(replies):
+            _put(replies, again, _pipelined(client, [(None, sent[n]) for n in again], script.source))
+        return _in_place(calls, replies)
+
 
 class _AsyncClient:
     """The asyncio client, from a client, an awaitable of one, or a (sync or async) factory."""
@@ -226,6 +241,116 @@ class _AsyncClient:
             if not _is_noscript(exc):
                 raise
         return await client.eval(script.source, len(keys), *keys, *args)
+
+    async def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
+        """See `_SyncClient.run_many`."""
+        client = self._client if self._client is not None else await self.get()
+        if not callable(getattr(client, "pipeline", None)):
+            replies = []
+            for call in calls:
+                try:
+                    replies.append(call if isinstance(call, Exception) else await self.run(script, *call))
+                except Exception as exc:  # noqa: BLE001 - this call's answer
+                    replies.append(exc)
+            return replies
+        sent = [call for call in calls if not isinstance(call, Exception)]
+        replies = await _pipelined_async(client, [(script.sha, call) for call in sent])
+        if again := _noscript(replies):
+            _put(replies, again, await _pipelined_async(client, [(None, sent[n]) for n in again], script.source))
+        return _in_place(calls, replies)
+
+
+_Call = tuple[list[str], list[object]]
+"""One script call: its keys and its arguments."""
+
+
+def _pipeline(client: Any) -> Any:
+    """A pipeline of `client` with no MULTI: each script is atomic on its own.
+
+    A Cluster client's pipeline sends each command to the node of its key's slot, one round
+    trip per node; a standalone client's, all of them in one.
+    """
+    return client.pipeline() if _is_cluster(client) else client.pipeline(transaction=False)
+
+
+def _queue(client: Any, pipe: Any, commands: Sequence[tuple[str | None, _Call]], source: str) -> None:
+    # `execute_command`: redis-py's sync Cluster pipeline blocks its `evalsha` method, not the
+    # command. On Cluster each command names its node (the master of its first key's slot, from
+    # the client's slot table): without it, redis-py's sync Cluster pipeline asks the server
+    # for the keys of every EVALSHA (`COMMAND GETKEYS`, one round trip each). A stale table
+    # costs nothing more: the node answers MOVED and the pipeline sends that command again
+    # where the slot now lives.
+    node_of = client.get_node_from_key if _is_cluster(client) else None
+    for sha, (keys, args) in commands:
+        command = ("EVAL", source) if sha is None else ("EVALSHA", sha)
+        if node_of is None:
+            pipe.execute_command(*command, len(keys), *keys, *args)
+        else:
+            pipe.execute_command(*command, len(keys), *keys, *args, target_nodes=node_of(keys[0]))
+
+
+def _pipelined(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
+    if not commands:
+        return []
+    try:
+        with _pipeline(client) as pipe:
+            _queue(client, pipe, commands, source)
+            return list(pipe.execute(raise_on_error=False))
+    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+        raise _unencodable(exc) from exc
+
+
+async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
+    if not commands:
+        return []
+    try:
+        # Queued inside the block: entering redis-py's asyncio Cluster pipeline empties its stack.
+        async with _pipeline(client) as pipe:
+            _queue(client, pipe, commands, source)
+            return list(await pipe.execute(raise_on_error=False))
+    except UnicodeEncodeError as exc:
+        raise _unencodable(exc) from exc
+
+
+def _noscript(replies: list[Any]) -> list[int]:
+    """Where the replies say NOSCRIPT: those calls go again as EVAL (which caches the script)."""
+    return [n for n, reply in enumerate(replies) if isinstance(reply, Exception) and _is_noscript(reply)]
+
+
+def _put(replies: list[Any], positions: list[int], retried: list[Any]) -> None:
+    for n, reply in zip(positions, retried, strict=True):
+        replies[n] = reply
+
+
+def _reply_or_error(run: Callable[..., Any], script: scripts.LuaScript, call: _Call) -> Any:
+    try:
+        return run(script, *call)
+    except Exception as exc:  # noqa: BLE001 - this call's answer
+        return exc
+
+
+def _in_place(calls: Sequence[_Call | Exception], replies: list[Any]) -> list[Any]:
+    """`replies` (of the calls that were sent) with each refused call's error back in its place."""
+    sent = iter(replies)
+    return [call if isinstance(call, Exception) else next(sent) for call in calls]
+
+
+def _each(
+    calls: Callable[[str, str, float], _Call], items: Sequence[tuple[str, str, float]]
+) -> list[_Call | Exception]:
+    """The script call of each `(key, owner, ttl)`, or the `ValidationError` its arguments raise."""
+    prepared: list[_Call | Exception] = []
+    for key, owner, ttl in items:
+        try:
+            prepared.append(calls(key, owner, ttl))
+        except ValidationError as exc:
+            prepared.append(exc)
+    return prepared
+
+
+def _renewed(replies: list[Any]) -> list[bool | Exception]:
+    """Renew scripts' replies as `renew` answers them: True/False, or the error raised."""
+    return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
 
 _VARIANTS: dict[tuple[type, bool, bool], type] = {}
@@ -531,6 +656,17 @@ class RedisLockStore(_RedisStore):
         keys, args = self._renew_args(key, owner, ttl)
         return bool(self._sync_client("renew").run(scripts.LOCK_RENEW, keys, args))
 
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """`renew(key, owner, ttl)` for each item in one pipelined round trip (per Cluster node).
+
+        Each answer is what `renew` answers for that lease (the same script, owner-checked, on
+        the server's clock), or the error its command alone raised; a failure of the round trip
+        itself (a lost connection) raises. What the lease runtime batches renewals with
+        (`SupportsRenewMany`).
+        """
+        runner = self._sync_client("renew_many")
+        return _renewed(runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
+
     def release(self, key: str, owner: str) -> bool:
         """Free the lock if `owner` holds it (True), and wake the head of its queue.
 
@@ -582,6 +718,11 @@ class RedisLockStore(_RedisStore):
         """See `renew`."""
         keys, args = self._renew_args(key, owner, ttl)
         return bool(await self._async_client("renew_async").run(scripts.LOCK_RENEW, keys, args))
+
+    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `renew_many`."""
+        runner = self._async_client("renew_many_async")
+        return _renewed(await runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
@@ -648,6 +789,11 @@ class RedisSemaphoreStore(_RedisStore):
         keys, args = self._renew_args(key, owner, ttl)
         return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
 
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `RedisLockStore.renew_many` (each slot's answer as `renew` gives it)."""
+        runner = self._sync_client("renew_many")
+        return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
+
     def release(self, key: str, owner: str) -> bool:
         """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`."""
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
@@ -678,6 +824,11 @@ class RedisSemaphoreStore(_RedisStore):
         """See `renew`."""
         keys, args = self._renew_args(key, owner, ttl)
         return bool(await self._async_client("renew_async").run(scripts.SEMAPHORE_RENEW, keys, args))
+
+    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `renew_many`."""
+        runner = self._async_client("renew_many_async")
+        return _renewed(await runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""

@@ -6,16 +6,18 @@ What lets one process hold 10,000 leases on a 1 s ttl (`tests/reliability/test_l
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import TYPE_CHECKING
 
 from resilience._lease import LeaseParams, LockOps, acquire_lease, acquire_lease_async
 from resilience._lease._lease import BATCH
-from resilience.stores import MemoryLockStore, SupportsRenewMany
+from resilience.stores import AsyncSupportsRenewMany, MemoryLockStore, SupportsRenewMany
 from tests.unit.lockkit import FaultyStore, astep, idle, step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
     from resilience.testing import FakeTimeProvider
 
@@ -130,3 +132,73 @@ def test_a_failing_batch_fails_each_renewal_and_retries(clock: FakeTimeProvider)
         assert lease is not None
         assert not lease.lost
         assert lease.finish() is None
+
+
+class PipelinedStore(MemoryLockStore):
+    """Renews a batch in one awaited call, as the Redis stores' pipeline does; answers can be forced or held."""
+
+    def __init__(self, clock: FakeTimeProvider) -> None:
+        super().__init__(clock)
+        self.calls: list[int] = []
+        self.forced: dict[str, bool | Exception] = {}
+        self.gate: asyncio.Event | None = None
+        self.cancelled = 0
+
+    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        self.calls.append(len(items))
+        if self.gate is not None:
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return [self.forced[key] if key in self.forced else self.renew(key, owner, ttl) for key, owner, ttl in items]
+
+
+async def _pipelined_leases(store: PipelinedStore, clock: FakeTimeProvider, params: LeaseParams) -> list[Any]:
+    assert isinstance(store, AsyncSupportsRenewMany)
+    leases = []
+    for n in range(3):
+        lease, _ = await acquire_lease_async(
+            LockOps(store), f"k{n}", params=params, schedule=None, time_provider=clock, signal=None
+        )
+        assert lease is not None
+        leases.append(lease)
+    return leases
+
+
+async def test_async_batches_go_out_in_one_store_call_each_answer_its_own(clock: FakeTimeProvider) -> None:
+    """`renew_many_async`: one call for the batch; a False loses only its lease, an error is only its lease's."""
+    store = PipelinedStore(clock)
+    errors: list[tuple[str, Exception]] = []
+    params = LeaseParams(ttl=3.0, renew_interval=1.0, on_renew_error=lambda lease, exc: errors.append((lease.key, exc)))
+    leases = await _pipelined_leases(store, clock, params)
+    blip = ConnectionError("blip")
+    store.forced = {"k1": False, "k2": blip}
+    await astep(clock, 1.0)
+    assert store.calls == [3]
+    assert [lease.lost for lease in leases] == [False, True, False]
+    assert errors == [("k2", blip)]
+    store.forced = {}
+    await astep(clock, 0.2)  # the failed renewal is retried within ttl/10
+    assert store.calls == [3, 1]
+    assert not leases[2].lost
+    assert leases[2].expires_in() > 2.5
+    for lease in (leases[0], leases[2]):
+        assert await lease.finish_async() is None
+
+
+async def test_a_hanging_async_batch_is_bounded_by_the_leases_deadlines(clock: FakeTimeProvider) -> None:
+    """A batch call that never answers: each lease is lost at its deadline and the call is cancelled."""
+    store = PipelinedStore(clock)
+    store.gate = asyncio.Event()
+    params = LeaseParams(ttl=1.0, renew_interval=0.3)
+    leases = await _pipelined_leases(store, clock, params)
+    await astep(clock, 0.9)
+    assert store.calls == [3]
+    assert not any(lease.lost for lease in leases)  # in flight, deadline not reached
+    await astep(clock, 0.2)
+    assert all(lease.lost for lease in leases)
+    assert store.cancelled == 1
+    for lease in leases:
+        assert await lease.finish_async() is not None

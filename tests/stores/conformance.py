@@ -36,10 +36,12 @@ from resilience.stores import (
     AsyncSemaphoreStore,
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
+    AsyncSupportsRenewMany,
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
     SupportsReleaseNotification,
+    SupportsRenewMany,
 )
 
 if TYPE_CHECKING:
@@ -123,6 +125,14 @@ class Driver:
             return await self.store.acquire_or_ttl_async(key, owner, ttl, *limit)  # type: ignore[no-any-return]
         return self.store.acquire_or_ttl(key, owner, ttl, *limit)  # type: ignore[no-any-return]
 
+    def has_renew_many(self) -> bool:
+        return isinstance(self.store, AsyncSupportsRenewMany if self.is_async else SupportsRenewMany)
+
+    async def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
+        if self.is_async:
+            return await self.store.renew_many_async(items)  # type: ignore[no-any-return]
+        return self.store.renew_many(items)  # type: ignore[no-any-return]
+
     def has_notification(self) -> bool:
         kind = AsyncSupportsReleaseNotification if self.is_async else SupportsReleaseNotification
         return isinstance(self.store, kind)
@@ -199,6 +209,19 @@ class TestLockStoreConformance:
         assert await lock_store.renew(key, "a", LONG_TTL) is True
         assert await lock_store.renew(key, "b", LONG_TTL) is False
         assert await lock_store.renew(key + ":free", "a", LONG_TTL) is False
+
+    async def test_renew_many_answers_as_renew_does(self, lock_store: Driver, key: str) -> None:
+        """`renew_many` (optional): one answer per item, in order, each the one `renew` gives."""
+        if not lock_store.has_renew_many():
+            pytest.skip("the store does not renew many at once")
+        await lock_store.acquire(key + ":0", "a", LONG_TTL)
+        await lock_store.acquire(key + ":1", "b", LONG_TTL)
+        await lock_store.acquire(key + ":3", "a", LONG_TTL)
+        items = [(f"{key}:{n}", "a", LONG_TTL) for n in range(4)]
+        expected = [True, False, False, True]  # ours, another owner's, free, ours
+        assert await lock_store.renew_many(items) == expected
+        assert [await lock_store.renew(*item) for item in items] == expected
+        assert await lock_store.renew_many([]) == []
 
     async def test_release_checks_the_owner(self, lock_store: Driver, key: str) -> None:
         """Another owner's release is refused and changes nothing; the holder's frees the key."""

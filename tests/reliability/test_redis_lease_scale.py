@@ -1,0 +1,131 @@
+"""Many leases renewed over Redis from one process: pipelined in batches, none lost.
+
+`renew_many` sends a batch of due renewals as one pipeline (one round trip per Cluster node).
+The suite runs 200 leases on a 1 s ttl for 3 s on a standalone server and on the 3-master
+Cluster, sync and async; `make soak` runs 1,000 for 10 s (SCALE_LEASES, SCALE_SECONDS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from resilience._lease import LeaseParams, LockOps, acquire_lease, acquire_lease_async
+from resilience._time import SYSTEM_TIME
+from resilience.stores import RedisLockStore
+from tests.redis_support import Roundtrips
+
+if TYPE_CHECKING:
+    from tests.redis_support import RedisCluster, RedisServer
+
+pytestmark = pytest.mark.redis
+
+TTL = 1.0
+PARAMS = LeaseParams(ttl=TTL, renew_interval=TTL / 3)
+SIZES = [
+    pytest.param(200, 3.0, id="200x3s"),
+    pytest.param(
+        int(os.environ.get("SCALE_LEASES", "1000")),
+        float(os.environ.get("SCALE_SECONDS", "10")),
+        id="soak",
+        marks=[pytest.mark.soak, pytest.mark.slow],
+    ),
+]
+
+
+def _where(request: pytest.FixtureRequest, name: str) -> tuple[int, bool]:
+    if name == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return cluster.port, True
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.port, False
+
+
+def _report(kind: str, leases: int, seconds: float, lost: int, counter: Roundtrips) -> None:
+    renewed = sum(counter.pipelines)
+    print(  # noqa: T201 - make soak reports it
+        f"\n{kind}: {leases} leases, ttl {TTL}s, {seconds}s: lost {lost}; {len(counter.pipelines)} pipelines "
+        f"({len(counter.pipelines) / seconds:.0f}/s) carried {renewed} renewals, {counter.singles} single EVALSHAs"
+    )
+
+
+def _check(leases: int, seconds: float, lost: int, counter: Roundtrips) -> None:
+    assert lost == 0
+    assert counter.singles == 0  # every renewal went out in a pipeline
+    # About three renewals per lease a second; at least half of them must have happened.
+    assert sum(counter.pipelines) >= leases * (seconds / PARAMS.renew_interval) / 2  # type: ignore[operator]
+    # Batched: the pipelines carry several renewals each on average (how many depends on how
+    # the leases' timers line up: acquisitions spread out under load make smaller batches).
+    assert sum(counter.pipelines) >= 2 * len(counter.pipelines)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("deployment", ["standalone", "cluster"])
+@pytest.mark.parametrize(("count", "seconds"), SIZES)
+def test_sync_leases_renewed_in_pipelines_none_lost(
+    request: pytest.FixtureRequest, deployment: str, count: int, seconds: float
+) -> None:
+    port, cluster = _where(request, deployment)
+    client = (
+        redis.cluster.RedisCluster(host="127.0.0.1", port=port) if cluster else redis.Redis(host="127.0.0.1", port=port)
+    )
+    try:
+        store = RedisLockStore(client)
+        ops = LockOps(store)
+        leases = []
+        for n in range(count):
+            lease, _ = acquire_lease(
+                ops, f"scale:{deployment}:s{n}", params=PARAMS, schedule=None, time_provider=SYSTEM_TIME, signal=None
+            )
+            assert lease is not None
+            leases.append(lease)
+        counter = Roundtrips(client)
+        time.sleep(seconds)
+        lost, counts = sum(lease.lost for lease in leases), counter.frozen()
+        for lease in leases:
+            lease.finish()
+        _report(f"sync {deployment}", count, seconds, lost, counts)
+        _check(count, seconds, lost, counts)
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("deployment", ["standalone", "cluster"])
+@pytest.mark.parametrize(("count", "seconds"), SIZES)
+async def test_async_leases_renewed_in_pipelines_none_lost(
+    request: pytest.FixtureRequest, deployment: str, count: int, seconds: float
+) -> None:
+    port, cluster = _where(request, deployment)
+    client: Any = (
+        redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=port)
+        if cluster
+        else redis.asyncio.Redis(host="127.0.0.1", port=port)
+    )
+    try:
+        store = RedisLockStore(async_client=client)
+        ops = LockOps(store)
+        leases = []
+        for n in range(count):
+            lease, _ = await acquire_lease_async(
+                ops, f"scale:{deployment}:a{n}", params=PARAMS, schedule=None, time_provider=SYSTEM_TIME, signal=None
+            )
+            assert lease is not None
+            leases.append(lease)
+        counter = Roundtrips(client)
+        await asyncio.sleep(seconds)
+        lost, counts = sum(lease.lost for lease in leases), counter.frozen()
+        for lease in leases:
+            await lease.finish_async()
+        _report(f"async {deployment}", count, seconds, lost, counts)
+        _check(count, seconds, lost, counts)
+    finally:
+        await client.aclose()
