@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from resilience import (
+    Err,
+    Ok,
     OperationAbortedError,
     ResilienceContext,
     ResiliencePipeline,
@@ -24,7 +26,7 @@ from resilience import (
     get_lock_token,
     use_context,
 )
-from resilience.strategies import HedgingActionArguments, OnHedgingArguments
+from resilience.strategies import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
 from resilience.strategies import _hedging as hedging_module
 from resilience.strategies._hedging_pool import POOL_SIZE, HedgingPool
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
@@ -353,3 +355,112 @@ def test_a_job_that_raises_does_not_kill_its_thread(caplog: pytest.LogCaptureFix
     pool.submit(done.set)
     assert done.wait(REAL_WAIT)
     assert "a hedging pool job raised" in caplog.text
+
+
+def test_delay_generator_chooses_each_delay(clock: FakeTimeProvider) -> None:
+    """`delay_generator` gets the number of the attempt the delay precedes; None keeps `delay`.
+
+    Attempt 1 starts 0.5 s after attempt 0 (generated), attempt 2 3 s after attempt 1 (`delay`).
+    """
+    asked: list[int] = []
+    events: list[TelemetryEvent] = []
+    first_hedge = threading.Event()
+    pending: list[int] = []
+
+    def delays(args: HedgingDelayArguments) -> float | None:
+        asked.append(args.attempt)
+        assert isinstance(args.context, ResilienceContext)
+        return 0.5 if args.attempt == 1 else None
+
+    def original(context: ResilienceContext) -> str:
+        clock.advance(0.5)
+        assert first_hedge.wait(REAL_WAIT)  # attempt 1 runs: the delay before attempt 2 is armed
+        clock.advance(2.9)
+        pending.append(clock.pending_timers)  # attempt 2 not started yet: its delay still pending
+        clock.advance(0.1)
+        pending.append(clock.pending_timers)
+        assert context.signal.wait(REAL_WAIT)
+        context.signal.raise_if_aborted()
+        return "never"
+
+    def hedge(context: ResilienceContext) -> str:
+        first_hedge.set()
+        assert context.signal.wait(REAL_WAIT)
+        context.signal.raise_if_aborted()
+        return "never"
+
+    replicas = Replicas(clock, {0: original, 1: hedge, 2: "third"})
+    pipeline = build(clock, events, max_hedged_attempts=2, delay=3, delay_generator=delays)
+    assert pipeline.execute(replicas) == "third"
+    assert sorted(replicas.started) == [0, 1, 2]
+    assert asked == [1, 2]
+    assert pending == [1, 0]
+    waited = {e.arguments.attempt: e.arguments.duration for e in events if e.name == "OnHedging"}  # type: ignore[union-attr]
+    assert waited == {1: 0.5, 2: 3.0}
+    assert replicas.ended == {0: "raised OperationAbortedError", 1: "raised OperationAbortedError", 2: "returned"}
+
+
+def test_handled_results_hedge_and_the_last_result_is_returned(clock: FakeTimeProvider) -> None:
+    """`handle_result` makes results hedgeable (at once, on the caller's thread); when all are
+    handled the last one is returned; an unhandled result wins."""
+    events: list[TelemetryEvent] = []
+    replicas = Replicas(clock, {0: 503, 1: 502})
+    assert build(clock, events, delay=10, handle_result=lambda status: status >= 500).execute(replicas) == 502
+    assert replicas.started == [0, 1]
+    assert set(replicas.threads.values()) == {threading.get_ident()}
+    reported = [e for e in events if e.name == "ExecutionAttempt"]
+    assert [(e.arguments.attempt, e.arguments.handled) for e in reported] == [(0, True), (1, True)]  # type: ignore[union-attr]
+    assert [e.severity for e in reported] == [Severity.WARNING, Severity.ERROR]  # handled, then handled and the last
+    [hedging] = [e for e in events if e.name == "OnHedging"]
+    assert hedging.arguments.duration == 0.0  # type: ignore[union-attr]
+
+    replicas = Replicas(clock, {0: 503, 1: 200, 2: "never"})
+    pipeline = build(clock, max_hedged_attempts=2, delay=10, handle_result=lambda status: status >= 500)
+    assert pipeline.execute(replicas) == 200
+    assert replicas.started == [0, 1]
+
+
+def test_an_unhandled_result_wins_without_a_hedge(clock: FakeTimeProvider) -> None:
+    """A result `handle_result` does not handle is the answer: no hedged attempt starts."""
+    events: list[TelemetryEvent] = []
+    replicas = Replicas(clock, {0: 200, 1: "never"})
+    assert build(clock, events, delay=10, handle_result=lambda status: status >= 500).execute(replicas) == 200
+    assert replicas.started == [0]
+    assert [e.name for e in events if e.name == "OnHedging"] == []
+    assert clock.pending_timers == 0
+
+
+def test_retry_around_hedging_runs_a_hedged_execution_per_retry(auto_clock: FakeTimeProvider) -> None:
+    """Retry outside hedging: each retry is a whole hedged execution (both attempts handled)."""
+    calls: list[tuple[int, int]] = []
+    retry_attempts: list[int] = []
+
+    def work() -> str:
+        context = get_context()
+        assert context is not None
+        calls.append((len(retry_attempts), context.attempt))
+        if len(calls) < 4:
+            raise ConnectionError
+        return "ok"
+
+    def on_retry(args: Any) -> None:
+        retry_attempts.append(args.attempt)
+
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=auto_clock)
+        .add_retry(max_retries=2, delay=1, on_retry=on_retry)
+        .add_hedging(delay=10)
+        .build()
+    )
+    assert pipeline.execute(work) == "ok"
+    assert calls == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert retry_attempts == [0]
+
+
+def test_settle_returns_the_winner_or_the_last_failure(clock: FakeTimeProvider) -> None:
+    """`settle` gives `Ok(winner)`, or `Err(last handled failure)`."""
+    assert build(clock, delay=10).settle(Replicas(clock, {0: ConnectionError(), 1: 7})) == Ok(7)
+    last = LookupError("last")
+    outcome = build(clock, delay=10).settle(Replicas(clock, {0: ConnectionError(), 1: last}))
+    assert isinstance(outcome, Err)
+    assert outcome.error is last
