@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from resilience import (
+    BrokenCircuitError,
     Err,
+    LockNotAcquiredError,
     Ok,
     Outcome,
     PipelineBuilder,
@@ -21,7 +23,10 @@ from resilience import (
     get_context,
     use_context,
 )
+from resilience.stores import MemoryLockStore
 from resilience.strategies import (
+    CircuitBreakerStateProvider,
+    CircuitState,
     FallbackArguments,
     FallbackStrategyOptions,
     OnFallbackArguments,
@@ -460,3 +465,123 @@ def test_repr_names_the_fallback() -> None:
 
     [strategy] = ResiliencePipelineBuilder().add_fallback(from_cache).build().strategies
     assert "from_cache" in repr(strategy)
+
+
+# -- composition with a circuit breaker and a lock ----------------------------------------------
+
+
+def breaker(
+    clock: FakeTimeProvider, fallback: Recorder, provider: CircuitBreakerStateProvider, **options: Any
+) -> ResiliencePipeline:
+    """Fallback outside a circuit breaker that opens on two failures (and stays open: fake clock)."""
+    return (
+        ResiliencePipelineBuilder(time_provider=clock)
+        .add_fallback(fallback, **options)
+        .add_circuit_breaker(minimum_throughput=2, failure_ratio=0.5, break_duration=30, state_provider=provider)
+        .build()
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_open_circuits_rejection_is_replaced_when_handled(clock: FakeTimeProvider, mode: str) -> None:
+    """Fallback outside breaker, `handle=BrokenCircuitError`: the open circuit's rejection is
+    replaced; the callable's own failures (not handled) propagate and open the circuit."""
+    fallback = Recorder()
+    provider = CircuitBreakerStateProvider()
+    pipeline = breaker(clock, fallback, provider, handle=BrokenCircuitError)
+    calls: list[int] = []
+
+    def down() -> None:
+        calls.append(1)
+        raise ConnectionError
+
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            await run(pipeline, down, mode)
+    assert provider.state is CircuitState.OPEN
+    assert fallback.calls == []
+    assert await run(pipeline, down, mode) == "cached"
+    assert len(calls) == 2  # rejected: the callable did not run
+    [args] = fallback.calls
+    assert isinstance(args.outcome.error, BrokenCircuitError)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_open_circuits_rejection_propagates_when_not_handled(clock: FakeTimeProvider, mode: str) -> None:
+    """`handle=ConnectionError`: the failures are replaced (the breaker still counts them), the
+    open circuit's `BrokenCircuitError` is not."""
+    fallback = Recorder()
+    provider = CircuitBreakerStateProvider()
+    pipeline = breaker(clock, fallback, provider, handle=ConnectionError)
+    calls: list[int] = []
+
+    def down() -> None:
+        calls.append(1)
+        raise ConnectionError
+
+    for _ in range(2):
+        assert await run(pipeline, down, mode) == "cached"
+    assert provider.state is CircuitState.OPEN
+    with pytest.raises(BrokenCircuitError):
+        await run(pipeline, down, mode)
+    assert len(calls) == 2
+    assert len(fallback.calls) == 2
+    assert all(isinstance(args.outcome.error, ConnectionError) for args in fallback.calls)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_fallback_outside_a_lock_replaces_a_held_keys_rejection(clock: FakeTimeProvider, mode: str) -> None:
+    """A held key: `LockNotAcquiredError` is replaced by the fallback value, the callable never
+    runs and the holder keeps its lease."""
+    store = MemoryLockStore(clock)
+    assert store.acquire("job", "holder", 30) is not None
+    fallback = Recorder()
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=clock)
+        .add_fallback(fallback, handle=LockNotAcquiredError)
+        .add_lock("job", store=store)
+        .build()
+    )
+    ran: list[bool] = []
+    assert await run(pipeline, lambda: ran.append(True), mode) == "cached"
+    assert ran == []
+    [args] = fallback.calls
+    assert isinstance(args.outcome.error, LockNotAcquiredError)
+    assert args.outcome.error.key == "job"
+    assert store.acquire("job", "someone else", 30) is None  # still the holder's
+    assert store.release("job", "holder")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_fallback_outside_a_lock_runs_after_the_lease_is_released(clock: FakeTimeProvider, mode: str) -> None:
+    """The lock is taken, the callable fails: the lease is released before the fallback runs,
+    and the fallback's value is returned."""
+    store = MemoryLockStore(clock)
+    events: list[TelemetryEvent] = []
+    free_in_fallback: list[bool] = []
+
+    def fallback(_args: FallbackArguments) -> str:
+        token = store.acquire("job", "fallback", 30)  # free again: the execution's lease is gone
+        free_in_fallback.append(token is not None)
+        if token is not None:
+            store.release("job", "fallback")
+        return "cached"
+
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=clock, telemetry=TelemetryOptions(listeners=[events.append]))
+        .add_fallback(fallback)
+        .add_lock("job", store=store)
+        .build()
+    )
+    held: list[bool] = []
+
+    def down() -> None:
+        held.append(store.acquire("job", "intruder", 30) is None)
+        raise ConnectionError
+
+    assert await run(pipeline, down, mode) == "cached"
+    assert held == [True]  # the lock was held while the callable ran
+    assert free_in_fallback == [True]
+    assert len(store) == 0
+    names = [e.name for e in events if e.name.startswith("OnLock") or e.name == "OnFallback"]
+    assert names == ["OnLockAcquired", "OnLockReleased", "OnFallback"]
