@@ -441,6 +441,59 @@ async def test_outcome_generator(mode: str) -> None:
     assert len(seen) == 3
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_outcome_injected_event_once_per_injection(mode: str) -> None:
+    """One `OnOutcomeInjected` (Information) per injection, with the strategy, pipeline, key and
+    injected outcome; an execution the generator lets through reports nothing."""
+    outcomes: list[object] = [Ok(42), None, Ok(7)]
+    events: list[TelemetryEvent] = []
+    injected: list[OnOutcomeInjectedArguments] = []
+    order: list[str] = []
+
+    def generate(arguments: OutcomeGeneratorArguments) -> Any:
+        return returning(outcomes.pop(0), mode)(arguments)
+
+    def on_injected(arguments: OnOutcomeInjectedArguments) -> None:
+        order.append(f"callback after {len([e for e in events if e.name == 'OnOutcomeInjected'])}")
+        injected.append(arguments)
+
+    options = chaos_outcome_strategy(
+        outcome_generator=generate, injection_rate=1, on_outcome_injected=on_injected, name="Stub"
+    )
+    pipeline = build(FakeTimeProvider(), options, events=events)
+    calls = Calls()
+    with use_context(operation_key="op"):
+        assert await run(pipeline, calls, mode) == 42
+        assert await run(pipeline, calls, mode) == "ok"
+        assert await run(pipeline, calls, mode) == 7
+    assert calls.count == 1
+    reported = [event for event in events if event.name == "OnOutcomeInjected"]
+    assert [event.outcome for event in reported] == [Ok(42), Ok(7)]
+    assert {event.severity for event in reported} == {Severity.INFORMATION}
+    assert {event.strategy_name for event in reported} == {"Stub"}
+    assert {event.pipeline_name for event in reported} == {"chaos"}
+    assert {event.operation_key for event in reported} == {"op"}
+    assert [event.arguments for event in reported] == injected
+    assert order == ["callback after 1", "callback after 2"]  # the event comes first
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_outcome_injected_event_for_an_injected_error(mode: str) -> None:
+    """An injected `Err` is reported with the raised copy as the event's outcome."""
+    events: list[TelemetryEvent] = []
+    pipeline = build(
+        FakeTimeProvider(), chaos_outcome_strategy(outcome=Err(LookupError("chaos")), injection_rate=1), events=events
+    )
+    with pytest.raises(LookupError) as info:
+        await run(pipeline, Calls(), mode)
+    [event] = [event for event in events if event.name == "OnOutcomeInjected"]
+    assert event.severity is Severity.INFORMATION
+    assert event.strategy_name == "ChaosOutcome"
+    assert event.outcome == Err(info.value)
+    assert isinstance(event.arguments, OnOutcomeInjectedArguments)
+    assert event.arguments.outcome == Err(info.value)
+
+
 # -- behavior ---------------------------------------------------------------------------------
 
 
