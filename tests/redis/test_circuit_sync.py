@@ -49,12 +49,14 @@ def shared(
     interval: float = 0.05,
     brk: float = 0.3,
     throughput: int = 4,
+    sampling: float = 30.0,
 ) -> ResiliencePipeline:
     return (
         ResiliencePipelineBuilder(name="fleet-test")
         .add_circuit_breaker(
             failure_ratio=0.5,
             minimum_throughput=throughput,
+            sampling_duration=sampling,
             break_duration=brk,
             state_store=store,
             circuit_key=key,
@@ -188,6 +190,39 @@ def test_an_unreachable_store_leaves_a_local_circuit_that_catches_up(fresh_redis
     assert event.arguments.circuit_key == key
     assert isinstance(event.arguments.error, (redis.exceptions.ConnectionError, TimeoutError))  # redis-py retries first
     assert provider.state is CircuitState.OPEN
+    client.close()
+
+
+def test_a_restart_while_closed_leaves_a_circuit_the_fleet_opens_again(
+    fresh_redis_server: RedisServer, key: str
+) -> None:
+    """Redis loses a CLOSED circuit (epoch > 0): it is written back closed, and failures spread
+    over two members (too few for either alone) open it for both within one sampling_duration."""
+    sampling = 1.0
+    client = redis.Redis(port=fresh_redis_server.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    providers = (CircuitBreakerStateProvider(), CircuitBreakerStateProvider())
+    control = CircuitBreakerManualControl()
+    first = shared(RedisCircuitStateStore(client), key, provider=providers[0], control=control, sampling=sampling)
+    second = shared(RedisCircuitStateStore(client), key, provider=providers[1], sampling=sampling, brk=30)
+    control.isolate()  # a round trip through ISOLATED: the epoch the store must get back is 2
+    until(lambda: providers[1].state is CircuitState.ISOLATED)
+    control.close()
+    until(lambda: providers[1].state is CircuitState.CLOSED and client.hget(f"circuit:{key}", "ep") == b"2")
+    fresh_redis_server.restart()  # an empty server on the same port
+    until(lambda: client.hget(f"circuit:{key}", "ep") == b"2", timeout=5)  # written back by the fleet
+    assert client.hget(f"circuit:{key}", "st") == b"0"
+    assert client.pttl(f"circuit:{key}") > 0
+    assert (providers[0].state, providers[1].state) == (CircuitState.CLOSED, CircuitState.CLOSED)
+    assert second.execute(lambda: "flows") == "flows"
+    start = time.monotonic()
+    for pipeline in (first, second, first, second):
+        pipeline.settle(fail)  # 2 of 4 each: below minimum_throughput alone, the fleet's ratio is 0.8
+    until(lambda: all(provider.state is CircuitState.OPEN for provider in providers), timeout=sampling)
+    elapsed = time.monotonic() - start
+    assert client.hget(f"circuit:{key}", "st") == b"1"
+    with pytest.raises(BrokenCircuitError):
+        second.execute(lambda: "rejected")
+    assert elapsed < sampling, elapsed
     client.close()
 
 
