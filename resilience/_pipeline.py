@@ -379,7 +379,7 @@ class ResiliencePipeline:
         invocation = Invocation(fn) if plan.invoked else None
 
         def call(inner: ResilienceContext) -> T:
-            inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            inner._raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
             target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
@@ -505,7 +505,7 @@ class ResiliencePipeline:
         invocation = Invocation(fn) if plan.invoked else None
 
         async def call(inner: ResilienceContext) -> T:
-            inner._raise_if_aborted()  # DESIGN §2.3: never start the callable under an aborted signal
+            inner._raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
             target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:

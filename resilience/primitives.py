@@ -193,7 +193,7 @@ def _held_keys(context: ResilienceContext) -> frozenset[tuple[int, str]]:
 def _waiting_signal() -> Signal | None:
     """A child of the caller's signal, for `acquire`'s wait only.
 
-    DESIGN §2.3: no lock is taken, and no wait goes on, under an aborted signal. It is detached
+    As in a pipeline, no lock is taken, and no wait goes on, under an aborted signal. It is detached
     once `acquire` returns, so the handle's own signal then aborts only when its `extend()`
     answers False.
     """
@@ -376,7 +376,7 @@ class LockHold:
         inner = outer.derive(signal=lease.signal)
         inner.properties.set(LOCK_TOKEN, lease.token)
         held_id = primitive._held_id(self._key)
-        if held_id is not None:  # the strategy and nested holds see it (DESIGN §2.7: not reentrant)
+        if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
             inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
         self._context_token = _CURRENT.set(inner)
         return handle
@@ -391,7 +391,7 @@ class LockHold:
         return handle
 
     def _outcome(self, handle: LockHandle, error: LockLostError | None, exc: BaseException | None) -> None:
-        """Report the end; raise the loss error when the lease was lost (DESIGN §2.9)."""
+        """Report the end; raise the loss error when the lease was lost (docs/primitives.md)."""
         if error is None:
             if not handle._released:
                 self._primitive._events.released(None, handle.key, handle._lease)

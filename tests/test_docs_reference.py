@@ -66,6 +66,17 @@ def test_no_public_docstring_cites_the_internal_design() -> None:
     assert offenders == []
 
 
+def test_no_source_comment_cites_the_internal_design() -> None:
+    """Private docstrings and comments are read too (by contributors, in tracebacks): they point at docs/."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "resilience").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "DESIGN" in line
+    ]
+    assert offenders == []
+
+
 def test_the_nav_runs_tutorial_how_to_reference_explanation() -> None:
     """The site reads as a course: learn, then do, then look up, then understand."""
     assert [next(iter(entry)) for entry in _nav()] == SECTIONS

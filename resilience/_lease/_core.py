@@ -1,4 +1,4 @@
-"""The lease engine's decisions, as pure code that takes `now` (DESIGN §2.7, §3 "sans-IO").
+"""The lease engine's decisions, as pure code that takes `now` (sans-IO: docs/decisions.md).
 
 Nothing here reads a clock, sleeps, or touches a store. The shells (`_sync`, `_async`) ask:
 
@@ -118,8 +118,8 @@ class BackoffSchedule:
 class SpinSchedule:
     """The primitives' `retries`: up to `retries` more attempts, `delay` apart (a bounded spin).
 
-    A wait that a release notification ends early does not use up a retry (DESIGN §2.9
-    revision 2), as long as the nominal budget (`retries * delay` from the first refusal) is
+    A wait that a release notification ends early does not use up a retry (docs/primitives.md),
+    as long as the nominal budget (`retries * delay` from the first refusal) is
     not spent: a caller that asked for about 5 s is not sent away after 0.25 s of wake-ups,
     nor kept forever by a stream of them.
     """

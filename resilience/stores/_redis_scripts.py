@@ -14,7 +14,7 @@ Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (t
 issued, kept after release as a tombstone so that the next token is at least one more). While
 held, the key expires with the lease, so `PTTL` is the remaining lease time.
 
-Fair waiting (DESIGN §2.8 revision 2, modelled on Redisson's fair lock): waiters on a lock
+Fair waiting (docs/redis.md, modelled on Redisson's fair lock): waiters on a lock
 form a FIFO queue in two companion keys in the lock's hash slot (`_redis.companions` names
 them): `<q>` (a sorted set: member = waiting owner, score = arrival number) and `<q>:t` (the
 same members scored by the server-ms time their entry expires; a waiter refreshes its entry at

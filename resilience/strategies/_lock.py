@@ -424,7 +424,7 @@ class LockStrategy:
     # -- sync ---------------------------------------------------------------------------------
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Acquire, run `callback` under the lease, release (DESIGN §2.7)."""
+        """Acquire, run `callback` under the lease, release (docs/locks.md)."""
         key = self._resolve_key(context)
         started = self._time_provider.monotonic()
         if (self._store_id, key) in self._held(context):

@@ -35,7 +35,7 @@ def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: flo
 
     `uniform` is a draw from [0, 1); `previous` starts at 0.0. Each delay is the difference of a
     smooth curve sampled at jittered points. Polly's first retry has its median near `base`, but
-    later ones near `base * 2**(attempt - 1)`, half the un-jittered value; DESIGN §2.6 asks for
+    later ones near `base * 2**(attempt - 1)`, half the un-jittered value; this library keeps
     the median near `base * 2**attempt` at every attempt, so retries after the first are scaled
     by 2 (the shape, and so the decorrelation, is Polly's).
     """

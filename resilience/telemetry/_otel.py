@@ -76,7 +76,7 @@ _DURATION_BUCKETS = (
 
 
 class Instruments:
-    """The five instruments of DESIGN §2.11 on one meter provider."""
+    """The five instruments of docs/telemetry.md on one meter provider."""
 
     __slots__ = ("attempt_duration", "batch", "events", "lock_hold", "lock_wait", "pipeline_duration")
 
