@@ -15,6 +15,7 @@ from resilience.http import (
     http_circuit_breaker_strategy,
     http_retry_strategy,
     http_timeout_strategy,
+    standard_pipeline,
 )
 from resilience.http._transport import _Exchange
 from resilience.strategies import CircuitState
@@ -236,3 +237,31 @@ async def test_the_standard_pipeline_limits_requests_in_flight(server: ScriptedS
     assert (await first).status_code == 200
     assert (await client.request("GET", quick)).status_code == 200
     assert len(server.requests_to("/quick")) == 1
+
+
+def test_the_standard_pipeline_is_dotnets_standard_resilience_handler() -> None:
+    """Outermost first, with .NET's defaults: limiter 1000 in flight, total 30 s, retry 3 (2 s,
+    exponential with jitter), a circuit per authority (ratio 0.1, 100 calls, 30 s, break 5 s),
+    attempt 10 s; no rate limiter unless asked."""
+    pipeline = standard_pipeline(name="api")
+    assert [type(s).__name__ for s in pipeline.strategies] == [
+        "ConcurrencyLimiterStrategy",
+        "DeadlineTimeout",
+        "RetryStrategy",
+        "AuthorityCircuitBreaker",
+        "DeadlineTimeout",
+    ]
+    assert "limit=1000" in repr(pipeline.strategies[0])
+    assert "timeout=30" in repr(pipeline.strategies[1])
+    retry = pipeline.strategies[2]._core  # type: ignore[attr-defined]
+    assert (retry.max_retries, retry._delay, retry._backoff, retry._jitter) == (3, 2.0, "exponential", True)
+    circuit = pipeline.strategies[3]._options  # type: ignore[attr-defined]
+    assert (circuit.failure_ratio, circuit.minimum_throughput, circuit.sampling_duration, circuit.break_duration) == (
+        0.1,
+        100,
+        30.0,
+        5.0,
+    )
+    assert "timeout=10" in repr(pipeline.strategies[4])
+    limited = standard_pipeline(max_concurrency=None, rate_limit=50)
+    assert [type(s).__name__ for s in limited.strategies][:2] == ["RateLimiterStrategy", "DeadlineTimeout"]
