@@ -85,24 +85,32 @@ class RedisInspector:
         self._store = RedisLockStore(self._client, prefix=prefix)
 
     def _read(self, names: Sequence[bytes]) -> list[Lease]:
+        from resilience.stores._redis import companions
+
         pipe = self._client.pipeline(transaction=False)
+        pipe.time()
         for name in names:
             pipe.type(name)
-        types = pipe.execute()
+        (seconds, micros), *types = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000  # the server's clock, as the stores' scripts read it
         hashes = [name for name, kind in zip(names, types, strict=True) if kind in {b"hash", "hash"}]
         for name in hashes:
             pipe.hmget(name, "owner", "token")
             pipe.pttl(name)
+            # Waiters: the live entries of the key's fair queue (each entry's score is its expiry).
+            queue = companions(name.decode("utf-8", "replace"))
+            pipe.zcount(queue[1], f"({now_ms}", "+inf") if queue is not None else pipe.exists(name)
         replies = pipe.execute()
         found = []
         start = len(self._prefix) + 1
         for index, name in enumerate(hashes):
-            (owner, token), pttl = replies[2 * index], replies[2 * index + 1]
+            (owner, token), pttl, waiting = replies[3 * index : 3 * index + 3]
             if owner is None or token is None:  # a released key's tombstone
                 continue
             left = pttl / 1000 if pttl >= 0 else None
             key = name.decode("utf-8", "replace")[start:]
-            found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, None))
+            queued = companions(name.decode("utf-8", "replace")) is not None
+            found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, waiting if queued else None))
         return found
 
     def leases(self) -> list[Lease]:

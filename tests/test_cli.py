@@ -69,6 +69,10 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert target.store.acquire("order:7", "worker-2", 30) is not None
     assert target.store.acquire("gone", "worker-3", 30) is not None
     assert target.store.release("gone", "worker-3")
+    queued = isinstance(target.store, RedisLockStore)  # Redis keeps a fair queue per lock: waiters are counted
+    if queued:
+        assert target.store.acquire_or_queue("order:42", "waiter-a", 30)[0] is None
+        assert target.store.acquire_or_queue("order:42", "waiter-b", 30)[0] is None
 
     listed = _cli("locks", *target.args, "list")
     assert listed.returncode == 0, listed.stderr
@@ -76,7 +80,8 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert lines[0].split() == ["KEY", "TOKEN", "OWNER", "LEFT", "WAITERS"]
     assert [line.split()[0] for line in lines[1:3]] == ["order:42", "order:7"]
     key, token, owner, left, waiters = lines[1].split()
-    assert (key, int(token), owner, waiters) == ("order:42", held, "…56789abcdef", "?")
+    assert (key, int(token), owner, waiters) == ("order:42", held, "…56789abcdef", "2" if queued else "?")
+    assert lines[2].split()[-1] == ("0" if queued else "?")
     assert 5 < float(left.rstrip("s")) <= 30  # the subprocess may start slowly on a loaded machine
     assert lines[-1] == "2 held"
 
@@ -84,6 +89,7 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert shown.returncode == 0, shown.stderr
     assert f"token:   {held}" in shown.stdout
     assert "owner:   worker-1-0123456789abcdef" in shown.stdout
+    assert ("waiters: 2" if queued else "waiters: not recorded by this store") in shown.stdout
 
     refused = _cli("locks", *target.args, "release", "order:42")
     assert refused.returncode == 2
@@ -91,6 +97,9 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert "fencing" in refused.stderr
     assert target.store.acquire("order:42", "someone", 30) is None
 
+    if queued:  # the waiters give up (leave the queue), so that the key is free for anyone
+        assert not target.store.release("order:42", "waiter-a")
+        assert not target.store.release("order:42", "waiter-b")
     forced = _cli("locks", *target.args, "release", "order:42", "--force")
     assert forced.returncode == 0, forced.stderr
     assert "fencing" in forced.stdout
