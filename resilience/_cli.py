@@ -94,23 +94,24 @@ class RedisInspector:
         (seconds, micros), *types = pipe.execute()
         now_ms = seconds * 1000 + micros // 1000  # the server's clock, as the stores' scripts read it
         hashes = [name for name, kind in zip(names, types, strict=True) if kind in {b"hash", "hash"}]
-        for name in hashes:
+        queues = [companions(name.decode("utf-8", "replace")) for name in hashes]
+        for name, queue in zip(hashes, queues, strict=True):
             pipe.hmget(name, "owner", "token")
             pipe.pttl(name)
-            # Waiters: the live entries of the key's fair queue (each entry's score is its expiry).
-            queue = companions(name.decode("utf-8", "replace"))
+            # Waiters: the live entries of the key's fair queue (each entry's score is its expiry);
+            # a key that cannot have a queue (a `}` without a hash tag) answers a placeholder.
             pipe.zcount(queue[1], f"({now_ms}", "+inf") if queue is not None else pipe.exists(name)
         replies = pipe.execute()
         found = []
         start = len(self._prefix) + 1
-        for index, name in enumerate(hashes):
+        for index, (name, queue) in enumerate(zip(hashes, queues, strict=True)):
             (owner, token), pttl, waiting = replies[3 * index : 3 * index + 3]
             if owner is None or token is None:  # a released key's tombstone
                 continue
             left = pttl / 1000 if pttl >= 0 else None
             key = name.decode("utf-8", "replace")[start:]
-            queued = companions(name.decode("utf-8", "replace")) is not None
-            found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, waiting if queued else None))
+            waiters = None if queue is None else int(waiting)
+            found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, waiters))
         return found
 
     def leases(self) -> list[Lease]:
