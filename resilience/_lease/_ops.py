@@ -192,6 +192,30 @@ class SemaphoreOps(StoreOps):
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
         self.lease_info = self.lease_info and getattr(store, "_lease_info_takes_limit", False)
         self.lease_info_async = self.lease_info_async and getattr(store, "_lease_info_takes_limit", False)
+        # Fair waiting as a lock's: a free slot goes to the first (limit - holders) waiters.
+        self.fair = bool(getattr(store, "_fair_queue", False))
+
+    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue` (`acquire_or_queue` with the limit)."""
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, self.limit)
+        return token, held_for
+
+    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue`."""
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, self.limit)
+        return token, held_for
+
+    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
+        """See `StoreOps.wait_released`: for a queued `owner`, until a slot is free for it (the limit passed on)."""
+        if owner is not None and self.fair:
+            return bool(self.store.wait_released(key, timeout, owner, self.limit))
+        return bool(self.store.wait_released(key, timeout))
+
+    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
+        """See `wait_released`."""
+        if owner is not None and self.fair:
+            return bool(await self.store.wait_released_async(key, timeout, owner, self.limit))
+        return bool(await self.store.wait_released_async(key, timeout))
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""

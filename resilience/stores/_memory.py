@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import threading
 import weakref
@@ -139,16 +140,17 @@ class _MemoryStore:
         for callback in callbacks:
             callback()
 
-    def _is_free(self, key: str, owner: str | None) -> bool:
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:
         raise NotImplementedError
 
-    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
+    def wait_released(self, key: str, timeout: float, owner: str | None = None, limit: int | None = None) -> bool:
         """Block until `key` is released (True at once if it is free) or `timeout` passes (False).
 
-        The timeout is measured on the store's time provider. With `owner` (a queued waiter of
-        a lock), "free" and "released" mean: its turn has come.
+        The timeout is measured on the store's time provider. With `owner` (a queued waiter),
+        "free" and "released" mean: its turn has come (for a semaphore, with its `limit`: a
+        slot is free for it).
         """
-        if self._is_free(key, owner):
+        if self._is_free(key, owner, limit):
             return True
         woken = threading.Event()
         released: list[bool] = []
@@ -159,7 +161,7 @@ class _MemoryStore:
 
         remove = self.add_release_listener(key, on_release, owner)
         try:
-            if self._is_free(key, owner):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner, limit):  # pragma: no cover - released between the check and the subscription
                 return True
             if isinstance(self._time_provider, SystemTimeProvider):
                 woken.wait(max(timeout, 0.0))
@@ -173,9 +175,11 @@ class _MemoryStore:
             remove()
         return bool(released)
 
-    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
+    async def wait_released_async(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None
+    ) -> bool:
         """See `wait_released`."""
-        if self._is_free(key, owner):
+        if self._is_free(key, owner, limit):
             return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
@@ -195,7 +199,7 @@ class _MemoryStore:
         remove = self.add_release_listener(key, on_release, owner)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
-            if self._is_free(key, owner):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner, limit):  # pragma: no cover - released between the check and the subscription
                 return True
             return await future
         finally:
@@ -266,7 +270,7 @@ class MemoryLockStore(_MemoryStore):
             self._head(key, now)
         self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._queues)))
 
-    def _is_free(self, key: str, owner: str | None) -> bool:
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:  # noqa: ARG002
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
@@ -401,14 +405,19 @@ class MemorySemaphoreStore(_MemoryStore):
     """An in-process `SemaphoreStore`/`AsyncSemaphoreStore`: up to `limit` holders per key.
 
     Each holder gets its own token. `acquire_or_ttl` takes the limit as a fourth argument and
-    reports, when full, the time left until the first holder's lease expires.
+    reports, when full, the time left until the first holder's lease expires. Waiters queue
+    fairly, as in `RedisSemaphoreStore`: a free slot goes only to one of the first
+    (limit - holders) live waiters (`acquire_or_queue`).
     """
 
     _lease_info_takes_limit = True
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
         self._holders: dict[str, dict[str, tuple[int, float]]] = {}  # key -> owner -> (token, expires)
+        self._queues: dict[str, dict[str, float]] = {}  # key -> waiting owner -> entry expiry, FIFO
         self._slots = 0
 
     def __len__(self) -> int:
@@ -427,42 +436,105 @@ class MemorySemaphoreStore(_MemoryStore):
             return None
         return holders
 
+    def _waiting(self, key: str, now: float) -> dict[str, float] | None:
+        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
+        queue = self._queues.get(key)
+        if queue is None:
+            return None
+        if any(expires <= now for expires in queue.values()):
+            queue = {owner: expires for owner, expires in queue.items() if expires > now}
+            if not queue:
+                del self._queues[key]
+                return None
+            self._queues[key] = queue
+        return queue
+
+    def _may_take(self, key: str, owner: str, free: int, now: float) -> bool:
+        # Under the mutex: whether `owner` may take one of `free` (> 0) free slots: when it is
+        # among the first `free` live waiters, or, outside the queue, when fewer than `free` wait.
+        queue = self._waiting(key, now)
+        if queue is None:
+            return True
+        if owner in queue:
+            return owner in itertools.islice(queue, free)
+        return len(queue) < free
+
+    def _leave(self, key: str, owner: str) -> bool:
+        queue = self._queues.get(key)
+        if queue is None or queue.pop(owner, None) is None:
+            return False
+        if not queue:
+            del self._queues[key]
+        return True
+
     def _sweep(self, now: float) -> None:
-        if len(self._holders) < self._sweep_at:
+        if len(self._holders) + len(self._queues) < self._sweep_at:
             return
         for key in list(self._holders):
             self._live(key, now)
-        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._holders))
+        for key in list(self._queues):
+            self._waiting(key, now)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._holders) + len(self._queues)))
 
-    def _is_free(self, key: str, owner: str | None) -> bool:
-        # "Free" for a waiter: no holder at all. A slot freed while others still hold also
-        # notifies (see `release`), which is what a semaphore waiter needs.
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:
+        # "Free" for a waiter: no holder at all; for a queued waiter with the limit, a slot it
+        # may take. Every slot freed notifies (see `release`), which is what a semaphore waiter needs.
         with self._mutex:
-            holders = self._live(key, self._now())
-        return holders is None or (owner is not None and owner in holders)
+            now = self._now()
+            holders = self._live(key, now)
+            if owner is not None and holders is not None and owner in holders:
+                return True
+            if owner is None or limit is None:
+                return holders is None
+            free = limit - (0 if holders is None else len(holders))
+            return free > 0 and self._may_take(key, owner, free, now)
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
-        """`(token, None)` when a slot was taken (or is already ours); `(None, time to first expiry)`."""
+    def _acquire(self, key: str, owner: str, ttl: float, limit: int, *, join: bool) -> tuple[int | None, float | None]:
         ttl = _round_ttl(ttl)
         with self._mutex:
             now = self._now()
             holders = self._live(key, now)
-            if holders is None:
-                self._sweep(now)
-                holders = self._holders[key] = {}
-            held = holders.get(owner)
-            if held is not None:
-                token = held[0]
-            elif len(holders) >= limit:
-                return None, min(expires for _, expires in holders.values()) - now
+            if holders is not None and owner in holders:
+                token = holders[owner][0]
             else:
+                free = limit - (0 if holders is None else len(holders))
+                if free <= 0 or (key in self._queues and not self._may_take(key, owner, free, now)):
+                    if join:  # expired entries dropped first: waiters that are gone never fill the bound
+                        queue = self._waiting(key, now) or self._queues.setdefault(key, {})
+                        if owner in queue or len(queue) < QUEUE_BOUND:
+                            queue[owner] = now + QUEUE_ENTRY
+                    if free > 0 or holders is None:
+                        return None, None  # a slot is free, but promised to waiters ahead
+                    return None, min(expires for _, expires in holders.values()) - now
+                if key in self._queues:
+                    self._leave(key, owner)
+                if holders is None:
+                    self._sweep(now)
+                    holders = self._holders[key] = {}
                 token = self._next_token()
             holders[owner] = (token, now + ttl)
             return token, None
 
+    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
+        """`(token, None)` when a slot was taken (or is already ours); `(None, time to first expiry)`.
+
+        A slot that waiters queue for goes to the first of them: anyone else is refused (with
+        no time to report, `(None, None)`).
+        """
+        return self._acquire(key, owner, ttl, limit, join=False)
+
+    def acquire_or_queue(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        A free slot goes only to a waiter among the first (limit - holders) live entries (or to
+        anyone while fewer wait). The entry lives `QUEUE_ENTRY` seconds unless `owner` tries
+        again; `release(key, owner)` by a waiter that gives up leaves the queue.
+        """
+        return self._acquire(key, owner, ttl, limit, join=True)
+
     def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
         """See `SemaphoreStore.acquire`."""
-        return self.acquire_or_ttl(key, owner, ttl, limit)[0]
+        return self._acquire(key, owner, ttl, limit, join=False)[0]
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """See `SemaphoreStore.renew`; never re-acquires an expired slot."""
@@ -476,27 +548,41 @@ class MemorySemaphoreStore(_MemoryStore):
             return True
 
     def release(self, key: str, owner: str) -> bool:
-        """See `SemaphoreStore.release`; wakes the waiters of `key`."""
+        """See `SemaphoreStore.release`; wakes every waiter of `key`.
+
+        A waiter that holds no slot leaves the queue instead (False), and the waiters are
+        woken: the next one may now be among those a free slot goes to.
+        """
         with self._mutex:
             holders = self._live(key, self._now())
             if holders is None or owner not in holders:
-                return False
-            del holders[owner]
-            if not holders:
-                del self._holders[key]
+                if not self._leave(key, owner) or key not in self._listeners:
+                    return False
+                released = False
+            else:
+                del holders[owner]
+                if not holders:
+                    del self._holders[key]
+                released = True
             callbacks = self._take_listeners(key)
         self._notify(callbacks)
-        return True
+        return released
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        return self.acquire_or_ttl(key, owner, ttl, limit)
+        return self._acquire(key, owner, ttl, limit, join=False)
+
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, limit: int = 1
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        return self._acquire(key, owner, ttl, limit, join=True)
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
         """See `acquire`."""
-        return self.acquire_or_ttl(key, owner, ttl, limit)[0]
+        return self._acquire(key, owner, ttl, limit, join=False)[0]
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""

@@ -740,9 +740,10 @@ class RedisSemaphoreStore(_RedisStore):
     """A semaphore store over Redis: up to `limit` holders per key, each with its own token.
 
     Keys `{<prefix>:<key>}` (the holders, a sorted set scored by server-time expiry, pruned by
-    every script) and `{<prefix>:<key>}:tokens` (a hash of the holders' tokens and the last
-    token issued); the braces keep both in one Cluster hash slot. Same client forms as
-    `RedisLockStore`.
+    every script), `{<prefix>:<key>}:tokens` (a hash of the holders' tokens and the last
+    token issued) and, while callers wait, `{<prefix>:<key>}:q` and `{<prefix>:<key>}:q:t`
+    (their FIFO queue, as a lock's); the braces keep them all in one Cluster hash slot. Same
+    client forms as `RedisLockStore`.
     """
 
     _kind = "RedisSemaphoreStore"
@@ -750,6 +751,8 @@ class RedisSemaphoreStore(_RedisStore):
     _async_methods = ()
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)
@@ -759,6 +762,15 @@ class RedisSemaphoreStore(_RedisStore):
         holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
         return holders, f"{holders}:tokens"
 
+    def queue_keys(self, key: str) -> tuple[str, str]:
+        """The Redis keys of `key`'s waiter queue (arrivals, entry expiries), in its hash slot."""
+        holders = self.keys(key)[0]
+        return f"{holders}:q", f"{holders}:q:t"
+
+    def _all_keys(self, key: str) -> list[str]:
+        holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
+        return [holders, f"{holders}:tokens", f"{holders}:q", f"{holders}:q:t"]
+
     @staticmethod
     def _limit(limit: object) -> int:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -766,22 +778,50 @@ class RedisSemaphoreStore(_RedisStore):
             raise ValidationError(msg)
         return limit
 
-    def _acquire_args(self, key: str, owner: str, ttl: float, limit: int) -> tuple[list[str], list[object]]:
-        args: list[object] = [_check_str("owner", owner), _ttl_ms(ttl), self._limit(limit), scripts.TOMBSTONE_MS]
-        return list(self.keys(key)), args
+    def _acquire_args(
+        self, key: str, owner: str, ttl: float, limit: int, entry_ms: int = 0
+    ) -> tuple[list[str], list[object]]:
+        args: list[object] = [
+            _check_str("owner", owner),
+            _ttl_ms(ttl),
+            self._limit(limit),
+            scripts.TOMBSTONE_MS,
+            entry_ms,
+            scripts.QUEUE_BOUND,
+        ]
+        return self._all_keys(key), args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
+    def _turn_check(self, key: str, owner: str, limit: int) -> tuple[list[str], list[object]]:
+        return self._all_keys(key), [_check_str("owner", owner), self._limit(limit)]
+
     def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
-        """Take a slot for `owner` if fewer than `limit` are held: its token, or None."""
+        """Take a slot for `owner` if fewer than `limit` are held: its token, or None.
+
+        A slot that waiters queue for goes to the first of them: anyone else is refused.
+        """
         keys, args = self._acquire_args(key, owner, ttl, limit)
         reply = int(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
         return reply if reply > 0 else None
 
     def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
-        """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full."""
+        """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full.
+
+        `(None, None)` when a slot is free but promised to waiters queued ahead.
+        """
         keys, args = self._acquire_args(key, owner, ttl, limit)
+        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+
+    def acquire_or_queue(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        A free slot goes only to a waiter among the first (limit - holders) live entries (or
+        to anyone while fewer wait). The entry lives `QUEUE_ENTRY_MS` unless `owner` tries
+        again; `release(key, owner)` by a waiter that gives up leaves the queue.
+        """
+        keys, args = self._acquire_args(key, owner, ttl, limit, scripts.QUEUE_ENTRY_MS)
         return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
@@ -795,16 +835,29 @@ class RedisSemaphoreStore(_RedisStore):
         return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`."""
-        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return self._run_release_sync(list(self.keys(key)), scripts.SEMAPHORE_RELEASE, args)
+        """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`.
 
-    def wait_released(self, key: str, timeout: float) -> bool:
-        """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder."""
+        A waiter that holds no slot leaves the queue instead (False), and the waiters are woken.
+        """
+        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        return self._run_release_sync(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
+
+    def wait_released(self, key: str, timeout: float, owner: str | None = None, limit: int | None = None) -> bool:
+        """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder.
+
+        With `owner` and `limit` (a queued waiter): True at once when a slot is free for it
+        (the queue order allows it). Every release wakes every waiter.
+        """
+        if owner is not None and limit is not None:
+            check = self._turn_check(key, owner, limit)
+            return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check)
         return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
 
-    def add_release_listener(self, key: str, callback: Callable[[], object]) -> Callable[[], None]:
-        """See `RedisLockStore.add_release_listener` (any slot of `key` freed)."""
+    def add_release_listener(
+        self, key: str, callback: Callable[[], object], owner: str | None = None
+    ) -> Callable[[], None]:
+        """See `RedisLockStore.add_release_listener` (any slot of `key` freed; every waiter is called back)."""
+        del owner  # a semaphore's release wakes every waiter: the queue order decides who takes the slot
         return self._listen(self.keys(key)[0], callback)
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
@@ -820,6 +873,13 @@ class RedisSemaphoreStore(_RedisStore):
         keys, args = self._acquire_args(key, owner, ttl, limit)
         return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, limit: int
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        keys, args = self._acquire_args(key, owner, ttl, limit, scripts.QUEUE_ENTRY_MS)
+        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
         keys, args = self._renew_args(key, owner, ttl)
@@ -833,8 +893,13 @@ class RedisSemaphoreStore(_RedisStore):
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return await self._run_release_async(list(self.keys(key)), scripts.SEMAPHORE_RELEASE, args)
+        return await self._run_release_async(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
 
-    async def wait_released_async(self, key: str, timeout: float) -> bool:
+    async def wait_released_async(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None
+    ) -> bool:
         """See `wait_released`."""
+        if owner is not None and limit is not None:
+            check = self._turn_check(key, owner, limit)
+            return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check)
         return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)

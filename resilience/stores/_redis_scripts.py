@@ -25,7 +25,9 @@ queue, see `LOCK_HELD`), so an uncontended release publishes nothing.
 
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
 milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
-that holder's token); the braces put both in one hash slot.
+that holder's token); the braces put both in one hash slot. Its waiters queue as a lock's, in
+`{<prefix>:<key>}:q` and `:q:t` (same slot): a free slot goes only to one of the first
+(limit - holders) live entries; a release still publishes `released` to every waiter.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ __all__ = [
     "SEMAPHORE_HELD",
     "SEMAPHORE_RELEASE",
     "SEMAPHORE_RENEW",
+    "SEMAPHORE_TURN",
     "TOMBSTONE_MS",
     "LuaScript",
 ]
@@ -86,88 +89,116 @@ local function mint(previous)
 end
 """
 
-# A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
-# The fair queue of a lock (KEYS[2] arrivals, KEYS[3] entry expiries; absent when the lock
-# key cannot share a slot with companions on Cluster: then nobody queues). `queue_head`
-# drops the expired entries and returns the live head's owner (or false); `join` adds the
-# owner at the back (or refreshes its entry), unless `bound` entries already wait.
-_QUEUE = """
-local now_ms = false
+# The fair queue of a lock or a semaphore: `qa` (arrivals), `qe` (entry expiries) and, for a
+# lock, `qw` (its watch key), bound by `_LOCK_QUEUE_KEYS` / `_SEMAPHORE_QUEUE_KEYS` (absent
+# when a lock key cannot share a slot with companions on Cluster: then nobody queues).
+# `queue_head` drops the expired entries and returns the live head's owner (or false);
+# `join` adds the owner at the back (or refreshes its entry), unless `bound` entries already
+# wait; `among_first` tells whether the owner may take one of `free` slots.
+_LOCK_QUEUE_KEYS = """
+local qa, qe, qw = KEYS[2], KEYS[3], KEYS[4]
+"""
+_SEMAPHORE_QUEUE_KEYS = """
+local qa, qe, qw = KEYS[3], KEYS[4], nil
+"""
+_QUEUE_LIB = """
+local clock_ms = false
 local function server_ms()
-  if not now_ms then
+  if not clock_ms then
     local now = redis.call('TIME')
-    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    clock_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
-  return now_ms
+  return clock_ms
 end
 local function queue_head()
-  if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then
+  if not qa or redis.call('EXISTS', qa) == 0 then
     return false
   end
   while true do
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    local first = redis.call('ZRANGE', qa, 0, 0)[1]
     if not first then
       return false
     end
-    local expires = redis.call('ZSCORE', KEYS[3], first)
+    local expires = redis.call('ZSCORE', qe, first)
     if expires and tonumber(expires) > server_ms() then
       return first
     end
-    redis.call('ZREM', KEYS[2], first)  -- expired (or without an expiry): a waiter that is gone
-    redis.call('ZREM', KEYS[3], first)
+    redis.call('ZREM', qa, first)  -- expired (or without an expiry): a waiter that is gone
+    redis.call('ZREM', qe, first)
+  end
+end
+-- Drop the expired entries (waiters that are gone).
+local function prune()
+  local gone = redis.call('ZRANGEBYSCORE', qe, '-inf', server_ms())
+  for i = 1, #gone do
+    redis.call('ZREM', qa, gone[i])
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', qe, '-inf', server_ms())
   end
 end
 local function join(owner, entry_ms, bound)
-  if not redis.call('ZSCORE', KEYS[2], owner) then
-    -- Drop the expired entries first, so that waiters that are gone never fill the bound.
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', server_ms())
-    for i = 1, #gone do
-      redis.call('ZREM', KEYS[2], gone[i])
-    end
-    if #gone > 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', server_ms())
-    end
-    if redis.call('ZCARD', KEYS[2]) >= tonumber(bound) then
+  if not redis.call('ZSCORE', qa, owner) then
+    prune()  -- first, so that waiters that are gone never fill the bound
+    if redis.call('ZCARD', qa) >= tonumber(bound) then
       return  -- full: this waiter keeps polling outside the queue
     end
-    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', qa, -1, -1, 'WITHSCORES')
     local arrival = 1
     if last[2] then
       arrival = tonumber(last[2]) + 1
     end
-    redis.call('ZADD', KEYS[2], arrival, owner)
+    redis.call('ZADD', qa, arrival, owner)
   end
-  redis.call('ZADD', KEYS[3], server_ms() + tonumber(entry_ms), owner)
+  redis.call('ZADD', qe, server_ms() + tonumber(entry_ms), owner)
   -- Every entry lives the same QUEUE_ENTRY_MS, so the newest refresh outlives them all.
-  redis.call('PEXPIRE', KEYS[2], entry_ms)
-  redis.call('PEXPIRE', KEYS[3], entry_ms)
+  redis.call('PEXPIRE', qa, entry_ms)
+  redis.call('PEXPIRE', qe, entry_ms)
 end
 local function leave(owner)
-  redis.call('ZREM', KEYS[2], owner)
-  redis.call('ZREM', KEYS[3], owner)
+  redis.call('ZREM', qa, owner)
+  redis.call('ZREM', qe, owner)
+end
+-- Whether `owner` may take one of `free` (> 0) free slots: when it is among the first `free`
+-- live waiters, or, outside the queue, when fewer than `free` wait. Second result: whether
+-- it is queued (it leaves the queue when it takes the slot).
+local function among_first(owner, free)
+  if redis.call('EXISTS', qa) == 0 then
+    return true, false  -- nobody waits: the common, uncontended case
+  end
+  prune()
+  local arrival = redis.call('ZSCORE', qa, owner)
+  if arrival then
+    -- Its rank: how many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK).
+    return redis.call('ZCOUNT', qa, '-inf', '(' .. arrival) < free, true
+  end
+  return redis.call('ZCARD', qa) < free, false
 end
 -- Tell the waiters that the lock is free: the head by name (only it acts on it), or, with
--- nobody queued, whoever watches `KEYS[4]`. Silent when nobody waits (no wasted PUBLISH).
+-- nobody queued, whoever watches `qw`. Silent when nobody waits (no wasted PUBLISH).
 local function announce(command)
   if command == '' then
     return
   end
-  if not KEYS[2] then
+  if not qa then
     redis.call(command, KEYS[1], 'released')
     return
   end
-  if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+  if redis.call('EXISTS', qa, qw) == 0 then
     return  -- nobody queues or watches: the common, uncontended release
   end
   local head = queue_head()
   if head then
     redis.call(command, KEYS[1], 'h:' .. head)
-  elseif redis.call('EXISTS', KEYS[4]) == 1 then
+  elseif redis.call('EXISTS', qw) == 1 then
     redis.call(command, KEYS[1], 'released')
   end
 end
 """
+_QUEUE = _LOCK_QUEUE_KEYS + _QUEUE_LIB
+_SEMAPHORE_QUEUE = _SEMAPHORE_QUEUE_KEYS + _QUEUE_LIB
 
+# A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
 _TTL_CHECK = """
 local function check_ttl(ttl)
   ttl = tonumber(ttl)
@@ -304,12 +335,17 @@ SEMAPHORE_ACQUIRE = LuaScript(
     "semaphore_acquire",
     _MINT
     + _TTL_CHECK
+    + _SEMAPHORE_QUEUE
     + _SEMAPHORE_PRELUDE
     + """
--- KEYS[1] holders (sorted set); KEYS[2] tokens (hash);
--- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] limit; ARGV[4] tombstone (ms).
+-- KEYS[1] holders (sorted set); KEYS[2] tokens (hash); KEYS[3], KEYS[4] the queue;
+-- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] limit; ARGV[4] tombstone (ms);
+-- ARGV[5] queue entry ttl (ms), 0 to not join the queue; ARGV[6] queue bound.
 -- Returns the holder's token (>= 1): a new one, or the same one when ARGV[1] already holds a
--- slot (its expiry refreshed); when all `limit` slots are taken, -ms until the first frees.
+-- slot (its expiry refreshed); when all `limit` slots are taken, -ms until the first frees;
+-- 0 when a slot is free but promised to waiters ahead of ARGV[1]. A refused caller with
+-- ARGV[5] > 0 joins the queue (or refreshes its entry); a free slot goes to the first
+-- (limit - holders) live waiters, or to anyone while fewer wait.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -318,9 +354,25 @@ local expires = now_ms + tonumber(ARGV[2])
 local token = false
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   token = tonumber(redis.call('HGET', KEYS[2], 'o:' .. ARGV[1]))
-elseif redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return -math.max(1, tonumber(first[2]) - now_ms)
+else
+  local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[1])
+  local may, queued = false, false
+  if free > 0 then
+    may, queued = among_first(ARGV[1], free)
+  end
+  if not may then
+    if tonumber(ARGV[5]) > 0 then
+      join(ARGV[1], ARGV[5], ARGV[6])
+    end
+    if free > 0 then
+      return 0
+    end
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return -math.max(1, tonumber(first[2]) - now_ms)
+  end
+  if queued then
+    leave(ARGV[1])
+  end
 end
 if not token then
   token = mint(redis.call('HGET', KEYS[2], 'seq'))
@@ -354,12 +406,22 @@ return 1
 
 SEMAPHORE_RELEASE = LuaScript(
     "semaphore_release",
-    _SEMAPHORE_PRELUDE
+    _SEMAPHORE_QUEUE
+    + _SEMAPHORE_PRELUDE
     + """
--- KEYS[1] holders; KEYS[2] tokens; ARGV[1] owner; ARGV[2] tombstone (ms);
--- ARGV[3] 'PUBLISH', 'SPUBLISH' or ''.
--- Returns 1 when ARGV[1] held a live slot (now free), else 0.
+-- KEYS[1] holders; KEYS[2] tokens; KEYS[3], KEYS[4] the queue; ARGV[1] owner;
+-- ARGV[2] tombstone (ms); ARGV[3] 'PUBLISH', 'SPUBLISH' or ''.
+-- Returns 1 when ARGV[1] held a live slot (now free), else 0. A caller that holds no slot
+-- leaves the queue instead (a waiter that gave up), and the waiters are woken: the next one
+-- may now be among those a free slot goes to. Every release wakes every waiter; each tries
+-- again, and only those the queue order allows take a slot.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    if ARGV[3] ~= '' then
+      redis.call(ARGV[3], KEYS[1], 'released')
+    end
+    leave(ARGV[1])
+  end
   return 0
 end
 if ARGV[3] ~= '' then
@@ -404,5 +466,26 @@ SEMAPHORE_HELD = LuaScript(
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 return redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
+""",
+)
+
+SEMAPHORE_TURN = LuaScript(
+    "semaphore_turn",
+    _SEMAPHORE_QUEUE
+    + """
+-- KEYS[1] holders; KEYS[3], KEYS[4] the queue (KEYS[2], the tokens, is not touched);
+-- ARGV[1] a queued waiter; ARGV[2] the limit.
+-- Returns 0 when ARGV[1] may take a slot now (or holds one), else 1: what a queued waiter's
+-- `wait_released` checks. Expired holders are not counted (they are pruned by the next write).
+local now_ms = server_ms()
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+local held = redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
+local free = tonumber(ARGV[2]) - held
+if free > 0 and among_first(ARGV[1], free) then
+  return 0
+end
+return 1
 """,
 )
