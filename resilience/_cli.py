@@ -146,7 +146,7 @@ class PostgresInspector:
         from resilience.stores._postgres_sql import LockSql
 
         try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
+            given = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
             msg = (
                 f"--postgres: {_redact(dsn)!r} is not a PostgreSQL DSN ({exc}); expected postgresql://user@host:port/db"
@@ -158,7 +158,9 @@ class PostgresInspector:
             raise CliError(f"--table: {exc}", 2) from exc
         self._sql = LockSql(table)
         try:
-            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+            # An operator's tool should not hang: 5 s unless the DSN names its own connect_timeout.
+            timeout: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": 5}
+            self._conn = psycopg.connect(dsn, autocommit=True, **timeout)
         except psycopg.Error as exc:
             msg = f"cannot reach PostgreSQL at {_redact(dsn)}: {exc}".strip()
             raise CliError(msg) from exc

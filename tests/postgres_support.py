@@ -67,8 +67,12 @@ class PostgresServer:
 
     @property
     def dsn(self) -> str:
-        """`postgresql://postgres@127.0.0.1:<port>/postgres`."""
-        return f"postgresql://postgres@{self.host}:{self.port}/postgres?connect_timeout=5"
+        """`postgresql://postgres@127.0.0.1:<port>/postgres`.
+
+        The connect timeout is generous: on two busy cores (a venv being written beside it) a
+        new backend has taken over 5 s to answer; a stopped server still refuses at once.
+        """
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres?connect_timeout=30"
 
     def _run(self, *args: str, timeout: float = _START_TIMEOUT) -> None:
         result = subprocess.run(
