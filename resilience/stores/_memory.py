@@ -40,6 +40,24 @@ def _round_ttl(ttl: float) -> float:
     return max(1, math.ceil(round(ttl * 1000, 6))) / 1000
 
 
+def _live_queue(queues: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float] | None:
+    """`key`'s queue of waiting owners (FIFO, owner -> entry expiry) without its expired entries.
+
+    None when nobody waits. The caller holds the store's mutex; a queue that lost entries is
+    replaced (dictionaries keep the arrival order), an emptied one removed.
+    """
+    queue = queues.get(key)
+    if queue is None:
+        return None
+    if any(expires <= now for expires in queue.values()):
+        queue = {owner: expires for owner, expires in queue.items() if expires > now}
+        if not queue:
+            del queues[key]
+            return None
+        queues[key] = queue
+    return queue
+
+
 class _MemoryStore:
     """What both memory stores share: the clock, the token counter, waiters and the sweep."""
 
@@ -245,16 +263,8 @@ class MemoryLockStore(_MemoryStore):
 
     def _head(self, key: str, now: float) -> str | None:
         # Under the mutex: the live head of the key's queue, dropping expired entries.
-        queue = self._queues.get(key)
-        if queue is None:
-            return None
-        if any(expires <= now for expires in queue.values()):
-            queue = {owner: expires for owner, expires in queue.items() if expires > now}
-            if not queue:
-                del self._queues[key]
-                return None
-            self._queues[key] = queue
-        return next(iter(queue))
+        queue = _live_queue(self._queues, key, now)
+        return None if queue is None else next(iter(queue))
 
     def _leave(self, key: str, owner: str) -> None:
         queue = self._queues.get(key)
@@ -438,16 +448,7 @@ class MemorySemaphoreStore(_MemoryStore):
 
     def _waiting(self, key: str, now: float) -> dict[str, float] | None:
         # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        queue = self._queues.get(key)
-        if queue is None:
-            return None
-        if any(expires <= now for expires in queue.values()):
-            queue = {owner: expires for owner, expires in queue.items() if expires > now}
-            if not queue:
-                del self._queues[key]
-                return None
-            self._queues[key] = queue
-        return queue
+        return _live_queue(self._queues, key, now)
 
     def _may_take(self, key: str, owner: str, free: int, now: float) -> bool:
         # Under the mutex: whether `owner` may take one of `free` (> 0) free slots: when it is
