@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -77,3 +78,20 @@ def report(title: str, results: list[Result], *, baseline: str) -> str:
     for result in results:
         lines.append(f"| {result.name} | {result.median * 1e9:,.0f} ns | {result.median / base:.2f}x |")
     return "\n".join(lines)
+
+
+def write_section(path: Path, heading: str, section: str) -> None:
+    """Replace the section of `path` that starts with `heading` (up to the next `## `) by `section`.
+
+    Appended when `path` has no such section; a missing file starts as `# Performance`.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = path.read_text() if path.exists() else "# Performance\n"
+    start = existing.find(heading)
+    if start == -1:
+        updated = existing.rstrip("\n") + "\n\n" + section
+    else:
+        end = existing.find("\n## ", start + 1)
+        tail = "" if end == -1 else existing[end:]
+        updated = existing[:start] + section.rstrip("\n") + "\n" + tail
+    path.write_text(updated.rstrip("\n") + "\n")

@@ -49,10 +49,12 @@ import redis.connection
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "tests"))
+sys.path.insert(0, str(_HERE.parent))  # the repository: `benchmarks._harness`
 import itertools
 
 from redis_support import RedisServer
 
+from benchmarks._harness import write_section
 from resilience import LockLostError, ResiliencePipelineBuilder
 from resilience._lease import wait_idle
 from resilience.primitives import lock
@@ -501,20 +503,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if options.write:
-        write_section(options.write, text)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the section of `path` that this benchmark writes."""
-    existing = path.read_text() if path.exists() else "# Performance\n"
-    start = existing.find(SECTION)
-    if start == -1:
-        updated = existing.rstrip("\n") + "\n\n" + section
-    else:
-        end = existing.find("\n## ", start + 1)
-        tail = "" if end == -1 else existing[end:]
-        updated = existing[:start] + section.rstrip("\n") + "\n" + tail
-    path.write_text(updated.rstrip("\n") + "\n")
+        write_section(options.write, SECTION, text)
 
 
 if __name__ == "__main__":

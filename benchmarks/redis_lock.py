@@ -37,8 +37,10 @@ import redis.asyncio
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "tests"))
+sys.path.insert(0, str(_HERE.parent))  # the repository: `benchmarks._harness`
 from redis_support import RedisServer
 
+from benchmarks._harness import write_section
 from resilience.stores import RedisLockStore
 
 if TYPE_CHECKING:
@@ -298,21 +300,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if options.write:
-        write_section(options.write, text)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the `## Redis lock store` section of `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    existing = path.read_text() if path.exists() else "# Performance\n"
-    start = existing.find("## Redis lock store")
-    if start == -1:
-        updated = existing.rstrip("\n") + "\n\n" + section
-    else:
-        end = existing.find("\n## ", start + 1)
-        tail = "" if end == -1 else existing[end:]
-        updated = existing[:start] + section.rstrip("\n") + "\n" + tail
-    path.write_text(updated.rstrip("\n") + "\n")
+        write_section(options.write, "## Redis lock store", text)
 
 
 if __name__ == "__main__":

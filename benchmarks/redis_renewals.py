@@ -36,6 +36,7 @@ import redis
 import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._harness import write_section
 from resilience._lease import LeaseParams, LockOps, acquire_lease, acquire_lease_async, wait_idle
 from resilience._time import SYSTEM_TIME
 from resilience.stores import RedisLockStore
@@ -236,20 +237,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if options.write:
-        write_section(options.write, text)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the section of `path` that starts with `SECTION`."""
-    existing = path.read_text()
-    start = existing.find(SECTION)
-    if start == -1:
-        updated = existing.rstrip("\n") + "\n\n" + section
-    else:
-        end = existing.find("\n## ", start + 1)
-        tail = "" if end == -1 else existing[end:]
-        updated = existing[:start] + section.rstrip("\n") + "\n" + tail
-    path.write_text(updated.rstrip("\n") + "\n")
+        write_section(options.write, SECTION, text)
 
 
 if __name__ == "__main__":
