@@ -55,7 +55,7 @@ local head = redis.call('HMGET', KEYS[1], 'st', 'ep', 'un', 'mn')
 local st, ep = tonumber(head[1]), tonumber(head[2])
 local un, mn = tonumber(head[3]) or 0, tonumber(head[4]) or 0
 local known = tonumber(ARGV[9])
-local dirty, reset, granted = false, false, 0
+local dirty, reset, granted, restored = false, false, 0, false
 if not ep or known > ep then
   -- Lost (expiry, a restart without persistence, a flush) or never written: a caller that
   -- knows a later epoch writes back what it knows, so an open circuit stays open.
@@ -66,7 +66,7 @@ if not ep or known > ep then
   if st == 1 or st == 2 then
     st, un = 1, now_ms + tonumber(ARGV[11])
   end
-  dirty = true
+  dirty, restored = true, true
 end
 local brk = tonumber(ARGV[6])
 local function move(state, until_ms, manual)
@@ -88,18 +88,21 @@ elseif command == 2 or command == 3 then
     end
     granted = 1
   end
+-- A state written back just now is the caller's, its own move already in it (an isolation
+-- made before its first exchange, say): the move still takes a new epoch, or the members at
+-- `known` would never hear of it.
 elseif command == 4 then
-  if st ~= 3 then
+  if st ~= 3 or restored then
     move(3, 0, 1)
   end
   granted = 1
 elseif command == 5 then
-  if st ~= 0 then
+  if st ~= 0 or restored then
     move(0, 0, 1)
     reset = true
   end
   granted = 1
-elseif command == 6 and st == 0 then
+elseif command == 6 and (st == 0 or restored) then
   move(1, now_ms + tonumber(ARGV[11]), 0)
   reset, granted = true, 1
 end

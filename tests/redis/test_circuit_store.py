@@ -147,6 +147,18 @@ def test_lost_data_comes_back_from_the_callers_memory(
     assert (isolated.state, isolated.epoch) == (StateCode.ISOLATED, 7)
 
 
+def test_a_move_made_before_the_first_exchange_takes_a_new_epoch(store: RedisCircuitStateStore, key: str) -> None:
+    """A circuit isolated (or closed, or opened alone) before its key exists writes back a state
+    that already holds its own move: the move still takes a new epoch, so that members at epoch 0
+    (which believe it closed) learn it. Found in CI: the other member never saw the isolation."""
+    isolated = store.exchange(key, batch(command=Command.ISOLATE, state=StateCode.ISOLATED))
+    assert (isolated.state, isolated.epoch) == (StateCode.ISOLATED, 1)
+    assert store.exchange(key, batch()).epoch == 1  # a member at epoch 0 hears of it
+    other = f"{key}-alone"
+    opened = store.exchange(other, batch(command=Command.OPEN, state=StateCode.OPEN, remaining=3.0))
+    assert (opened.state, opened.epoch) == (StateCode.OPEN, 1)
+
+
 def test_the_script_is_loaded_again_after_a_script_flush(
     store: RedisCircuitStateStore, key: str, deployment: Deployment
 ) -> None:
