@@ -79,7 +79,13 @@ class Pool:
         self._reset()
 
     def _reset(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        # Two conditions on one lock: idle pool threads wait on `_cond` for jobs, `wait_idle` on
+        # `_quiet`. Waking `wait_idle` on the threads' own condition woke the other idle threads,
+        # which woke each other in turn: two idle threads spun forever on the CPU and never
+        # reached their idle exit.
+        self._cond = threading.Condition(lock)
+        self._quiet = threading.Condition(lock)
         self._jobs: collections.deque[Callable[[], object]] = collections.deque()
         self._threads = 0
         self._idle = 0
@@ -128,8 +134,8 @@ class Pool:
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until no job is queued or running (real time); for tests and benchmarks."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout)
+        with self._quiet:
+            return self._quiet.wait_for(lambda: not self._jobs and not self._busy, timeout)
 
     def _serve(self) -> None:
         cond = self._cond
@@ -138,7 +144,6 @@ class Pool:
             with cond:
                 while not jobs:
                     self._idle += 1
-                    cond.notify_all()  # wake `wait_idle`
                     woken = cond.wait(IDLE_EXIT)
                     self._idle -= 1
                     if not woken and not jobs:
@@ -153,6 +158,8 @@ class Pool:
                 with cond:
                     self._busy -= 1
                     self._progress = time.monotonic()
+                    if not jobs and not self._busy:
+                        self._quiet.notify_all()
 
 
 class Strand:
