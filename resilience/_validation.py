@@ -2,6 +2,7 @@
 
 A `Problems` collects what is wrong, each as `"<option>: <what is wrong>"`, so that `build()`
 can report every bad option of every strategy at once (`ValidationError.problems`).
+`generated_seconds` checks, at run time, the durations that the `*_generator` callbacks return.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import datetime as dt
 import math
 from typing import TYPE_CHECKING, TypeAlias
 
+from resilience.exceptions import ValidationError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MAX_DURATION", "Duration", "Problems", "to_seconds"]
+__all__ = ["MAX_DURATION", "Duration", "Problems", "generated_seconds", "to_seconds"]
 
 Duration: TypeAlias = "int | float | dt.timedelta"
 """A duration in: seconds as `int`/`float`, or a `timedelta` (never a `bool`)."""
@@ -29,6 +32,26 @@ def to_seconds(value: Duration) -> float:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return float(value)
+
+
+def generated_seconds(value: object, default: float, generator: str, expected: str) -> float:
+    """Seconds from what the user's `generator` callback returned: a number or a timedelta, not NaN.
+
+    None gives `default`; anything else raises `ValidationError("<generator> returned <value>:
+    return <expected>")`.
+    """
+    if value is None:
+        return default
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        seconds = math.nan
+    if math.isnan(seconds):
+        msg = f"{generator} returned {'NaN' if isinstance(value, float) else repr(value)}: return {expected}"
+        raise ValidationError(msg)
+    return seconds
 
 
 def _describe(value: object) -> str:

@@ -47,6 +47,9 @@ class RedisRateLimitStore(_RedisStore):
 
     def _arguments(self, key: object, arguments: tuple[object, ...]) -> tuple[Any, list[object]]:
         """The script and its ARGV for these `take` arguments (checked once, then remembered)."""
+        prepared = self._prepared.get(arguments)
+        if prepared is not None and type(key) is str:
+            return prepared
         problem = check_take(key, *arguments)
         if problem is not None:
             raise ValidationError(problem)
@@ -75,12 +78,9 @@ class RedisRateLimitStore(_RedisStore):
         permits: int = 1,
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
-        arguments = (limit, per, burst, algorithm, permits)
-        prepared = self._prepared.get(arguments)
-        if prepared is None or type(key) is not str:
-            prepared = self._arguments(key, arguments)
+        script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
         runner = self._sync if self._sync is not None else self._sync_client("take")
-        return int(runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])) / 1_000_000
+        return int(runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -92,10 +92,6 @@ class RedisRateLimitStore(_RedisStore):
         permits: int = 1,
     ) -> float:
         """See `take`."""
-        arguments = (limit, per, burst, algorithm, permits)
-        prepared = self._prepared.get(arguments)
-        if prepared is None or type(key) is not str:
-            prepared = self._arguments(key, arguments)
+        script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
         runner = self._async if self._async is not None else self._async_client("take_async")
-        reply = await runner.run(prepared[0], [f"{self._prefix}:{algorithm}:{key}"], prepared[1])
-        return int(reply) / 1_000_000
+        return int(await runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000

@@ -16,13 +16,11 @@ generator) build an inert strategy that `build()` leaves out of the pipeline.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok, Outcome
-from resilience._validation import Duration, to_seconds
+from resilience._validation import Duration, generated_seconds, to_seconds
 from resilience.exceptions import ValidationError
 from resilience.strategies._chaos_injection import (
     ChaosStrategyBase,
@@ -35,6 +33,7 @@ from resilience.strategies._chaos_injection import (
 from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 
 if TYPE_CHECKING:
+    import datetime as dt
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
@@ -414,14 +413,7 @@ class ChaosFaultStrategy(ChaosStrategyBase):
 
 
 def _generated_latency(value: object, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        msg = f"latency_generator returned {value!r}: return seconds (int, float or timedelta), or None"
-        raise ValidationError(msg)
-    return float(value)
+    return generated_seconds(value, default, "latency_generator", "seconds (int, float or timedelta), or None")
 
 
 class ChaosLatencyStrategy(ChaosStrategyBase):

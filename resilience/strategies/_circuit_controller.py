@@ -8,7 +8,6 @@ and async callers share the controller.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import threading
 import weakref
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from resilience._context import new_context
-from resilience.exceptions import ValidationError
+from resilience._validation import generated_seconds
 from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
 from resilience.strategies._common import call_back, call_back_async
 from resilience.telemetry._event import Severity
@@ -156,20 +155,6 @@ class CircuitBreakerManualControl:
         return f"<CircuitBreakerManualControl isolated={self._isolated}>"
 
 
-def _break_seconds(value: object) -> float:
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        msg = f"break_duration_generator returned {value!r}: return seconds (float) or a timedelta"
-        raise ValidationError(msg)
-    if math.isnan(seconds):
-        msg = "break_duration_generator returned NaN: return seconds (float) or a timedelta"
-        raise ValidationError(msg)
-    return seconds
-
-
 class CircuitController:
     """One circuit: the core under a lock, plus the reporting of its transitions."""
 
@@ -221,7 +206,8 @@ class CircuitController:
 
     def set_break(self, transition: Transition, value: object) -> float:
         """Give an opening its generated break duration (default on a bad value)."""
-        seconds = self.core.break_duration if value is None else _break_seconds(value)
+        expected = "seconds (float) or a timedelta"
+        seconds = generated_seconds(value, self.core.break_duration, "break_duration_generator", expected)
         with self.lock:
             return self.core.set_break(transition.generation, seconds)
 

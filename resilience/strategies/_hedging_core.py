@@ -14,11 +14,10 @@ launch the next attempt now, keep waiting, or finish with an outcome.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from typing import TYPE_CHECKING, Any
 
-from resilience.exceptions import ValidationError
+from resilience._validation import generated_seconds
 
 if TYPE_CHECKING:
     from resilience._outcome import Outcome
@@ -28,19 +27,8 @@ __all__ = ["HedgingState", "generated_delay"]
 
 def generated_delay(generated: object, default: float) -> float:
     """The delay to use when `delay_generator` returned `generated` (None: `default`; < 0: 0)."""
-    if generated is None:
-        return default
-    if isinstance(generated, dt.timedelta):
-        seconds = generated.total_seconds()
-    elif isinstance(generated, int | float) and not isinstance(generated, bool):
-        seconds = float(generated)
-    else:
-        msg = f"delay_generator returned {generated!r}: return seconds (float, math.inf allowed), a timedelta, or None"
-        raise ValidationError(msg)
-    if math.isnan(seconds):
-        msg = "delay_generator returned NaN: return seconds (float, math.inf allowed), a timedelta, or None"
-        raise ValidationError(msg)
-    return max(seconds, 0.0)
+    expected = "seconds (float, math.inf allowed), a timedelta, or None"
+    return max(generated_seconds(generated, default, "delay_generator", expected), 0.0)
 
 
 class HedgingState:

@@ -29,7 +29,7 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Generator, Iterable
 
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
@@ -196,21 +196,6 @@ class RetryStrategy:
         self._measured = bool(options.listeners or options.severity_provider or on_retry)
         self._traced = options.trace_executions
 
-    def _attempted(
-        self, context: ResilienceContext, outcome: Outcome[Any], attempt: int, duration: float, *, handled: bool
-    ) -> bool:
-        """Report the attempt; return whether to retry it."""
-        retry = self._core.should_retry(handled=handled, attempt=attempt, aborted=context.signal.aborted)
-        severity = Severity.WARNING if retry else Severity.ERROR if handled else Severity.INFORMATION
-        self._telemetry.emit(
-            "ExecutionAttempt",
-            severity,
-            operation_key=context.operation_key,
-            outcome=outcome,
-            arguments=ExecutionAttemptArguments(attempt, duration, handled),
-        )
-        return retry
-
     def _succeeded(self, context: ResilienceContext, result: object, attempt: int, duration: float) -> None:
         """Report a successful attempt (its signal is not read: nothing is retried)."""
         self._telemetry.emit(
@@ -221,64 +206,76 @@ class RetryStrategy:
             arguments=ExecutionAttemptArguments(attempt, duration, False),  # noqa: FBT003 - positional field
         )
 
-    def _retrying(
-        self, inner: ResilienceContext, outcome: Outcome[Any], delay: float, duration: float
-    ) -> OnRetryArguments:
-        arguments = OnRetryArguments(outcome, inner, inner.attempt, delay, duration)
+    def _failed(
+        self,
+        context: ResilienceContext,
+        inner: ResilienceContext,
+        outcome: Outcome[Any],
+        started: float | None,
+        state: float,
+    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
+        """What follows a failed attempt, for both shells: report it, decide, run the callbacks.
+
+        Yields `(callback, arguments)` for each user callback (the shell calls or awaits it and
+        sends back its result), then `(None, None)`: stop, or `(None, (delay, state))`: retry
+        after `delay` seconds with the jitter state `state`. Only failures pay for a generator.
+        """
+        core = self._core
+        attempt = inner.attempt
+        error = outcome.error
+        handled = error is None or core.handler.error(error, outcome)  # an Ok here is a handled result
+        duration = 0.0 if started is None else self._time.monotonic() - started
+        retry = core.should_retry(handled=handled, attempt=attempt, aborted=context.signal.aborted)
+        severity = Severity.WARNING if retry else Severity.ERROR if handled else Severity.INFORMATION
+        arguments: Any = ExecutionAttemptArguments(attempt, duration, handled)
+        self._telemetry.emit(
+            "ExecutionAttempt", severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments
+        )
+        if not retry:
+            yield None, None
+            return
+        delay, state = core.backoff_delay(attempt, state)
+        if self._delay_generator is not None:
+            generated = yield self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay)
+            delay = core.generated_delay(generated, delay)
+        arguments = OnRetryArguments(outcome, inner, attempt, delay, duration)
         self._telemetry.emit(
             "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
         )
-        return arguments
+        if self._on_retry is not None:
+            yield self._on_retry, arguments
+        yield None, (delay, state)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call `callback` until it succeeds, is not handled, or retries run out (sync)."""
         call = functools.partial(_in_span, self._telemetry, callback) if self._traced else callback
-        core = self._core
-        handler = core.handler
-        clock = self._time
         context._raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them. A quiet
         # execution (see ResilienceContext._quiet) skips the checks: a success reports
         # nothing, and the clock costs less than asking whether a failure would be heard.
         quiet = context._quiet
         measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
-        attempt = 0
-        state = 0.0
+        handler, clock, attempt, state = self._core.handler, self._time, 0, 0.0
         while True:
-            # The attempt's child signal is made only if something reads it (see _derive_linked).
-            inner = context._derive_linked(attempt=attempt)
-            started = clock.monotonic() if measured else 0.0
-            failure: Err | None = None
-            result: Any = None
-            outcome: Outcome[Any]
+            inner = context._derive_linked(attempt=attempt)  # its child signal is made if read
+            started = clock.monotonic() if measured else None
             try:
                 result = call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
-                failure = Err(exc)
+                outcome: Outcome[Any] = Err(exc)
+            else:  # a success (an unhandled result) returns, reported only if someone hears it
+                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
+                    if not quiet and started is not None:
+                        self._succeeded(context, result, attempt, clock.monotonic() - started)
+                    return result
             finally:
                 inner._end_signal_scope()
-            if failure is None:
-                # A success (unhandled result) returns here, reported only if someone hears it.
-                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
-                    if not quiet and measured:
-                        self._succeeded(context, result, attempt, clock.monotonic() - started)
-                    return result  # type: ignore[no-any-return]
-                handled = True
-            else:
-                outcome = failure
-                handled = handler.error(failure.error, failure)
-            duration = clock.monotonic() - started if measured else 0.0
-            if not self._attempted(context, outcome, attempt, duration, handled=handled):
+            hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
+            while hook is not None:
+                hook, arguments = steps.send(call_back(hook, arguments))
+            if arguments is None or wait(clock, arguments[0], context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
-            delay, state = core.backoff_delay(attempt, state)
-            if self._delay_generator is not None:
-                generated = call_back(self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay))
-                delay = core.generated_delay(generated, delay)
-            arguments = self._retrying(inner, outcome, delay, duration)
-            if self._on_retry is not None:
-                call_back(self._on_retry, arguments)
-            if wait(clock, delay, context.signal):
-                return outcome.unwrap()  # type: ignore[no-any-return]
+            state = arguments[1]
             attempt += 1
 
     async def execute_async(
@@ -286,53 +283,30 @@ class RetryStrategy:
     ) -> T:
         """Await `callback` until it succeeds, is not handled, or retries run out (async)."""
         call = functools.partial(_in_span_async, self._telemetry, callback) if self._traced else callback
-        core = self._core
-        handler = core.handler
-        clock = self._time
         context._raise_if_aborted()  # never start the callable under an aborted signal
-        # Durations are read only when an attempt's event or on_retry can see them. A quiet
-        # execution (see ResilienceContext._quiet) skips the checks: a success reports
-        # nothing, and the clock costs less than asking whether a failure would be heard.
-        quiet = context._quiet
+        quiet = context._quiet  # durations are measured as in `execute`
         measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
-        attempt = 0
-        state = 0.0
+        handler, clock, attempt, state = self._core.handler, self._time, 0, 0.0
         while True:
-            # The attempt's child signal is made only if something reads it (see _derive_linked).
             inner = context._derive_linked(attempt=attempt)
-            started = clock.monotonic() if measured else 0.0
-            failure: Err | None = None
-            result: Any = None
-            outcome: Outcome[Any]
+            started = clock.monotonic() if measured else None
             try:
                 result = await call(inner)
             except Exception as exc:  # noqa: BLE001 - BaseExceptions pass through untouched
-                failure = Err(exc)
+                outcome: Outcome[Any] = Err(exc)
+            else:
+                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
+                    if not quiet and started is not None:
+                        self._succeeded(context, result, attempt, clock.monotonic() - started)
+                    return result
             finally:
                 inner._end_signal_scope()
-            if failure is None:
-                # A success (unhandled result) returns here, reported only if someone hears it.
-                if not (handler.checks_results and handler.result(result, outcome := Ok(result))):
-                    if not quiet and measured:
-                        self._succeeded(context, result, attempt, clock.monotonic() - started)
-                    return result  # type: ignore[no-any-return]
-                handled = True
-            else:
-                outcome = failure
-                handled = handler.error(failure.error, failure)
-            duration = clock.monotonic() - started if measured else 0.0
-            if not self._attempted(context, outcome, attempt, duration, handled=handled):
+            hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
+            while hook is not None:
+                hook, arguments = steps.send(await call_back_async(hook, arguments))
+            if arguments is None or await wait_async(clock, arguments[0], context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
-            delay, state = core.backoff_delay(attempt, state)
-            if self._delay_generator is not None:
-                arguments = RetryDelayArguments(outcome, inner, attempt, delay)
-                generated = await call_back_async(self._delay_generator, arguments)
-                delay = core.generated_delay(generated, delay)
-            on_retry = self._retrying(inner, outcome, delay, duration)
-            if self._on_retry is not None:
-                await call_back_async(self._on_retry, on_retry)
-            if await wait_async(clock, delay, context.signal):
-                return outcome.unwrap()  # type: ignore[no-any-return]
+            state = arguments[1]
             attempt += 1
 
     def __repr__(self) -> str:

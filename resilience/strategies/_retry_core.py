@@ -9,11 +9,10 @@ decorrelated jitter (`DecorrelatedJitterBackoffV2`) for exponential.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from resilience.exceptions import ValidationError
+from resilience._validation import generated_seconds
 
 if TYPE_CHECKING:
     import random
@@ -109,16 +108,5 @@ class RetryCore:
 
     def generated_delay(self, generated: object, backoff: float) -> float:
         """The delay to use when `delay_generator` returned `generated` (None: the backoff)."""
-        if generated is None:
-            return backoff
-        if isinstance(generated, dt.timedelta):
-            seconds = generated.total_seconds()
-        elif isinstance(generated, int | float) and not isinstance(generated, bool):
-            seconds = float(generated)
-        else:
-            msg = f"delay_generator returned {generated!r}: return seconds (float), a timedelta, or None"
-            raise ValidationError(msg)
-        if math.isnan(seconds):
-            msg = "delay_generator returned NaN: return seconds (float), a timedelta, or None"
-            raise ValidationError(msg)
-        return self.cap(seconds)
+        expected = "seconds (float), a timedelta, or None"
+        return self.cap(generated_seconds(generated, backoff, "delay_generator", expected))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import math
 import threading
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from resilience._lease._workers import off_timer_thread
 from resilience._signal import Signal
-from resilience._validation import Duration, Problems, to_seconds
-from resilience.exceptions import TimeoutRejectedError, ValidationError
+from resilience._validation import Duration, Problems, generated_seconds, to_seconds
+from resilience.exceptions import TimeoutRejectedError
 from resilience.strategies._common import call_back, call_back_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
+    import datetime as dt
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
@@ -306,18 +306,7 @@ class _AsyncDeadline(Signal):
 
 def _generated_timeout(value: object, default: float) -> float | None:
     """The timeout for one execution from the generator's `value` (None: no timeout)."""
-    if value is None:
-        return default
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        msg = f"timeout_generator returned {value!r}: return seconds (float), a timedelta, or None"
-        raise ValidationError(msg)
-    if math.isnan(seconds):
-        msg = "timeout_generator returned NaN: return seconds (float), a timedelta, or None"
-        raise ValidationError(msg)
+    seconds = generated_seconds(value, default, "timeout_generator", "seconds (float), a timedelta, or None")
     if seconds <= 0 or math.isinf(seconds):
         return None
     return seconds
