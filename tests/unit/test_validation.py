@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from resilience._validation import Problems, to_seconds
+from resilience._validation import Problems, generated_seconds, to_seconds
+from resilience.exceptions import ValidationError
 
 
 @pytest.mark.parametrize(
@@ -78,3 +79,20 @@ def test_long_values_are_shortened_in_messages() -> None:
     assert len(problems.items[0]) < 120
     assert problems.items[0].endswith("...")
     assert to_seconds(dt.timedelta(minutes=1)) == 60
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, 7.0), (2, 2.0), (0.5, 0.5), (dt.timedelta(seconds=3), 3.0), (-1, -1.0)]
+)
+def test_generated_seconds_accepts_numbers_timedeltas_and_none(value: object, expected: float) -> None:
+    """A generator's duration comes back as float seconds; None gives the default; range checks are the caller's."""
+    assert generated_seconds(value, 7.0, "delay_generator", "seconds") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(math.nan, "NaN"), (True, "True"), ("soon", "'soon'"), (object, "<class 'object'>")]
+)
+def test_generated_seconds_names_the_generator_and_the_value(value: object, shown: str) -> None:
+    """Every strategy refuses a bad generated duration with the same wording."""
+    with pytest.raises(ValidationError, match=rf"^x_generator returned {shown}: return seconds or None$"):
+        generated_seconds(value, 1.0, "x_generator", "seconds or None")
