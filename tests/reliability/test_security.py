@@ -128,8 +128,9 @@ def test_hostile_keys_and_owners_are_only_ever_script_arguments(redis_server: Re
         assert semaphores.acquire(hostile, hostile, 5, 2) is not None
         assert semaphores.release(hostile, hostile)
         for kind, script, args in recording.sent:
+            # Exactly a known script (by sha, or its whole source after a NOSCRIPT): nothing of
+            # the caller's was spliced into it. (The source itself may contain "KEYS[1]".)
             assert script in KNOWN_SCRIPTS if kind == "evalsha" else script in KNOWN_SCRIPTS.values()
-            assert hostile not in script
             assert any(hostile in str(arg) for arg in args)
         assert client.get(canary) == b"alive"
         assert client.exists(f"lock:{hostile}")  # the tombstone, under exactly that name
