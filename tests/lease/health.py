@@ -53,3 +53,23 @@ async def assert_async_runtime_healthy() -> None:
         return _aborted()
 
     assert await pipeline.execute_async(renewed) is False
+
+
+def runtime_report() -> str:
+    """What the sync runtime's threads are doing (for the message of a failed assertion)."""
+    import sys
+    import threading
+    import traceback
+
+    from resilience._lease._workers import all_pools
+
+    lines = [
+        f"pool {pool.name}: threads={pool.threads} idle={pool._idle} busy={pool._busy} queued={len(pool._jobs)}"
+        for pool in all_pools()
+    ]
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        if thread.name.startswith("resilience") and thread.ident in frames:
+            stack = "".join(traceback.format_stack(frames[thread.ident])[-4:])
+            lines.append(f"--- {thread.name}\n{stack}")
+    return "\n".join(lines)

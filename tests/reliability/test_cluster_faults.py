@@ -24,6 +24,7 @@ import redis.cluster
 
 from resilience import LockLostError, LockNotAcquiredError, ResiliencePipelineBuilder, get_context
 from resilience.stores import RedisLockStore
+from tests.lease.health import runtime_report
 from tests.redis_support import RedisCluster
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: Red
         assert token is not None
         assert store.release(other, "o")
         holder.join(timeout=60)
-        assert lost, "the holder did not notice its master stopped"
+        assert lost, f"the holder did not notice its master stopped\n{runtime_report()}"
         assert lost[0] - stopped <= 1.5 + 1.5
         assert isinstance(reason[0], LockLostError)
         # No lease is granted on the stopped master's key: the client's error propagates.
