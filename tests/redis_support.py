@@ -141,7 +141,9 @@ class RedisServer:
                 msg = f"redis-server exited with {self._process.returncode}:\n{log}"
                 raise RuntimeError(msg)
             with contextlib.suppress(OSError):
-                if "PONG" in _command(self.port, "PING", timeout=0.2):
+                # Answered by this process, not by another test run's server that took the port
+                # between `free_port` and this start (xdist workers pick ports side by side).
+                if f"process_id:{self._process.pid}\r\n" in _command(self.port, "INFO", "server", timeout=0.2):
                     return
             time.sleep(0.02)
         self.stop()
