@@ -97,6 +97,7 @@ class _PrefixedStore:
         self.prefix = prefix + ":"
         self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
         self._answers_inline = getattr(inner, "_answers_inline", False)
+        self._renews_on_timer = getattr(inner, "_renews_on_timer", False)
         self._fair_queue = getattr(inner, "_fair_queue", False)
         self._pool_owner = getattr(inner, "_pool_owner", inner)
         # The flavours the wrapped store serves, as it says (the Redis stores do).

@@ -263,7 +263,7 @@ def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
         lease._then(LOSE)
     for batch in batches:
         ops = batch.leases[0]._ops
-        if ops.inline and ops.renews_many:
+        if ops.renews_on_timer:
             batch.run()
         else:
             store_pool(ops.pool_owner).submit(batch.run)

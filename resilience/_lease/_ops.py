@@ -45,6 +45,7 @@ class StoreOps:
         "pool_owner",
         "renews_many",
         "renews_many_async",
+        "renews_on_timer",
         "store",
     )
 
@@ -64,6 +65,9 @@ class StoreOps:
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
         self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
+        # A batch of renewals the sync runtime may send right on its timer thread: the memory
+        # stores' own `renew_many` (never a subclass's, never user code).
+        self.renews_on_timer = self.inline and self.renews_many and bool(getattr(store, "_renews_on_timer", False))
         # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
         # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[..., Callable[[], None]] | None = (

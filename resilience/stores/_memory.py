@@ -64,6 +64,9 @@ class _MemoryStore:
     _lease_info_takes_limit = False
     _answers_inline = True
     """Its async methods never suspend, so the engine may call the sync ones instead."""
+    _renews_on_timer = True
+    """Its `renew_many` is a few dict updates under its lock: the sync runtime may run a batch
+    on its timer thread. Not a subclass's own renewal code, which could block every lease."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -72,6 +75,8 @@ class _MemoryStore:
             cls._answers_inline = False
         if cls.__module__ != __name__ and "renew" in vars(cls) and "renew_many" not in vars(cls):
             cls.renew_many = None  # type: ignore[assignment] # not offered: the engine calls its `renew` for each
+        if cls.__module__ != __name__ and "renew_many" in vars(cls):
+            cls._renews_on_timer = False
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME

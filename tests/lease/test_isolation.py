@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from resilience._lease import LeaseParams, LockOps, acquire_lease
 from resilience.stores import MemoryLockStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 TTL = 0.3
 
@@ -27,6 +31,18 @@ class HangingStore(MemoryLockStore):
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         self.gate.wait(30)
         return False
+
+
+class HangingBatchStore(MemoryLockStore):
+    """A subclass with its own `renew_many` that blocks: its batches must not run on the timer thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        self.gate.wait(30)
+        return [False] * len(items)
 
 
 class AnsweringFalse(MemoryLockStore):
@@ -55,8 +71,9 @@ def _acquire(store: MemoryLockStore, key: str, **params: object) -> object:
 
 
 @pytest.mark.timeout(60)
-def test_a_hanging_store_never_costs_a_lease_on_another_store() -> None:
-    hanging = HangingStore()
+@pytest.mark.parametrize("kind", [HangingStore, HangingBatchStore], ids=["renew", "renew_many"])
+def test_a_hanging_store_never_costs_a_lease_on_another_store(kind: type[HangingStore | HangingBatchStore]) -> None:
+    hanging = kind()
     healthy = MemoryLockStore()
     try:
         stuck = _acquire(hanging, "stuck")
