@@ -67,6 +67,27 @@ def runtime_report() -> str:
         f"pool {pool.name}: threads={pool.threads} idle={pool._idle} busy={pool._busy} queued={len(pool._jobs)}"
         for pool in all_pools()
     ]
+    import time as _time
+
+    from resilience._lease._lease import _LIVE, _STRONG_SCHEDULERS
+
+    now = _time.monotonic()
+    for _provider, scheduler in _STRONG_SCHEDULERS.values():  # the system clock's scheduler
+        heap = scheduler._heap
+        timer = scheduler._timer
+        lines.append(
+            f"scheduler: entries={len(heap)} stale={scheduler.stale} first_due_in={heap[0][0] - now if heap else None}"
+            f" armed_in={scheduler._armed_at - now} timer={'none' if timer is None else 'cancelled' if timer.cancelled else 'pending'}"
+            f" timer_due_in={getattr(timer, 'when', now) - now}"
+        )
+    for lease in list(_LIVE.values())[:20]:  # leases whose body runs
+        machine = lease._machine
+        in_heap = any(entry[3] is lease for entry in lease._scheduler._heap)
+        lines.append(
+            f"lease {lease.key!r}: deadline_in={machine.deadline - now} armed_in={machine.armed_at - now}"
+            f" queued_in={lease._queued - now} renew_in={None if machine.renew_at is None else machine.renew_at - now}"
+            f" in_flight={machine.in_flight} lost={machine.lost} ended={machine.ended} own_entry={in_heap}"
+        )
     frames = sys._current_frames()
     for thread in threading.enumerate():
         if thread.name.startswith("resilience") and thread.ident in frames:

