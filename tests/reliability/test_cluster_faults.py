@@ -47,7 +47,7 @@ def own_cluster() -> Iterator[RedisCluster]:
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(
     sys.gettrace() is not None,
-    reason="open investigation (issue #11 closing note, 2026-12-01): in 2 of 8 coverage-traced runs with four"
+    reason="open investigation (issue #11 closing note, 2026-12-01): in 2 of 15 coverage-traced runs with four"
     " xdist workers the holder's lease was neither renewed nor declared lost for 20 s; never seen untraced."
     " The other interpreters run it; on failure it prints the runtime's state (tests/lease/health.py)",
 )
