@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
+import traceback
 import uuid
 
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context
+from resilience._lease._lease import _LIVE, _STRONG_SCHEDULERS
+from resilience._lease._workers import all_pools
 from resilience.stores import MemoryLockStore
 
 TTL = 0.6  # room for a loaded machine: renewals every 0.2 s
@@ -56,22 +61,17 @@ async def assert_async_runtime_healthy() -> None:
 
 
 def runtime_report() -> str:
-    """What the sync runtime's threads are doing (for the message of a failed assertion)."""
-    import sys
-    import threading
-    import traceback
+    """What the sync runtime's threads are doing (for the message of a failed assertion).
 
-    from resilience._lease._workers import all_pools
-
+    Pools with a thread or a queued job, the system clock's scheduler, every lease whose body
+    runs, and the stacks of the runtime's threads.
+    """
     lines = [
         f"pool {pool.name}: threads={pool.threads} idle={pool._idle} busy={pool._busy} queued={len(pool._jobs)}"
         for pool in all_pools()
+        if pool.threads or pool._jobs
     ]
-    import time as _time
-
-    from resilience._lease._lease import _LIVE, _STRONG_SCHEDULERS
-
-    now = _time.monotonic()
+    now = time.monotonic()
     for _provider, scheduler in _STRONG_SCHEDULERS.values():  # the system clock's scheduler
         heap = scheduler._heap
         timer = scheduler._timer
