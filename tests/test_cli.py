@@ -70,10 +70,15 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert target.store.acquire("gone", "worker-3", 30) is not None
     assert target.store.release("gone", "worker-3")
     queued = isinstance(target.store, RedisLockStore)  # Redis keeps a fair queue per lock: waiters are counted
-    if queued:
-        assert target.store.acquire_or_queue("order:42", "waiter-a", 30)[0] is None
-        assert target.store.acquire_or_queue("order:42", "waiter-b", 30)[0] is None
 
+    def wait_in_queue() -> None:
+        # A queue entry lives 3 s after its waiter's last attempt: attempt again before each
+        # command (a subprocess can take seconds to start on a loaded machine).
+        if queued:
+            assert target.store.acquire_or_queue("order:42", "waiter-a", 30)[0] is None
+            assert target.store.acquire_or_queue("order:42", "waiter-b", 30)[0] is None
+
+    wait_in_queue()
     listed = _cli("locks", *target.args, "list")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
@@ -85,6 +90,7 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert 5 < float(left.rstrip("s")) <= 30  # the subprocess may start slowly on a loaded machine
     assert lines[-1] == "2 held"
 
+    wait_in_queue()
     shown = _cli("locks", *target.args, "show", "order:42", script=True)
     assert shown.returncode == 0, shown.stderr
     assert f"token:   {held}" in shown.stdout
