@@ -64,10 +64,17 @@ class ThreadTimerHandle:
 
 
 class TimerThread:
-    """A lazily started daemon thread running callbacks at `time.monotonic()` deadlines."""
+    """A lazily started daemon thread running callbacks at deadlines on the real monotonic clock."""
 
     def __init__(self, name: str = "resilience-timer") -> None:
         self._name = name
+        # The real clock, taken once and kept where a clock-patching tool cannot reach it:
+        # freezegun rewrites `time.monotonic` in every module, but its fake answers the real
+        # time to a caller a few frames below `threading`. A deadline computed with the fake
+        # (a frozen year 2030) and waited for with the real clock never came: one `call_later`
+        # during a test's freeze left the lease scheduler armed forever, and every sync lease
+        # of the process unrenewed and unwatched after it (issue #11).
+        self.monotonic: Callable[[], float] = time.monotonic
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, ThreadTimerHandle]] = []
@@ -77,7 +84,7 @@ class TimerThread:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> ThreadTimerHandle:
         """Run `callback` on the timer thread after `delay` seconds of real time."""
-        handle = ThreadTimerHandle(self, time.monotonic() + clamp_delay(delay), callback)
+        handle = ThreadTimerHandle(self, self.monotonic() + clamp_delay(delay), callback)
         # The condition's own lock, entered directly: `with self._cond` goes through two
         # Python-level calls (Condition.__enter__/__exit__), 0.2 us of a 1.4 us schedule+cancel.
         with self._lock:
@@ -107,7 +114,7 @@ class TimerThread:
                     if not self._heap:
                         self._cond.wait()
                         continue
-                    wait = self._heap[0][0] - time.monotonic()
+                    wait = self._heap[0][0] - self.monotonic()
                     if wait <= 0:
                         handle = heapq.heappop(self._heap)[2]
                         break

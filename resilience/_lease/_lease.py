@@ -115,19 +115,22 @@ class Scheduler:
         if when < self._armed_at:
             self._arm(when)
 
-    def _arm(self, when: float) -> None:
+    def _arm(self, when: float, now: float | None = None) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_at = when
-        self._timer = self._call_later(when - self._tp.monotonic(), self.fire)
+        self._timer = self._call_later(when - (self._tp.monotonic() if now is None else now), self.fire)
 
     def fire(self) -> None:
         """The timer fired: tick every lease that is due (or may go early), then dispatch."""
         with _LOCK:
             self._timer = None
             self._armed_at = -_NEVER  # re-armed once, below, not by each push
+            # One reading for the whole firing: what is left in the heap is after it, so the
+            # re-arming delay is positive even if the clock answers differently on a second read.
+            now = self._tp.monotonic()
             try:
-                lost, renewals = self._take_due(self._tp.monotonic())
+                lost, renewals = self._take_due(now)
                 batches = by_store(renewals)
                 for batch in batches:
                     deadline = min(lease._machine.deadline for lease in batch.leases)
@@ -135,7 +138,7 @@ class Scheduler:
             finally:  # whatever happened, the next event is armed: the heap is never orphaned
                 self._armed_at = _NEVER
                 if self._heap:
-                    self._arm(self._heap[0][0])
+                    self._arm(self._heap[0][0], now)
         if lost or batches:
             self._dispatch(lost, batches)
 

@@ -23,7 +23,6 @@ import collections
 import logging
 import os
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -116,7 +115,7 @@ class Pool:
     def _start(self) -> None:
         # Under the condition's lock.
         self._threads += 1
-        self._progress = time.monotonic()
+        self._progress = TIMER_THREAD.monotonic()
         threading.Thread(target=self._serve, name=f"resilience-{self.name}", daemon=True).start()
 
     def _check_stall(self) -> None:
@@ -125,7 +124,7 @@ class Pool:
             self._watching = False
             if not self._jobs or self._idle or self._threads >= self.size:
                 return
-            if time.monotonic() - self._progress >= self.stall:
+            if TIMER_THREAD.monotonic() - self._progress >= self.stall:
                 self._start()
                 if self._threads >= self.size:
                     return
@@ -151,13 +150,13 @@ class Pool:
                         return
                 job = jobs.popleft()
                 self._busy += 1
-                self._progress = time.monotonic()
+                self._progress = TIMER_THREAD.monotonic()
             try:
                 run_logged(job, f"a job on {self.name}")
             finally:
                 with cond:
                     self._busy -= 1
-                    self._progress = time.monotonic()
+                    self._progress = TIMER_THREAD.monotonic()
                     if not jobs and not self._busy:
                         self._quiet.notify_all()
 
@@ -238,10 +237,10 @@ def wait_idle(timeout: float = 5.0) -> bool:
 
     Store pools first, then the callbacks their jobs queued; twice, as a callback may renew.
     """
-    deadline = time.monotonic() + timeout
+    deadline = TIMER_THREAD.monotonic() + timeout
     for _ in range(2):
         for pool in all_pools():
-            if not pool.wait_idle(max(0.0, deadline - time.monotonic())):
+            if not pool.wait_idle(max(0.0, deadline - TIMER_THREAD.monotonic())):
                 return False
     return True
 

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import freezegun
 import pytest
 
 from resilience import LockLostError, ResiliencePipelineBuilder, ValidationError, get_context
@@ -202,4 +203,32 @@ async def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type
     await built.execute_async(body)
     await asyncio.sleep(0.05)
     await assert_async_runtime_healthy()
+    assert_runtime_healthy()
+
+
+def test_a_timer_scheduled_while_time_is_frozen_fires_on_real_time() -> None:
+    """freezegun's fake `time.monotonic` must not put a timer's deadline in the frozen year."""
+    fired = threading.Event()
+    with freezegun.freeze_time("2030-01-01"):
+        TIMER_THREAD.call_later(0.01, fired.set)
+    assert fired.wait(2), "a call_later made during a freeze never fired"
+
+
+def test_a_lease_held_across_a_frozen_clock_leaves_the_runtime_healthy() -> None:
+    """A sync lease's event that fires during another test's freeze.
+
+    Before the fix, the scheduler re-armed its timer with the fake clock during the freeze
+    (a deadline in 2030) and believed itself armed earlier: every sync lease of the process
+    after it was neither renewed nor watched, and another owner took its key (the unexplained
+    Cluster-fault failure of issue #11, seen only where a freezegun test ran in the same worker).
+    """
+    store = MemoryLockStore()
+    pipeline = ResiliencePipelineBuilder().add_lock(f"k-{uuid.uuid4().hex}", ttl=0.3, store=store).build()
+    holder = threading.Thread(target=lambda: pipeline.execute(lambda: time.sleep(0.6)))
+    holder.start()
+    time.sleep(0.05)
+    with freezegun.freeze_time("2030-01-01"):
+        time.sleep(0.25)  # at least one renewal falls due while the clock is frozen
+    holder.join(5)
+    assert not holder.is_alive()
     assert_runtime_healthy()

@@ -14,7 +14,6 @@ serves a lock's key:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -45,12 +44,6 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(
-    sys.gettrace() is not None,
-    reason="open investigation (issue #11 closing note, 2026-12-01): in 2 of 15 coverage-traced runs with four"
-    " xdist workers the holder's lease was neither renewed nor declared lost for 20 s; never seen untraced."
-    " The other interpreters run it; on failure it prints the runtime's state (tests/lease/health.py)",
-)
 def test_a_stopped_master_loses_its_leases_and_refuses_new_ones(own_cluster: RedisCluster) -> None:
     client = redis.cluster.RedisCluster(
         host="127.0.0.1", port=own_cluster.port, socket_timeout=2, socket_connect_timeout=1
