@@ -166,6 +166,9 @@ class AsyncLease(LeaseBase):
     def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
         return _scheduler_for(self._loop, time_provider)
 
+    def _abandon(self) -> None:
+        _release_in_background(self._ops, self.key, self.owner, self._tp)
+
     async def _renew_once(self) -> None:
         # A task of its own on the lease's loop: a store call may enter `asyncio.timeout`
         # (redis-py does on 3.11.3+), which needs a current task, and a step run outside one
@@ -311,9 +314,8 @@ async def acquire_lease_async(
             _release_in_background(ops, key, owner, time_provider)
             raise
         if token is not None:
-            return _granted(
-                ops, key, (owner, token, sent, tag), params=params, time_provider=time_provider, signal=signal
-            ), None
+            grant = (owner, token, sent, tag)
+            return AsyncLease(ops, key, grant, params=params, time_provider=time_provider, parent=signal), None
         wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
         if wait is None or schedule is None:
             if queued:  # leave the queue: the turn passes on
@@ -327,27 +329,6 @@ async def acquire_lease_async(
             raise
         if released:
             schedule.woken(time_provider.monotonic())
-
-
-def _granted(
-    ops: StoreOps,
-    key: str,
-    grant: tuple[str, int, float, object],
-    *,
-    params: LeaseParams,
-    time_provider: TimeProvider,
-    signal: Signal | None,
-) -> AsyncLease:
-    """The lease for an acquire the store granted (released at once if the signal aborted meanwhile)."""
-    owner, token, sent, tag = grant
-    if signal is not None and signal.aborted:
-        _release_in_background(ops, key, owner, time_provider)
-        signal.raise_if_aborted()
-    lease = AsyncLease(
-        ops, key, owner, token, params=params, time_provider=time_provider, parent=signal, sent_at=sent, tag=tag
-    )
-    lease._begin(sent)
-    return lease
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

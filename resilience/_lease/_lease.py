@@ -29,11 +29,11 @@ import inspect
 import itertools
 import logging
 import os
-import secrets
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from os import urandom as _urandom
+from typing import TYPE_CHECKING
 
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
@@ -67,7 +67,7 @@ BATCH = 512
 
 def new_owner() -> str:
     """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
-    return secrets.token_hex(16)
+    return _urandom(16).hex()  # `secrets.token_hex(16)`, without its call
 
 
 class Scheduler:
@@ -349,23 +349,29 @@ class LeaseBase:
         self,
         ops: StoreOps,
         key: str,
-        owner: str,
-        token: int,
+        grant: tuple[str, int, float, object],
         *,
         params: LeaseParams,
         time_provider: TimeProvider,
         parent: Signal | None,
-        sent_at: float,  # noqa: ARG002 - the acquire's send time: `_begin(sent_at)` feeds it to the machine
-        tag: object = None,
     ) -> None:
-        self.tag = tag
-        """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
+        """Start watching the lease the store granted: `grant` is (owner, token, the acquire's send time, tag).
+
+        Granted while `parent` aborted (the acquire raced the caller's cancellation), the lease
+        is given back at once (`_abandon`) and the signal's reason raised.
+        """
+        owner, token, sent, tag = grant
         self._ops = ops
         self.key = key
         self.owner = owner
+        self._tp = time_provider
+        if parent is not None and parent.aborted:
+            self._abandon()
+            parent.raise_if_aborted()
+        self.tag = tag
+        """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
         self.token = token
         self._params = params
-        self._tp = time_provider
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None
         self._machine = LeaseMachine(params.ttl, params.renew_interval, watch=params.watch_deadline)
@@ -373,7 +379,10 @@ class LeaseBase:
         self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
         self._generation = fork_generation()
-        self.acquired_at = time_provider.monotonic()
+        self.acquired_at = now = time_provider.monotonic()
+        with _LOCK:
+            _LIVE[id(self)] = self
+            self._locked(self._machine.acquired(sent, now))
 
     def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
         raise NotImplementedError
@@ -471,14 +480,9 @@ class LeaseBase:
         """Feed one input (`decide(machine, now)`) made on the holder's own thread; perform it."""
         with _LOCK:
             flags = self._locked(decide(self._machine, self._tp.monotonic()))
-        self._then(flags, inline=True)
+        if flags & LOSE:
+            self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`settle`)
         return flags
-
-    def _begin(self, sent_at: float) -> None:
-        """Start watching a freshly acquired lease."""
-        with _LOCK:
-            _LIVE[id(self)] = self
-            self._locked(self._machine.acquired(sent_at, self._tp.monotonic()))
 
     def _extend_ttl(self, ttl: float | None) -> float | None:
         """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
@@ -500,13 +504,18 @@ class LeaseBase:
         return bool(self._input(LeaseMachine.body_ended) & RELEASE) and not self._forked()
 
     def _released(self, ok: bool) -> None:
-        self._input(lambda machine, _now: machine.release_answered(ok))
+        if not ok:  # a release answered True changes nothing: no lock, no input
+            self._input(lambda machine, _now: machine.release_answered(ok))
 
     def _detach(self) -> LockLostError | None:
         self.signal.detach()
         return self._error
 
     # -- what differs between the runtimes ----------------------------------------------------
+
+    def _abandon(self) -> None:
+        """Give back a lease granted while the caller's signal aborted (best effort)."""
+        raise NotImplementedError
 
     def _after_loss(self) -> None:
         """Runtime-specific clean-up right after a loss (the async runtime cancels a renewal)."""
@@ -556,20 +565,19 @@ class Lease(LeaseBase):
     Its callbacks run in order on its own strand of the callback pool (`_workers`).
     """
 
-    __slots__ = ("_strand",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._strand: Strand | None = None
+    __slots__ = ("_strand",)  # set by the first callback (`_callbacks`): no __init__ of its own on the hot path
 
     def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
         return scheduler_for(time_provider)
 
+    def _abandon(self) -> None:
+        _release_quietly(self._ops, self.key, self.owner)  # the store just answered: no reason to wait
+
     def _callbacks(self) -> Strand:
-        strand = self._strand
+        strand: Strand | None = getattr(self, "_strand", None)
         if strand is None:
             with _LOCK:
-                strand = self._strand
+                strand = getattr(self, "_strand", None)
                 if strand is None:
                     strand = self._strand = Strand(CALLBACKS)
         return strand
@@ -721,8 +729,8 @@ def acquire_lease(
             sent = time_provider.monotonic()
             token, held_for = _attempt(ops, key, owner, params.ttl, queued=queued)
             if token is not None:
-                grant = _Grant(owner, token, sent, tag)
-                return _granted(ops, key, grant, params=params, time_provider=time_provider, signal=signal), None
+                grant = (owner, token, sent, tag)
+                return Lease(ops, key, grant, params=params, time_provider=time_provider, parent=signal), None
             wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
             if wait is None or schedule is None:
                 if queued:
@@ -759,36 +767,6 @@ def _wait_turn(
         raise
     if released:
         schedule.woken(time_provider.monotonic())
-
-
-@dataclass(frozen=True, slots=True)
-class _Grant:
-    owner: str
-    token: int
-    sent: float
-    tag: object
-
-
-def _granted(
-    ops: StoreOps, key: str, grant: _Grant, *, params: LeaseParams, time_provider: TimeProvider, signal: Signal | None
-) -> Lease:
-    """The lease for an acquire the store granted (released at once if the signal aborted meanwhile)."""
-    if signal is not None and signal.aborted:
-        _release_quietly(ops, key, grant.owner)  # the store just answered: no reason to wait
-        signal.raise_if_aborted()
-    lease = Lease(
-        ops,
-        key,
-        grant.owner,
-        grant.token,
-        params=params,
-        time_provider=time_provider,
-        parent=signal,
-        sent_at=grant.sent,
-        tag=grant.tag,
-    )
-    lease._begin(grant.sent)
-    return lease
 
 
 def _attempt(ops: StoreOps, key: str, owner: str, ttl: float, *, queued: bool) -> tuple[int | None, float | None]:

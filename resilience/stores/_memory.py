@@ -81,6 +81,8 @@ class _MemoryStore:
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
         self._provider_ref: Callable[[], TimeProvider | None] = lambda: provider
+        # Read twice per lease (acquire, release): the clock's bound method, not the property.
+        self._now: Callable[[], float] = provider.monotonic
         self._mutex = threading.Lock()
         self._counter = 0
         # key -> id -> (callback, the queued owner it waits for, None for any release)
@@ -97,6 +99,11 @@ class _MemoryStore:
         """
         store = cls(time_provider)
         store._provider_ref = weakref.ref(time_provider)
+
+        def now() -> float:  # through the weak reference: the clock's bound method would hold it
+            return store._time_provider.monotonic()
+
+        store._now = now
         return store
 
     @property
@@ -115,9 +122,6 @@ class _MemoryStore:
     def _next_token(self) -> int:
         self._counter += 1
         return self._counter
-
-    def _now(self) -> float:
-        return self._time_provider.monotonic()
 
     # -- release notification -----------------------------------------------------------------
 
