@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from hypothesis import HealthCheck, settings
 
 from resilience.testing import FakeTimeProvider
+from tests.lease.health import scheduler_problem
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # Hypothesis's timing checks judge the machine, not the property: on two shared cores one draw
 # can stall for a second (seen at load 12: `too_slow` after 3 inputs). Properties keep their
 # example counts; only the wall-clock checks are off.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
+
+
+@pytest.fixture(autouse=True)
+def _lease_scheduler_keeps_its_timer() -> Iterator[None]:
+    """No test may leave the sync lease runtime asleep past its next event (see `scheduler_problem`)."""
+    yield
+    problem = scheduler_problem()
+    assert problem is None, problem
 
 
 @pytest.fixture

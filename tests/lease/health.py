@@ -10,8 +10,10 @@ import traceback
 import uuid
 
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context
-from resilience._lease._lease import _LIVE, _STRONG_SCHEDULERS
+from resilience._lease._lease import _LIVE, _LOCK, _STRONG_SCHEDULERS
 from resilience._lease._workers import all_pools
+from resilience._time import SYSTEM_TIME
+from resilience._timers import TIMER_THREAD
 from resilience.stores import MemoryLockStore
 
 TTL = 0.6  # room for a loaded machine: renewals every 0.2 s
@@ -58,6 +60,28 @@ async def assert_async_runtime_healthy() -> None:
         return _aborted()
 
     assert await pipeline.execute_async(renewed) is False
+
+
+def scheduler_problem() -> str | None:
+    """Why the system clock's lease scheduler could sleep past its earliest event, else None.
+
+    Its timer must fire by the time it believes itself armed for (or now, for a time already
+    past): a timer due later means every sync lease of the process goes unrenewed and unwatched
+    (a freezegun freeze once left it due in the frozen year). Checked after every test.
+    """
+    entry = _STRONG_SCHEDULERS.get(id(SYSTEM_TIME))
+    if entry is None:
+        return None
+    scheduler = entry[1]
+    with _LOCK:
+        armed_at, timer = scheduler._armed_at, scheduler._timer
+    if timer is None or timer.cancelled or armed_at == float("inf"):
+        return None  # nothing armed, or its timer is firing right now
+    now = TIMER_THREAD.monotonic()
+    late = timer.when - max(armed_at, now)
+    if late > 1.0:  # a system-clock timer is set for the scheduler's time (or at once): never later
+        return f"the sync lease scheduler believes itself armed in {armed_at - now:.3f} s but its timer fires in {timer.when - now:.3f} s"
+    return None
 
 
 def runtime_report() -> str:
