@@ -12,7 +12,7 @@ from resilience._timers import TIMER_THREAD
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle", "sync_call_later"]
+__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle", "lease_clock", "sync_call_later"]
 
 
 @runtime_checkable
@@ -103,6 +103,30 @@ class SystemTimeProvider:
 
 SYSTEM_TIME = SystemTimeProvider()
 """The process-wide default provider (a module singleton, so per-provider state is shared)."""
+
+
+class _LeaseTime(SystemTimeProvider):
+    """The system clock as leases read it: the shared timer thread's real monotonic clock.
+
+    A lease's deadline and renewals, the timer that drives them and a memory store's expiry
+    must read one clock. `SystemTimeProvider` follows a clock-patching tool (freezegun) for
+    whoever reads it, but the timer thread cannot: a lease that mixed the two was declared
+    lost when a freeze began, or never renewed nor watched after one ended (docs/decisions.md).
+    """
+
+    __slots__ = ()
+
+    def monotonic(self) -> float:
+        """The real monotonic clock (`TIMER_THREAD.monotonic`)."""
+        return TIMER_THREAD.monotonic()
+
+
+_LEASE_TIME = _LeaseTime()
+
+
+def lease_clock(time_provider: TimeProvider) -> TimeProvider:
+    """The clock leases on `time_provider` run on: the real clock for the system clock, else itself."""
+    return _LEASE_TIME if type(time_provider) is SystemTimeProvider else time_provider
 
 
 def sync_call_later(time_provider: TimeProvider, delay: float, callback: Callable[[], object]) -> TimerHandle:

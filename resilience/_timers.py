@@ -11,8 +11,10 @@ import heapq
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
+import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +33,16 @@ def clamp_delay(delay: float) -> float:
     if not delay > 0:  # NaN included
         return 0.0
     return min(delay, MAX_DELAY)
+
+
+def _real_monotonic() -> Callable[[], float]:
+    """`time.monotonic` as the interpreter provides it, even if this module is imported during a freeze."""
+    clock = time.monotonic
+    if not isinstance(clock, types.BuiltinFunctionType):  # patched: freezegun's fake is a Python function
+        real = getattr(sys.modules.get("freezegun.api"), "real_monotonic", None)
+        if callable(real):
+            return real  # type: ignore[no-any-return]
+    return clock
 
 
 class ThreadTimerHandle:
@@ -74,7 +86,7 @@ class TimerThread:
         # (a frozen year 2030) and waited for with the real clock never came: one `call_later`
         # during a test's freeze left the lease scheduler armed forever, and every sync lease
         # of the process unrenewed and unwatched after it (issue #11).
-        self.monotonic: Callable[[], float] = time.monotonic
+        self.monotonic: Callable[[], float] = _real_monotonic()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, ThreadTimerHandle]] = []

@@ -41,7 +41,7 @@ from resilience._lease import (
     acquire_lease,
     acquire_lease_async,
 )
-from resilience._time import SYSTEM_TIME
+from resilience._time import SYSTEM_TIME, lease_clock
 from resilience._validation import Problems
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
 from resilience.stores._memory import _MemoryStore
@@ -485,9 +485,9 @@ class Locks:
                 "clock): create it with MemoryLockStore(time_provider) or leave time_provider=None"
             )
             raise ValidationError(msg)
-        self._tp: TimeProvider = time_provider
+        self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
         self._ops: StoreOps = self._make_ops(store)
-        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), time_provider)
+        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp)
 
     # -- construction hooks (the semaphore overrides them) ----------------------------------
 

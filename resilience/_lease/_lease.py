@@ -115,22 +115,21 @@ class Scheduler:
         if when < self._armed_at:
             self._arm(when)
 
-    def _arm(self, when: float, now: float | None = None) -> None:
+    def _arm(self, when: float) -> None:
+        # The new timer first: if scheduling raised, the old one would still stand for `_armed_at`.
+        timer = self._call_later(when - self._tp.monotonic(), self.fire)
         if self._timer is not None:
             self._timer.cancel()
+        self._timer = timer
         self._armed_at = when
-        self._timer = self._call_later(when - (self._tp.monotonic() if now is None else now), self.fire)
 
     def fire(self) -> None:
         """The timer fired: tick every lease that is due (or may go early), then dispatch."""
         with _LOCK:
             self._timer = None
             self._armed_at = -_NEVER  # re-armed once, below, not by each push
-            # One reading for the whole firing: what is left in the heap is after it, so the
-            # re-arming delay is positive even if the clock answers differently on a second read.
-            now = self._tp.monotonic()
             try:
-                lost, renewals = self._take_due(now)
+                lost, renewals = self._take_due(self._tp.monotonic())
                 batches = by_store(renewals)
                 for batch in batches:
                     deadline = min(lease._machine.deadline for lease in batch.leases)
@@ -138,7 +137,7 @@ class Scheduler:
             finally:  # whatever happened, the next event is armed: the heap is never orphaned
                 self._armed_at = _NEVER
                 if self._heap:
-                    self._arm(self._heap[0][0], now)
+                    self._arm(self._heap[0][0])
         if lost or batches:
             self._dispatch(lost, batches)
 
@@ -380,9 +379,16 @@ class LeaseBase:
         self._error: LockLostError | None = None
         self._generation = fork_generation()
         self.acquired_at = now = time_provider.monotonic()
-        with _LOCK:
-            _LIVE[id(self)] = self
-            self._locked(self._machine.acquired(sent, now))
+        try:
+            with _LOCK:
+                _LIVE[id(self)] = self
+                self._locked(self._machine.acquired(sent, now))
+        except BaseException:  # its event could not be armed (a thread that would not start)
+            with _LOCK:
+                _LIVE.pop(id(self), None)
+                self._machine.ended = True  # an entry already in the heap fires to no effect
+            self._abandon()
+            raise
 
     def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
         raise NotImplementedError

@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
-from resilience._time import SYSTEM_TIME, SystemTimeProvider, sync_call_later
+from resilience._time import SYSTEM_TIME, SystemTimeProvider, lease_clock, sync_call_later
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,8 +81,10 @@ class _MemoryStore:
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
         self._provider_ref: Callable[[], TimeProvider | None] = lambda: provider
-        # Read twice per lease (acquire, release): the clock's bound method, not the property.
-        self._now: Callable[[], float] = provider.monotonic
+        # Read twice per lease (acquire, release): a bound method, not the property. Leases
+        # expire on the clock the lease runtime reads (`lease_clock`: the real one for the
+        # system clock, which a freezegun freeze does not move).
+        self._now: Callable[[], float] = lease_clock(provider).monotonic
         self._mutex = threading.Lock()
         self._counter = 0
         # key -> id -> (callback, the queued owner it waits for, None for any release)
@@ -98,10 +100,14 @@ class _MemoryStore:
         keep the key alive forever.
         """
         store = cls(time_provider)
-        store._provider_ref = weakref.ref(time_provider)
+        store._provider_ref = ref = weakref.ref(time_provider)
 
         def now() -> float:  # through the weak reference: the clock's bound method would hold it
-            return store._time_provider.monotonic()
+            provider = ref()
+            if provider is None:  # pragma: no cover - the registry drops the store with its clock
+                msg = "the time provider of this store was garbage-collected"
+                raise RuntimeError(msg)
+            return lease_clock(provider).monotonic()
 
         store._now = now
         return store

@@ -26,6 +26,7 @@ from resilience._lease import (
     acquire_lease_async,
 )
 from resilience._outcome import Err
+from resilience._time import lease_clock
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
@@ -325,8 +326,9 @@ class LockStrategy:
         self._key = options.key
         self._ttl = to_seconds(options.ttl)
         self._wait = to_seconds(options.wait)
-        self._time_provider: TimeProvider = context.time_provider
-        self._events = LockEvents(context.telemetry, context.time_provider)
+        # Leases, their schedules and their events on one clock (the real one for the system clock).
+        self._time_provider: TimeProvider = lease_clock(context.time_provider)
+        self._events = LockEvents(context.telemetry, self._time_provider)
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         self._params = LeaseParams(

@@ -12,7 +12,7 @@ import uuid
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context
 from resilience._lease._lease import _LIVE, _LOCK, _STRONG_SCHEDULERS
 from resilience._lease._workers import all_pools
-from resilience._time import SYSTEM_TIME
+from resilience._time import SystemTimeProvider
 from resilience._timers import TIMER_THREAD
 from resilience.stores import MemoryLockStore
 
@@ -69,18 +69,20 @@ def scheduler_problem() -> str | None:
     past): a timer due later means every sync lease of the process goes unrenewed and unwatched
     (a freezegun freeze once left it due in the frozen year). Checked after every test.
     """
-    entry = _STRONG_SCHEDULERS.get(id(SYSTEM_TIME))
-    if entry is None:
-        return None
-    scheduler = entry[1]
-    with _LOCK:
-        armed_at, timer = scheduler._armed_at, scheduler._timer
-    if timer is None or timer.cancelled or armed_at == float("inf"):
-        return None  # nothing armed, or its timer is firing right now
-    now = TIMER_THREAD.monotonic()
-    late = timer.when - max(armed_at, now)
-    if late > 1.0:  # a system-clock timer is set for the scheduler's time (or at once): never later
-        return f"the sync lease scheduler believes itself armed in {armed_at - now:.3f} s but its timer fires in {timer.when - now:.3f} s"
+    for provider, scheduler in list(_STRONG_SCHEDULERS.values()):
+        if not isinstance(provider, SystemTimeProvider):
+            continue  # a clock of its own: its timers are not the timer thread's
+        with _LOCK:
+            armed_at, timer = scheduler._armed_at, scheduler._timer
+        if timer is None or timer.cancelled or armed_at == float("inf"):
+            continue  # nothing armed, or its timer is firing right now
+        when = getattr(timer, "when", armed_at)
+        now = TIMER_THREAD.monotonic()
+        if when - max(armed_at, now) > 1.0:  # set for the scheduler's time (or at once), never later
+            return (
+                f"the sync lease scheduler of {provider!r} believes itself armed in {armed_at - now:.3f} s"
+                f" but its timer fires in {when - now:.3f} s"
+            )
     return None
 
 

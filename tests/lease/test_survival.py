@@ -214,21 +214,52 @@ def test_a_timer_scheduled_while_time_is_frozen_fires_on_real_time() -> None:
     assert fired.wait(2), "a call_later made during a freeze never fired"
 
 
-def test_a_lease_held_across_a_frozen_clock_leaves_the_runtime_healthy() -> None:
-    """A sync lease's event that fires during another test's freeze.
+def _held_throughout(store: MemoryLockStore, key: str, seconds: float) -> Callable[[], bool]:
+    """A body that outlives its ttl, then tells whether its lease was kept (renewed, not lost)."""
 
-    Before the fix, the scheduler re-armed its timer with the fake clock during the freeze
-    (a deadline in 2030) and believed itself armed earlier: every sync lease of the process
-    after it was neither renewed nor watched, and another owner took its key (the unexplained
-    Cluster-fault failure of issue #11, seen only where a freezegun test ran in the same worker).
+    def body() -> bool:
+        context = get_context()
+        assert context is not None
+        time.sleep(seconds)
+        expires_in = store._leases[key][2] - time.monotonic()  # on the real clock, renewed lately
+        return 0 < expires_in <= 0.3 and not context.signal.aborted and store.acquire(key, "another", 5.0) is None
+
+    return body
+
+
+def test_a_lease_held_across_a_frozen_clock_is_renewed_and_leaves_the_runtime_healthy() -> None:
+    """A sync lease whose renewals fall due while freezegun freezes the clock.
+
+    Leases run on the real clock (`lease_clock`): the freeze neither loses this lease nor
+    leaves the scheduler asleep. Before, the scheduler re-armed itself with the frozen clock
+    (a deadline in 2030) and every later sync lease of the process went unrenewed and
+    unwatched (the unexplained Cluster-fault failure of issue #11); and the renewal during the
+    freeze, read on the frozen clock, declared this lease lost.
     """
     store = MemoryLockStore()
-    pipeline = ResiliencePipelineBuilder().add_lock(f"k-{uuid.uuid4().hex}", ttl=0.3, store=store).build()
-    holder = threading.Thread(target=lambda: pipeline.execute(lambda: time.sleep(0.6)))
+    key = f"k-{uuid.uuid4().hex}"
+    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+    kept: list[bool] = []
+    holder = threading.Thread(target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 0.7))))
     holder.start()
     time.sleep(0.05)
     with freezegun.freeze_time("2030-01-01"):
-        time.sleep(0.25)  # at least one renewal falls due while the clock is frozen
+        time.sleep(0.3)  # at least one renewal falls due while the clock is frozen
     holder.join(5)
-    assert not holder.is_alive()
+    assert kept == [True]
+    assert_runtime_healthy()
+
+
+def test_a_lease_taken_while_the_clock_is_frozen_is_renewed_after_the_freeze() -> None:
+    """At a freeze's end the patched monotonic clock goes back by years; the lease's does not."""
+    store = MemoryLockStore()
+    key = f"k-{uuid.uuid4().hex}"
+    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+    kept: list[bool] = []
+    with freezegun.freeze_time("2030-01-01"):
+        holder = threading.Thread(target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 0.7))))
+        holder.start()
+        time.sleep(0.1)
+    holder.join(5)
+    assert kept == [True]
     assert_runtime_healthy()
