@@ -106,12 +106,14 @@ SYSTEM_TIME = SystemTimeProvider()
 
 
 class _LeaseTime(SystemTimeProvider):
-    """The system clock as leases read it: the shared timer thread's real monotonic clock.
+    """The system clock as leases read it: the shared timer thread's real clock and its timers.
 
     A lease's deadline and renewals, the timer that drives them and a memory store's expiry
     must read one clock. `SystemTimeProvider` follows a clock-patching tool (freezegun) for
-    whoever reads it, but the timer thread cannot: a lease that mixed the two was declared
-    lost when a freeze began, or never renewed nor watched after one ended (docs/decisions.md).
+    whoever reads it, and so does an event loop's `time()`, but the timer thread does not: a
+    lease that mixed them was declared lost when a freeze began, or never renewed nor watched
+    after one ended (docs/decisions.md). Its timers are the timer thread's, sync and async
+    alike (the async runtime hops each firing onto the lease's loop).
     """
 
     __slots__ = ()
@@ -120,13 +122,27 @@ class _LeaseTime(SystemTimeProvider):
         """The real monotonic clock (`TIMER_THREAD.monotonic`)."""
         return TIMER_THREAD.monotonic()
 
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        """On the shared timer thread, even inside an event loop (whose clock a freeze moves)."""
+        return TIMER_THREAD.call_later(delay, callback)
+
 
 _LEASE_TIME = _LeaseTime()
 
 
 def lease_clock(time_provider: TimeProvider) -> TimeProvider:
-    """The clock leases on `time_provider` run on: the real clock for the system clock, else itself."""
-    return _LEASE_TIME if type(time_provider) is SystemTimeProvider else time_provider
+    """The clock leases on `time_provider` run on: the real one for the system clock, else itself.
+
+    A subclass of `SystemTimeProvider` that reads or schedules differently is used as it is.
+    """
+    kind = type(time_provider)
+    if (
+        issubclass(kind, SystemTimeProvider)
+        and kind.monotonic is SystemTimeProvider.monotonic
+        and kind.call_later is SystemTimeProvider.call_later
+    ):
+        return _LEASE_TIME
+    return time_provider
 
 
 def sync_call_later(time_provider: TimeProvider, delay: float, callback: Callable[[], object]) -> TimerHandle:

@@ -1,14 +1,16 @@
-"""The asyncio runtime of a lease: one scheduler per loop and clock, one short task per renewal, no thread.
+"""The asyncio runtime of a lease: one scheduler per loop and clock, one short task per renewal.
 
 Events sit in a `Scheduler` per (loop, clock) whose one timer comes from the time provider
-(`call_later`); a timer that fires on another thread (a fake clock advanced elsewhere) hops
-onto the loop. Renewals on a store that answers at once (the memory stores) are sent right
-there, in batches; a batch on a store that renews many in one call (`renew_many_async`: the
-Redis stores pipeline it) is one task; any other renewal is a task of its own on the lease's
-loop (never a step run outside a task). The deadline bounds each: a lease's own task is
-cancelled at its deadline, a batch's at the latest deadline in it (each lease in it is lost at
-its own). The final release runs in its own task, shielded from the caller's cancellation
-and bounded by `RELEASE_TIMEOUT`.
+(`call_later`); a timer that fires on another thread hops onto the loop. On the system clock
+that is the shared timer thread (`lease_clock`: a freeze moves the loop's own clock, so a
+loop timer could wait for the frozen year); a fake clock's timers fire wherever it is advanced.
+Renewals on a store that answers at once (the memory stores) are sent right there, in
+batches; a batch on a store that renews many in one call (`renew_many_async`: the Redis
+stores pipeline it) is one task; any other renewal is a task of its own on the lease's loop
+(never a step run outside a task). The deadline bounds each: a lease's own task is cancelled
+at its deadline, a batch's at the latest deadline in it (each lease in it is lost at its own).
+The final release runs in its own task, shielded from the caller's cancellation and bounded
+by `RELEASE_TIMEOUT`.
 """
 
 from __future__ import annotations

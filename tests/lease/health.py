@@ -10,10 +10,10 @@ import traceback
 import uuid
 
 from resilience import LockLostError, ResiliencePipelineBuilder, get_context
+from resilience._lease._async import _SCHEDULERS as _ASYNC_SCHEDULERS
 from resilience._lease._lease import _LIVE, _LOCK, _STRONG_SCHEDULERS
 from resilience._lease._workers import all_pools
-from resilience._time import SystemTimeProvider
-from resilience._timers import TIMER_THREAD
+from resilience._timers import TIMER_THREAD, ThreadTimerHandle
 from resilience.stores import MemoryLockStore
 
 TTL = 0.6  # room for a loaded machine: renewals every 0.2 s
@@ -69,19 +69,18 @@ def scheduler_problem() -> str | None:
     past): a timer due later means every sync lease of the process goes unrenewed and unwatched
     (a freezegun freeze once left it due in the frozen year). Checked after every test.
     """
-    for provider, scheduler in list(_STRONG_SCHEDULERS.values()):
-        if not isinstance(provider, SystemTimeProvider):
-            continue  # a clock of its own: its timers are not the timer thread's
+    schedulers = [entry[1] for entry in list(_STRONG_SCHEDULERS.values())]
+    schedulers += [entry[1] for per_loop in list(_ASYNC_SCHEDULERS.values()) for entry in per_loop.values()]
+    for scheduler in schedulers:
         with _LOCK:
             armed_at, timer = scheduler._armed_at, scheduler._timer
-        if timer is None or timer.cancelled or armed_at == float("inf"):
-            continue  # nothing armed, or its timer is firing right now
-        when = getattr(timer, "when", armed_at)
+        if not isinstance(timer, ThreadTimerHandle) or timer.cancelled or armed_at == float("inf"):
+            continue  # not on the timer thread (a clock of its own), nothing armed, or firing now
         now = TIMER_THREAD.monotonic()
-        if when - max(armed_at, now) > 1.0:  # set for the scheduler's time (or at once), never later
+        if timer.when - max(armed_at, now) > 1.0:  # set for the scheduler's time (or at once), never later
             return (
-                f"the sync lease scheduler of {provider!r} believes itself armed in {armed_at - now:.3f} s"
-                f" but its timer fires in {when - now:.3f} s"
+                f"a lease scheduler on {scheduler._tp!r} believes itself armed in {armed_at - now:.3f} s"
+                f" but its timer fires in {timer.when - now:.3f} s"
             )
     return None
 

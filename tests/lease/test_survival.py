@@ -263,3 +263,39 @@ def test_a_lease_taken_while_the_clock_is_frozen_is_renewed_after_the_freeze() -
     holder.join(5)
     assert kept == [True]
     assert_runtime_healthy()
+
+
+async def test_an_async_lease_across_a_frozen_clock_leaves_later_async_leases_renewed() -> None:
+    """The async twin: a freeze moves the loop's clock too, so lease timers must not live there.
+
+    Before, the lease's renewal re-armed during a short freeze put the loop's scheduler timer
+    in the frozen year while the scheduler believed itself armed: a later lease on the same
+    loop, with no freeze any more, was not renewed and another owner took its key untold.
+    """
+    store = MemoryLockStore()
+
+    def pipeline(key: str) -> Any:
+        return ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+
+    async def across_the_freeze() -> None:
+        await asyncio.to_thread(time.sleep, 0.35)  # a blocking wait: the freeze starts and ends meanwhile
+
+    first = asyncio.ensure_future(pipeline(f"k-{uuid.uuid4().hex}").execute_async(across_the_freeze))
+    await asyncio.sleep(0.02)
+    freezer = freezegun.freeze_time("2030-01-01")
+    freezer.start()
+    try:
+        await asyncio.to_thread(time.sleep, 0.25)
+    finally:
+        freezer.stop()
+    await first
+    key = f"k-{uuid.uuid4().hex}"
+
+    async def later() -> tuple[int | None, bool]:
+        context = get_context()
+        assert context is not None
+        await asyncio.sleep(0.8)  # past its ttl: only renewals keep it
+        return store.acquire(key, "another", 5.0), context.signal.aborted
+
+    assert await pipeline(key).execute_async(later) == (None, False)
+    await assert_async_runtime_healthy()
