@@ -387,6 +387,7 @@ class LeaseBase:
             with _LOCK:
                 _LIVE.pop(id(self), None)
                 self._machine.ended = True  # an entry already in the heap fires to no effect
+            self.signal.detach()
             self._abandon()
             raise
 
