@@ -53,8 +53,10 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> a
     return task
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, thread: int, callback: Callable[[], object]) -> None:
-    """Run `callback` on `loop` (whose thread is `thread`): now if already there."""
+def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Callable[[], object]) -> None:
+    """Run `callback` on `loop` (whose thread is `thread`): now if already there; not at all if it is gone."""
+    if loop is None:
+        return
     if threading.get_ident() == thread:
         callback()
     else:
@@ -71,14 +73,17 @@ def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
         if ops.inline:
             batch.run()  # an in-process store answers at once: no task needed
             continue
+        first = batch.leases[0]
+        assert isinstance(first, AsyncLease)
+        loop = first._loop  # the leases' own (a scheduler is one loop's)
+        if loop is None:
+            continue  # the loop is gone, and its leases with it
         if ops.renews_many_async:
-            first = batch.leases[0]
-            assert isinstance(first, AsyncLease)
-            _spawn(first._loop, _renew_batch(batch, first._loop))
+            _spawn(loop, _renew_batch(batch, loop))
             continue
         for lease in batch.leases:
             assert isinstance(lease, AsyncLease)
-            lease._renew_task = _spawn(lease._loop, lease._renew_once())
+            lease._renew_task = _spawn(loop, lease._renew_once())
 
 
 async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
@@ -135,9 +140,12 @@ def _scheduler_for(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
     entry = schedulers.get(id(time_provider))
     if entry is None:
         thread = threading.get_ident()
+        # Weakly: the scheduler (the registry's value) must not keep its loop (the key) alive,
+        # or no closed loop would ever be freed.
+        loop_ref = weakref.ref(loop)
 
         def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
-            return time_provider.call_later(delay, lambda: _on_loop(loop, thread, callback))
+            return time_provider.call_later(delay, lambda: _on_loop(loop_ref(), thread, callback))
 
         entry = schedulers[id(time_provider)] = (time_provider, Scheduler(time_provider, call_later, _dispatch_async))
     return entry[1]
@@ -157,16 +165,21 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_loop", "_renew_task", "_thread")
+    __slots__ = ("_loop_ref", "_renew_task", "_thread")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._loop = asyncio.get_running_loop()
+        # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
+        self._loop_ref = weakref.ref(asyncio.get_running_loop())
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
         super().__init__(*args, **kwargs)
 
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop_ref()
+
     def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
-        return _scheduler_for(self._loop, time_provider)
+        return _scheduler_for(asyncio.get_running_loop(), time_provider)
 
     def _abandon(self) -> None:
         _release_in_background(self._ops, self.key, self.owner, self._tp)
@@ -202,7 +215,9 @@ class AsyncLease(LeaseBase):
         _on_loop(self._loop, self._thread, run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        _on_loop(self._loop, self._thread, lambda: _spawn(self._loop, _call_async_hook(hook, *args)))
+        loop = self._loop
+        if loop is not None:
+            _on_loop(loop, self._thread, lambda: _spawn(loop, _call_async_hook(hook, *args)))
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""

@@ -13,6 +13,7 @@ import gc
 import os
 import threading
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -94,6 +95,31 @@ def test_no_growth_over_many_sync_executions_in_memory() -> None:
 @pytest.mark.timeout(180)
 async def test_no_growth_over_many_async_executions_in_memory() -> None:
     await _memory_async(COUNT)
+
+
+def test_closed_event_loops_are_freed_after_async_leases() -> None:
+    """A loop that held async leases is freed once closed: the runtime refers to loops weakly.
+
+    Before, each loop's scheduler (the value of a registry weakly keyed by the loop) and the
+    ended leases left in its heap held the loop strongly: no loop that ever held a lease was
+    freed, one per `asyncio.run` in a process that runs async jobs that way.
+    """
+    store = MemoryLockStore()
+    pipeline = ResiliencePipelineBuilder().add_lock(f"loops-{uuid.uuid4().hex}", ttl=5, store=store).build()
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def body() -> int:
+        return 1
+
+    async def run() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        for _ in range(3):
+            await pipeline.execute_async(body)
+
+    for _ in range(5):
+        asyncio.run(run())
+    gc.collect()
+    assert sum(ref() is not None for ref in loops) == 0
 
 
 def _clients(server: RedisServer) -> int:
