@@ -69,8 +69,9 @@ def scheduler_problem() -> str | None:
     past): a timer due later means every sync lease of the process goes unrenewed and unwatched
     (a freezegun freeze once left it due in the frozen year). Checked after every test.
     """
+    # Snapshots: another thread's loop may add a scheduler meanwhile (that adds to them unlocked).
     schedulers = [entry[1] for entry in list(_STRONG_SCHEDULERS.values())]
-    schedulers += [entry[1] for per_loop in list(_ASYNC_SCHEDULERS.values()) for entry in per_loop.values()]
+    schedulers += [entry[1] for per_loop in list(_ASYNC_SCHEDULERS.values()) for entry in list(per_loop.values())]
     for scheduler in schedulers:
         with _LOCK:
             armed_at, timer = scheduler._armed_at, scheduler._timer
