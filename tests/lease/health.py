@@ -71,7 +71,7 @@ def scheduler_problem() -> str | None:
     """
     # Snapshots: another thread's loop may add a scheduler meanwhile (that adds to them unlocked).
     schedulers = [entry[1] for entry in list(_STRONG_SCHEDULERS.values())]
-    schedulers += [entry[1] for per_loop in list(_ASYNC_SCHEDULERS.values()) for entry in list(per_loop.values())]
+    schedulers += [entry[1] for per_loop in list(_ASYNC_SCHEDULERS.data.values()) for entry in list(per_loop.values())]
     for scheduler in schedulers:
         with _LOCK:
             armed_at, timer = scheduler._armed_at, scheduler._timer
