@@ -326,8 +326,7 @@ class LockStrategy:
         self._key = options.key
         self._ttl = to_seconds(options.ttl)
         self._wait = to_seconds(options.wait)
-        # Leases, their schedules and their events on one clock (the real one for the system clock).
-        self._time_provider: TimeProvider = lease_clock(context.time_provider)
+        self._time_provider: TimeProvider = lease_clock(context.time_provider)  # leases, waits, events: one clock
         self._events = LockEvents(context.telemetry, self._time_provider)
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
