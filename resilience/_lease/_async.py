@@ -23,6 +23,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from resilience._lease import _lease
 from resilience._lease._core import LOSE
 from resilience._lease._lease import Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 
@@ -55,7 +56,7 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> a
 
 def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Callable[[], object]) -> None:
     """Run `callback` on `loop` (whose thread is `thread`): now if already there; not at all if it is gone."""
-    if loop is None:
+    if loop is None or loop.is_closed():
         return
     if threading.get_ident() == thread:
         callback()
@@ -76,7 +77,7 @@ def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
         first = batch.leases[0]
         assert isinstance(first, AsyncLease)
         loop = first._loop  # the leases' own (a scheduler is one loop's)
-        if loop is None:
+        if loop is None or loop.is_closed():
             continue  # the loop is gone, and its leases with it
         if ops.renews_many_async:
             _spawn(loop, _renew_batch(batch, loop))
@@ -144,10 +145,24 @@ def _scheduler_for(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
         # or no closed loop would ever be freed.
         loop_ref = weakref.ref(loop)
 
-        def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
-            return time_provider.call_later(delay, lambda: _on_loop(loop_ref(), thread, callback))
+        def fired(callback: Callable[[], object]) -> None:
+            target = loop_ref()
+            if target is None or target.is_closed():
+                # The loop is gone, and its leases with it: forget them. An ended lease left in
+                # the heap can still reach the loop (its loss error's traceback, its tag's
+                # context), which would keep the loop alive for good.
+                with _lease._LOCK:
+                    scheduler._heap.clear()
+                if target is not None:
+                    _SCHEDULERS.pop(target, None)
+                return
+            _on_loop(target, thread, callback)
 
-        entry = schedulers[id(time_provider)] = (time_provider, Scheduler(time_provider, call_later, _dispatch_async))
+        def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
+            return time_provider.call_later(delay, lambda: fired(callback))
+
+        scheduler = Scheduler(time_provider, call_later, _dispatch_async)
+        entry = schedulers[id(time_provider)] = (time_provider, scheduler)
     return entry[1]
 
 

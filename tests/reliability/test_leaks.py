@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import threading
+import time
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from resilience import ResiliencePipelineBuilder, get_lock_token
+from resilience import LockLostError, ResiliencePipelineBuilder, get_lock_token
 from resilience.stores import MemoryLockStore, RedisLockStore
 
 if TYPE_CHECKING:
@@ -119,6 +121,38 @@ def test_closed_event_loops_are_freed_after_async_leases() -> None:
     for _ in range(5):
         asyncio.run(run())
     gc.collect()
+    assert sum(ref() is not None for ref in loops) == 0
+
+
+def test_a_closed_loop_whose_lease_was_lost_is_freed_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost lease left in the heap can reach its loop (the loss error's traceback): the
+    scheduler forgets a closed loop's leases at its next firing, within a renewal interval."""
+    # The loss is logged with its error, and pytest keeps a test's log records (and so the
+    # traceback's frames, the task, the loop) until the test ends: log nothing here.
+    monkeypatch.setattr(logging.getLogger("resilience"), "disabled", True)
+    store = MemoryLockStore()
+    pipeline = (
+        ResiliencePipelineBuilder()
+        .add_lock(f"lost-{uuid.uuid4().hex}", ttl=0.3, store=store, cancel_on_lost=True)
+        .build()
+    )
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def body() -> None:
+        store._leases.clear()  # the lease vanishes from the store: the next renewal loses it
+        await asyncio.sleep(2)
+
+    async def run() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        with pytest.raises(LockLostError):
+            await pipeline.execute_async(body)
+
+    for _ in range(2):
+        asyncio.run(run())
+    deadline = time.monotonic() + 3
+    while any(ref() is not None for ref in loops) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
     assert sum(ref() is not None for ref in loops) == 0
 
 
