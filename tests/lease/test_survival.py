@@ -214,6 +214,9 @@ def test_a_timer_scheduled_while_time_is_frozen_fires_on_real_time() -> None:
     assert fired.wait(2), "a call_later made during a freeze never fired"
 
 
+FROZEN_TTL = 0.6  # renewals every 0.2 s: room for a loaded machine, and one falls due in each freeze below
+
+
 def _held_throughout(store: MemoryLockStore, key: str, seconds: float) -> Callable[[], bool]:
     """A body that outlives its ttl, then tells whether its lease was kept (renewed, not lost)."""
 
@@ -222,7 +225,9 @@ def _held_throughout(store: MemoryLockStore, key: str, seconds: float) -> Callab
         assert context is not None
         time.sleep(seconds)
         expires_in = store._leases[key][2] - time.monotonic()  # on the real clock, renewed lately
-        return 0 < expires_in <= 0.3 and not context.signal.aborted and store.acquire(key, "another", 5.0) is None
+        return (
+            0 < expires_in <= FROZEN_TTL and not context.signal.aborted and store.acquire(key, "another", 5.0) is None
+        )
 
     return body
 
@@ -238,9 +243,11 @@ def test_a_lease_held_across_a_frozen_clock_is_renewed_and_leaves_the_runtime_he
     """
     store = MemoryLockStore()
     key = f"k-{uuid.uuid4().hex}"
-    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=FROZEN_TTL, store=store).build()
     kept: list[bool] = []
-    holder = threading.Thread(target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 0.7))))
+    holder = threading.Thread(
+        target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 2 * FROZEN_TTL)))
+    )
     holder.start()
     time.sleep(0.05)
     with freezegun.freeze_time("2030-01-01"):
@@ -254,10 +261,12 @@ def test_a_lease_taken_while_the_clock_is_frozen_is_renewed_after_the_freeze() -
     """At a freeze's end the patched monotonic clock goes back by years; the lease's does not."""
     store = MemoryLockStore()
     key = f"k-{uuid.uuid4().hex}"
-    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+    pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=FROZEN_TTL, store=store).build()
     kept: list[bool] = []
     with freezegun.freeze_time("2030-01-01"):
-        holder = threading.Thread(target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 0.7))))
+        holder = threading.Thread(
+            target=lambda: kept.append(pipeline.execute(_held_throughout(store, key, 2 * FROZEN_TTL)))
+        )
         holder.start()
         time.sleep(0.1)
     holder.join(5)
@@ -275,7 +284,7 @@ async def test_an_async_lease_across_a_frozen_clock_leaves_later_async_leases_re
     store = MemoryLockStore()
 
     def pipeline(key: str) -> Any:
-        return ResiliencePipelineBuilder().add_lock(key, ttl=0.3, store=store).build()
+        return ResiliencePipelineBuilder().add_lock(key, ttl=FROZEN_TTL, store=store).build()
 
     async def across_the_freeze() -> None:
         await asyncio.to_thread(time.sleep, 0.35)  # a blocking wait: the freeze starts and ends meanwhile
@@ -294,7 +303,7 @@ async def test_an_async_lease_across_a_frozen_clock_leaves_later_async_leases_re
     async def later() -> tuple[int | None, bool]:
         context = get_context()
         assert context is not None
-        await asyncio.sleep(0.8)  # past its ttl: only renewals keep it
+        await asyncio.sleep(2 * FROZEN_TTL)  # past its ttl: only renewals keep it
         return store.acquire(key, "another", 5.0), context.signal.aborted
 
     assert await pipeline(key).execute_async(later) == (None, False)
