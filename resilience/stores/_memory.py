@@ -35,6 +35,15 @@ QUEUE_BOUND = 1000
 """At most this many waiters queue per lock; more keep polling outside the queue."""
 
 
+def _alive(ref: Callable[[], TimeProvider | None]) -> TimeProvider:
+    """The clock behind a store's (weak) reference."""
+    provider = ref()
+    if provider is None:  # pragma: no cover - the registry drops the store with its clock
+        msg = "the time provider of this store was garbage-collected"
+        raise RuntimeError(msg)
+    return provider
+
+
 def _round_ttl(ttl: float) -> float:
     """A ttl rounded up to whole milliseconds (at least one)."""
     return max(1, math.ceil(round(ttl * 1000, 6))) / 1000
@@ -101,24 +110,14 @@ class _MemoryStore:
         """
         store = cls(time_provider)
         store._provider_ref = ref = weakref.ref(time_provider)
-
-        def now() -> float:  # through the weak reference: the clock's bound method would hold it
-            provider = ref()
-            if provider is None:  # pragma: no cover - the registry drops the store with its clock
-                msg = "the time provider of this store was garbage-collected"
-                raise RuntimeError(msg)
-            return lease_clock(provider).monotonic()
-
-        store._now = now
+        if lease_clock(time_provider) is time_provider:  # `_now` is then the clock's bound method
+            # Read through the weak reference instead: the bound method would hold the clock.
+            store._now = lambda: _alive(ref).monotonic()
         return store
 
     @property
     def _time_provider(self) -> TimeProvider:
-        provider = self._provider_ref()
-        if provider is None:  # pragma: no cover - the registry drops the store with its clock
-            msg = "the time provider of this store was garbage-collected"
-            raise RuntimeError(msg)
-        return provider
+        return _alive(self._provider_ref)
 
     @property
     def time_provider(self) -> TimeProvider:
