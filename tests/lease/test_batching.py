@@ -86,9 +86,10 @@ async def test_async_renewals_on_an_in_process_store_are_batched_on_the_loop(clo
         )
         assert lease is not None
         leases.append(lease)
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     await astep(clock, 5.01)
-    assert threading.active_count() == threads  # no thread
+    # No thread started (one left by an earlier test may end meanwhile: its idle exit).
+    assert set(threading.enumerate()) <= threads
     assert sum(store.batches) == 5 * LEASES
     assert len(store.batches) == 5 * 3
     assert not any(lease.lost for lease in leases)
