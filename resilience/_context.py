@@ -34,14 +34,19 @@ D = TypeVar("D")
 
 
 class LazyDeadline(Protocol):
-    """A deadline on a linked context's signal that schedules nothing until the signal is made."""
+    """A deadline on a scope's signal that schedules nothing until someone can observe the signal.
 
-    def arm(self) -> None:
-        """The context's signal was just made: abort it at the deadline (now, if it passed)."""
+    Give one to `ResilienceContext.derive_scope(deadline=...)`. Most callables never read their
+    signal; then nobody can see an abort before the callable ends, and no timer is needed.
+    The sync timeout strategy is written this way (see docs/custom-strategies.md).
+    """
+
+    def arm(self, signal: Signal, /) -> None:
+        """The scope's signal was just made: abort it at the deadline (at once if it passed)."""
         ...
 
     def passed(self) -> bool:
-        """Whether the deadline passed while the scope ran (firing it makes the signal)."""
+        """Whether the deadline passed while the scope runs (the scope then makes its signal)."""
         ...
 
 
@@ -185,16 +190,15 @@ class ResilienceContext:
     _properties: ResilienceProperties | None = None
     _signal: Signal | None = None
     _attempt: int = 0
-    # Set by `_derive_linked`: the context whose signal this one's is a child of, made on the
+    # Set by `derive_scope`: the context whose signal this one's is a child of, made on the
     # first read of `signal` (most callables never read it; a child signal costs 0.9 us).
     _signal_source: ResilienceContext | None = None
     _scope_ended: bool = False
-    # Set by a sync timeout on its scope's context: a deadline with no timer until the signal
-    # is first read (most callables never read it), checked lazily by `_abort_reason`.
+    # Given to `derive_scope` (the sync timeout): a deadline with no timer until the signal is
+    # first read (most callables never read it), checked lazily by `abort_reason`.
     _deadline: LazyDeadline | None = None
     # Set by the pipeline when, as its execution started, no event at Information or below
-    # could reach anything (no listener, logger off, no OpenTelemetry): the strategies then
-    # skip their own checks on the success path. Derived contexts inherit it.
+    # could reach anything (no listener, logger off, no OpenTelemetry): see `quiet`.
     _quiet: bool = False
 
     def __init__(
@@ -235,6 +239,22 @@ class ResilienceContext:
                 signal = self._link_signal(self._signal_source)
         return signal
 
+    @property
+    def attempt(self) -> int:
+        """The 0-based attempt number, set by the retry strategy."""
+        return self._attempt
+
+    @property
+    def quiet(self) -> bool:
+        """True when nothing hears this execution's events at Information or below.
+
+        The pipeline decides it once, as the execution starts: no telemetry listener, the
+        `resilience` logger off for Information, no OpenTelemetry provider that records. A
+        strategy may then skip measuring what only such an event would report (retry skips
+        its attempt's duration on a success). Events of higher severity must still be emitted.
+        """
+        return self._quiet
+
     def _link_signal(self, source: ResilienceContext) -> Signal:
         parent = source.signal
         made = False
@@ -243,18 +263,23 @@ class ResilienceContext:
             if signal is None:
                 signal = self._signal = parent.child()
                 made = True
-                # Set before reading the flag, the reverse of `_end_signal_scope`: one of the
-                # two sees the other's write, so a child made as the scope ends is detached
-                # (what an eagerly made child would be by then).
+                # Set before reading the flag, the reverse of `end_scope`: one of the two
+                # sees the other's write, so a child made as the scope ends is detached (what
+                # an eagerly made child would be by then).
                 if self._scope_ended:
                     signal.detach()
         deadline = self._deadline
         if made and deadline is not None:
-            deadline.arm()  # someone can observe the signal now: the deadline must abort it
+            deadline.arm(signal)  # someone can observe the signal now: the deadline must abort it
         return signal
 
-    def _abort_reason(self) -> BaseException | None:
-        """The reason the signal aborted with, without creating a linked signal not yet read."""
+    @property
+    def abort_reason(self) -> BaseException | None:
+        """The reason this context's signal aborted with, or None; never makes a signal not yet read.
+
+        Reading `signal.reason` is the same answer, but makes a scope's signal (`derive_scope`)
+        that nobody had read, which costs a registration in its parent.
+        """
         context: ResilienceContext | None = self
         while context is not None:
             signal = context._signal
@@ -266,39 +291,42 @@ class ResilienceContext:
             context = context._signal_source
         return None
 
-    def _raise_if_aborted(self) -> None:
-        """`signal.raise_if_aborted()`, without creating a linked signal not yet read."""
+    def raise_if_aborted(self) -> None:
+        """Raise the reason if this context's signal aborted, without making a signal not yet read.
+
+        A strategy calls it before it starts the inner part: nothing starts under an aborted
+        signal (docs/concepts.md).
+        """
         signal = self._signal  # the common cases first, without the walk's call
         if signal is not None:
             reason = signal._reason
         elif self._signal_source is None and self._deadline is None:
             return
         else:
-            reason = self._abort_reason()
+            reason = self.abort_reason
         if reason is not None:
             raise reason
 
-    def _end_signal_scope(self) -> None:
-        """The scope of a `_derive_linked` context ended: its signal stops following the parent."""
-        self._scope_ended = True  # no lock: see _link_signal
-        signal = self._signal
-        if signal is not None:
-            signal.detach()
-
-    @property
-    def attempt(self) -> int:
-        """The 0-based attempt number, set by the retry strategy."""
-        return self._attempt
-
-    def derive(self, *, signal: Signal | None = None, attempt: int | None = None) -> ResilienceContext:
+    def derive(
+        self,
+        *,
+        signal: Signal | None = None,
+        attempt: int | None = None,
+        properties: Mapping[ResiliencePropertyKey[Any], Any] | None = None,
+    ) -> ResilienceContext:
         """A child context: same key, copy-on-write properties, `signal`, and `attempt`.
 
         Strategies call this; pass the child signal they own (or None to share this one).
+        `properties` are set on the child only (the lock strategy's fencing token).
         """
         child = ResilienceContext.__new__(ResilienceContext)
         child._operation_key = self._operation_key
         props = self._properties
-        child._properties = None if props is None else ResilienceProperties(parent=props)
+        if properties:
+            child._properties = own = ResilienceProperties(parent=props)
+            own._own = dict(properties)
+        else:
+            child._properties = None if props is None else ResilienceProperties(parent=props)
         # A parent without a signal yet gets one now, so that an abort of the parent made
         # later still reaches the child (they must share one chain).
         child._signal = self.signal if signal is None else signal
@@ -306,13 +334,15 @@ class ResilienceContext:
         child._quiet = self._quiet
         return child
 
-    def _derive_linked(self, *, attempt: int | None = None) -> ResilienceContext:
-        """Like `derive` with a child signal, but the child is made when first read.
+    def derive_scope(self, *, attempt: int | None = None, deadline: LazyDeadline | None = None) -> ResilienceContext:
+        """A child context for a scope the strategy owns, with its own child signal made when first read.
 
-        The strategy that calls this ends the scope with `_end_signal_scope()` (which detaches
-        the child if one was made). The child aborts with this context's signal exactly as an
-        eagerly made one would: it is made from the parent (copying an abort that already
-        happened), and `_abort_reason()` sees the parent's abort before anyone read it.
+        What `derive(signal=self.signal.child())` gives, for less: most callables never read
+        their signal, and then no child signal is made or registered in the parent. The child
+        aborts with this context's signal exactly as an eagerly made one would (an abort that
+        already happened is seen by `abort_reason` and copied when the signal is made).
+        `deadline` (a `LazyDeadline`) aborts the scope's signal in time without a timer until
+        the signal is made. The strategy ends the scope with `end_scope()`.
         """
         child = ResilienceContext.__new__(ResilienceContext)
         child._operation_key = self._operation_key
@@ -321,7 +351,16 @@ class ResilienceContext:
         child._signal_source = self
         child._attempt = self._attempt if attempt is None else attempt
         child._quiet = self._quiet
+        if deadline is not None:
+            child._deadline = deadline
         return child
+
+    def end_scope(self) -> None:
+        """The scope of a `derive_scope` context ended: its signal stops following the parent."""
+        self._scope_ended = True  # no lock: see _link_signal
+        signal = self._signal
+        if signal is not None:
+            signal.detach()
 
     def __repr__(self) -> str:
         return (

@@ -327,7 +327,7 @@ class ResiliencePipeline:
             return self._run(plan, context, fn, args, kwargs)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
-            parent._raise_if_aborted()
+            parent.raise_if_aborted()
         token = _CURRENT.set(context)
         try:
             result = fn(*args, **kwargs)
@@ -379,7 +379,7 @@ class ResiliencePipeline:
         invocation = Invocation(fn) if plan.invoked else None
 
         def call(inner: ResilienceContext) -> T:
-            inner._raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
+            inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
             target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:
@@ -448,7 +448,7 @@ class ResiliencePipeline:
             context._quiet = True
             return await self._run_async(plan, context, fn, args, kwargs)
         if parent is not None:
-            parent._raise_if_aborted()
+            parent.raise_if_aborted()
         token = _CURRENT.set(context)
         try:
             try:
@@ -505,7 +505,7 @@ class ResiliencePipeline:
         invocation = Invocation(fn) if plan.invoked else None
 
         async def call(inner: ResilienceContext) -> T:
-            inner._raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
+            inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
             target = fn if invocation is None else invocation.target()
             token = _CURRENT.set(inner)
             try:

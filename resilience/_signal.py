@@ -237,7 +237,7 @@ class Signal:
 class CancelScope:
     """What `Signal.cancel_scope()` returns: an async context manager bound to the current task."""
 
-    __slots__ = ("_active", "_baseline", "_loop", "_remove", "_requested", "_signal", "_task", "_thread")
+    __slots__ = ("_active", "_baseline", "_loop", "_requested", "_signal", "_task", "_thread")
 
     def __init__(self, signal: Signal) -> None:
         self._signal = signal
@@ -249,14 +249,24 @@ class CancelScope:
         if task is None:  # pragma: no cover - asyncio always has a current task here
             msg = "cancel_scope() must be entered inside an asyncio task"
             raise RuntimeError(msg)
-        self._signal.raise_if_aborted()
         self._task = task
-        self._loop = asyncio.get_running_loop()
+        self._loop = task.get_loop()
         self._thread = threading.get_ident()
         self._baseline = task.cancelling()
-        self._active = True
-        self._remove = self._signal.add_callback(self._on_abort)
-        return self._signal
+        signal = self._signal
+        # Registered under the scope itself (no id, no removal closure): the async timeout
+        # and hedging enter one per execution.
+        with _LOCK:
+            reason = signal._reason
+            if reason is None:
+                callbacks = signal._callbacks
+                if callbacks is None:
+                    callbacks = signal._callbacks = {}
+                callbacks[self] = self._on_abort
+                self._active = True
+        if reason is not None:
+            raise reason
+        return signal
 
     def _on_abort(self, _reason: BaseException) -> None:
         if threading.get_ident() == self._thread:
@@ -274,7 +284,12 @@ class CancelScope:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._active = False
-        self._remove()
+        signal = self._signal
+        if signal._callbacks:  # unset once the signal aborted: nothing to remove then
+            with _LOCK:
+                callbacks = signal._callbacks
+                if callbacks is not None:
+                    callbacks.pop(self, None)
         if not self._requested:
             return False
         task = self._task

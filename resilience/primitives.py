@@ -201,7 +201,7 @@ def _waiting_signal() -> Signal | None:
     ambient = current_context()
     if ambient is None:
         return None
-    ambient._raise_if_aborted()
+    ambient.raise_if_aborted()
     return ambient.signal.child()
 
 

@@ -5,6 +5,7 @@
 objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and creates them.
 """
 
+from resilience._context import LazyDeadline
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
 from resilience.strategies._chaos import (
     BehaviorGeneratorArguments,
@@ -101,6 +102,7 @@ __all__ = [
     "HedgingStrategyOptions",
     "InjectionRateGeneratorArguments",
     "LatencyGeneratorArguments",
+    "LazyDeadline",
     "LockEventArguments",
     "LockStrategyOptions",
     "OnBehaviorInjectedArguments",

@@ -438,7 +438,7 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
             if latency > 0:
                 self._injected(context, OnLatencyInjectedArguments(context, latency))
                 if wait(self._time, latency, context.signal):
-                    context._raise_if_aborted()
+                    context.raise_if_aborted()
         return callback(context)
 
     async def execute_async(
@@ -453,7 +453,7 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
             if latency > 0:
                 await self._injected_async(context, OnLatencyInjectedArguments(context, latency))
                 if await wait_async(self._time, latency, context.signal):
-                    context._raise_if_aborted()
+                    context.raise_if_aborted()
         return await callback(context)
 
     def __repr__(self) -> str:

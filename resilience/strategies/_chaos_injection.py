@@ -244,7 +244,7 @@ class ChaosStrategyBase:
 
     def _report(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
         """Emit the injection's event (Information); the caller then runs the user callback."""
-        context._raise_if_aborted()  # nothing is injected into an execution already abandoned
+        context.raise_if_aborted()  # nothing is injected into an execution already abandoned
         self._telemetry.emit(
             self._event, Severity.INFORMATION, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )

@@ -126,7 +126,7 @@ class FallbackStrategy:
 
     def _handles(self, outcome: Outcome[Any], context: ResilienceContext) -> bool:
         """Whether to fall back from `outcome`: handled, and the caller has not aborted us."""
-        if context._abort_reason() is not None:
+        if context.abort_reason is not None:
             return False  # the caller gave up: its abort (or what it caused) is the answer
         error = outcome.error
         if error is not None:

@@ -38,7 +38,6 @@ from resilience.strategies._common import Handle, Handler, call_back, call_back_
 from resilience.strategies._hedging_core import HedgingState, generated_delay
 from resilience.strategies._hedging_pool import POOL
 from resilience.strategies._retry import ExecutionAttemptArguments
-from resilience.strategies._timeout import _AsyncDeadline
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience._invocation import Invocation
+    from resilience._signal import Signal
     from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
@@ -194,7 +194,7 @@ class HedgingStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
-        context._raise_if_aborted()  # never start the callable under an aborted signal
+        context.raise_if_aborted()  # never start the callable under an aborted signal
         run = _SyncRun(self, callback, context)
         return run.execute()  # type: ignore[no-any-return]
 
@@ -202,27 +202,20 @@ class HedgingStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Run the attempts as tasks of the caller's loop; return or raise the winner (async)."""
-        context._raise_if_aborted()
+        context.raise_if_aborted()
         if self._delay_generator is not None or self._delay <= 0:
             return await _AsyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
         # The success path: attempt 0 in this task with one timer; the run's bookkeeping is
         # made only if the timer fires or attempt 0 is handled (`_AsyncStart.promote`).
         start = _AsyncStart(self, callback, context)
-        scope = start.scope
         delay = self._delay
         timer = None if delay == math.inf else self._time.call_later(delay, start.fire)
         result: Any = None
         failure: Err | None = None
         try:
             # `_attempt`, inlined: one coroutine less on the path every execution takes.
-            scope.enter()
-            try:
+            async with start.scope.cancel_scope():
                 result = await callback(start.inner)
-            except BaseException as exc:
-                await scope.exit_error(exc)
-                raise
-            if scope.exit_ok():
-                await scope.absorb()
         except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
             failure = Err(exc)
         except BaseException as exc:
@@ -374,7 +367,7 @@ class _Run:
 
     @property
     def aborted(self) -> bool:
-        return self.context._abort_reason() is not None
+        return self.context.abort_reason is not None
 
     def result(self) -> Any:
         fatal = self.fatal
@@ -456,10 +449,10 @@ class _SyncRun(_Run):
         return self.result()
 
     def new_context(self, attempt: int) -> ResilienceContext:
-        return self.context._derive_linked(attempt=attempt)  # its signal is made when read or aborted
+        return self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
 
     def end_scope(self, context: ResilienceContext) -> None:
-        context._end_signal_scope()
+        context.end_scope()
 
     def run_from(self, attempt: int | None) -> None:
         """Run `attempt`, then every attempt its handled end makes due, on this thread."""
@@ -479,7 +472,7 @@ class _SyncRun(_Run):
                 generator = self.strategy._delay_generator
                 self.armed(attempt, self.strategy._delay if generator is None else self.generated(attempt))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
-                context._end_signal_scope()
+                context.end_scope()
                 self.ended_fatally(attempt, exc)
                 return
             token = SUBSTITUTE.set(substitute) if substitute is not None else None
@@ -493,7 +486,7 @@ class _SyncRun(_Run):
             finally:
                 if token is not None:
                     SUBSTITUTE.reset(token)
-                context._end_signal_scope()
+                context.end_scope()
             attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
 
     def generated(self, attempt: int) -> float:
@@ -589,9 +582,8 @@ class _AsyncRun(_Run):
             raise asyncio.CancelledError
 
     def new_context(self, attempt: int) -> ResilienceContext:
-        scope = _AsyncDeadline(math.inf)  # a child signal that cancels the attempt's task when aborted
-        self.context.signal._adopt(scope)
-        return self.context.derive(signal=scope, attempt=attempt)
+        # The attempt's own child signal: aborting it cancels the attempt's task (`_attempt`).
+        return self.context.derive(signal=self.context.signal.child(), attempt=attempt)
 
     def end_scope(self, context: ResilienceContext) -> None:
         context.signal.detach()
@@ -603,7 +595,6 @@ class _AsyncRun(_Run):
             if context is None:
                 return
             scope = context.signal
-            assert isinstance(scope, _AsyncDeadline)
             substitute = None
             try:
                 if attempt:
@@ -675,18 +666,12 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 async def _attempt(
-    scope: _AsyncDeadline, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
+    scope: Signal, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
 ) -> Outcome[Any]:
-    """Await one attempt under its scope: an abort of its signal cancels it and raises the reason."""
+    """Await one attempt under its signal's cancel scope: an abort cancels it and raises the reason."""
     try:
-        scope.enter()
-        try:
+        async with scope.cancel_scope():
             result = await callback(context)
-        except BaseException as exc:
-            await scope.exit_error(exc)
-            raise
-        if scope.exit_ok():
-            await scope.absorb()
     except Exception as exc:  # noqa: BLE001 - BaseExceptions propagate to the runner
         return Err(exc)
     return Ok(result)
@@ -719,8 +704,7 @@ class _AsyncStart:
         self.strategy = strategy
         self.callback = callback
         self.context = context
-        scope = self.scope = _AsyncDeadline(math.inf)
-        context.signal._adopt(scope)
+        scope = self.scope = context.signal.child()
         self.inner = context.derive(signal=scope, attempt=0)
         self.loop = asyncio.get_running_loop()
         self.thread = threading.get_ident()

@@ -1,6 +1,6 @@
 """The retry strategy: options, arguments, and the sync and async shells over `RetryCore`.
 
-Each attempt runs under `context._derive_linked(attempt=n)`: a derived context whose child
+Each attempt runs under `context.derive_scope(attempt=n)`: a derived context whose child
 signal is made on first read. Between attempts the shell sleeps on the time provider; the sleep
 ends at once when the caller's signal aborts, and then no further attempt is made (the last
 outcome is returned or re-raised).
@@ -249,15 +249,15 @@ class RetryStrategy:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call `callback` until it succeeds, is not handled, or retries run out (sync)."""
         call = functools.partial(_in_span, self._telemetry, callback) if self._traced else callback
-        context._raise_if_aborted()  # never start the callable under an aborted signal
+        context.raise_if_aborted()  # never start the callable under an aborted signal
         # Durations are read only when an attempt's event or on_retry can see them. A quiet
-        # execution (see ResilienceContext._quiet) skips the checks: a success reports
+        # execution (`ResilienceContext.quiet`) skips the checks: a success reports
         # nothing, and the clock costs less than asking whether a failure would be heard.
-        quiet = context._quiet
+        quiet = context.quiet
         measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
         handler, clock, attempt, state = self._core.handler, self._time, 0, 0.0
         while True:
-            inner = context._derive_linked(attempt=attempt)  # its child signal is made if read
+            inner = context.derive_scope(attempt=attempt)  # its child signal is made if read
             started = clock.monotonic() if measured else None
             try:
                 result = call(inner)
@@ -269,7 +269,7 @@ class RetryStrategy:
                         self._succeeded(context, result, attempt, clock.monotonic() - started)
                     return result
             finally:
-                inner._end_signal_scope()
+                inner.end_scope()
             hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
             while hook is not None:
                 hook, arguments = steps.send(call_back(hook, arguments))
@@ -283,12 +283,12 @@ class RetryStrategy:
     ) -> T:
         """Await `callback` until it succeeds, is not handled, or retries run out (async)."""
         call = functools.partial(_in_span_async, self._telemetry, callback) if self._traced else callback
-        context._raise_if_aborted()  # never start the callable under an aborted signal
-        quiet = context._quiet  # durations are measured as in `execute`
+        context.raise_if_aborted()  # never start the callable under an aborted signal
+        quiet = context.quiet  # durations are measured as in `execute`
         measured = quiet or self._measured or self._telemetry.enabled(Severity.WARNING)
         handler, clock, attempt, state = self._core.handler, self._time, 0, 0.0
         while True:
-            inner = context._derive_linked(attempt=attempt)
+            inner = context.derive_scope(attempt=attempt)
             started = clock.monotonic() if measured else None
             try:
                 result = await call(inner)
@@ -300,7 +300,7 @@ class RetryStrategy:
                         self._succeeded(context, result, attempt, clock.monotonic() - started)
                     return result
             finally:
-                inner._end_signal_scope()
+                inner.end_scope()
             hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
             while hook is not None:
                 hook, arguments = steps.send(await call_back_async(hook, arguments))

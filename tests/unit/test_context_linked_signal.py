@@ -11,11 +11,11 @@ def test_the_linked_signal_is_made_on_first_read_as_a_child() -> None:
     """Nothing is registered in the parent until the signal is read; then it follows the parent."""
     caller = Signal()
     parent = ResilienceContext(operation_key="op", properties={USER: "ann"}, signal=caller)
-    child = parent._derive_linked(attempt=2)
+    child = parent.derive_scope(attempt=2)
     assert child.operation_key == "op"
     assert child.properties[USER] == "ann"
     assert child.attempt == 2
-    assert parent._derive_linked().attempt == 0
+    assert parent.derive_scope().attempt == 0
     assert caller._callbacks is None  # no registration yet
     signal = child.signal
     assert signal is child.signal
@@ -28,31 +28,31 @@ def test_the_linked_signal_is_made_on_first_read_as_a_child() -> None:
 def test_an_abort_before_the_first_read_is_seen() -> None:
     """The parent's abort reaches the linked signal even when it was read only afterwards."""
     caller = Signal()
-    child = ResilienceContext(signal=caller)._derive_linked()
-    assert child._abort_reason() is None
+    child = ResilienceContext(signal=caller).derive_scope()
+    assert child.abort_reason is None
     reason = RuntimeError("stop")
     caller.abort(reason)
-    assert child._abort_reason() is reason
+    assert child.abort_reason is reason
     assert child.signal.reason is reason
 
 
 def test_the_reason_is_found_through_unread_links() -> None:
     """`_abort_reason` walks a chain of linked contexts without making their signals."""
     caller = Signal()
-    inner = ResilienceContext(signal=caller)._derive_linked()._derive_linked()
+    inner = ResilienceContext(signal=caller).derive_scope().derive_scope()
     caller.abort()
-    assert isinstance(inner._abort_reason(), Exception)
+    assert isinstance(inner.abort_reason, Exception)
     assert inner._signal is None
-    assert ResilienceContext()._derive_linked()._abort_reason() is None
+    assert ResilienceContext().derive_scope().abort_reason is None
     assert inner.signal.aborted
 
 
 def test_ending_the_scope_detaches_a_signal_that_was_read() -> None:
     """After the scope ends the parent keeps no reference, and its abort no longer reaches the child."""
     caller = Signal()
-    child = ResilienceContext(signal=caller)._derive_linked()
+    child = ResilienceContext(signal=caller).derive_scope()
     signal = child.signal
-    child._end_signal_scope()
+    child.end_scope()
     assert not caller._callbacks
     caller.abort()
     assert not signal.aborted
@@ -61,16 +61,16 @@ def test_ending_the_scope_detaches_a_signal_that_was_read() -> None:
 def test_a_read_after_the_scope_ended_is_detached() -> None:
     """A first read after the scope ended gets what a detached child would be: the abort state so far."""
     caller = Signal()
-    child = ResilienceContext(signal=caller)._derive_linked()
-    child._end_signal_scope()
+    child = ResilienceContext(signal=caller).derive_scope()
+    child.end_scope()
     signal = child.signal
     assert not signal.aborted
     assert not caller._callbacks
     caller.abort()
     assert not signal.aborted
     aborted = Signal()
-    late = ResilienceContext(signal=aborted)._derive_linked()
-    late._end_signal_scope()
+    late = ResilienceContext(signal=aborted).derive_scope()
+    late.end_scope()
     aborted.abort()
     assert late.signal.aborted
 
@@ -78,7 +78,7 @@ def test_a_read_after_the_scope_ended_is_detached() -> None:
 def test_concurrent_first_reads_get_one_signal() -> None:
     """Threads reading the signal at once all get the same child."""
     caller = Signal()
-    child = ResilienceContext(signal=caller)._derive_linked()
+    child = ResilienceContext(signal=caller).derive_scope()
     seen: list[Signal] = []
     barrier = threading.Barrier(4)
 

@@ -1,4 +1,4 @@
-"""The async timeout's own cancellation scope (`_AsyncDeadline`): the cases `CancelScope` covers."""
+"""The async timeout under `Signal.cancel_scope()`: the cancellation cases a scope must get right."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from resilience import OperationAbortedError, ResiliencePipelineBuilder, Signal, get_context, use_context
-from resilience.strategies._timeout import _AsyncDeadline
 
 
 async def test_an_aborted_caller_never_starts_the_callable() -> None:
@@ -84,25 +83,29 @@ async def test_an_outer_cancellation_pending_at_return_still_cancels() -> None:
 
 
 def test_a_late_abort_neither_cancels_nor_fails() -> None:
-    """An abort after the scope ended, or on a closed loop's thread, cancels nothing."""
-    scope = _AsyncDeadline(1.0)
-    assert scope.abort()  # never entered: nothing to cancel
-    assert not scope.abort()  # aborts once
+    """An abort after the scope ended, or from another thread once its loop closed, cancels nothing."""
+    ended = Signal()
+
+    async def leave_the_scope() -> None:
+        async with ended.cancel_scope():
+            pass
+        assert not ended._callbacks  # the scope left nothing registered
+        ended.abort()  # after the scope: nothing to cancel
+        await asyncio.sleep(0)
+
+    asyncio.run(leave_the_scope())
+
+    other = Signal()
     loop = asyncio.new_event_loop()
-    other = _AsyncDeadline(1.0)
-
-    async def enter() -> None:
-        other.enter()
-
-    loop.run_until_complete(enter())
+    scope = other.cancel_scope()
+    loop.run_until_complete(scope.__aenter__())  # entered, and never left: its loop closes
     loop.close()
     done = threading.Event()
 
     def abort() -> None:
-        other.abort()  # another thread, a closed loop: RuntimeError is swallowed
+        other.abort()  # another thread, a closed loop: the RuntimeError is swallowed
         done.set()
 
     threading.Thread(target=abort).start()
     assert done.wait(5)
-    other._active = False
-    other._cancel()  # inactive: no task is touched
+    assert other.aborted
