@@ -135,13 +135,8 @@ class Signal:
 
         Returns a function that removes the callback. Exceptions from the callback are logged.
         """
-        with _LOCK:
-            reason = self._reason
-            if reason is None:
-                key = next(_ids)
-                if self._callbacks is None:
-                    self._callbacks = {}
-                self._callbacks[key] = callback
+        key = next(_ids)
+        reason = self._register(key, callback)
         if reason is not None:
             try:
                 callback(reason)
@@ -150,7 +145,18 @@ class Signal:
             return _noop
         return lambda: self._remove(key)
 
-    def _remove(self, key: int) -> None:
+    def _register(self, key: object, callback: Callable[[BaseException], object]) -> BaseException | None:
+        """Add `callback` under `key` unless the signal aborted; return the reason if it had."""
+        with _LOCK:
+            reason = self._reason
+            if reason is None:
+                callbacks = self._callbacks
+                if callbacks is None:
+                    callbacks = self._callbacks = {}
+                callbacks[key] = callback
+        return reason
+
+    def _remove(self, key: object) -> None:
         with _LOCK:
             if self._callbacks is not None:
                 self._callbacks.pop(key, None)
@@ -162,15 +168,10 @@ class Signal:
     def _adopt(self, child: Signal) -> Signal:
         """Make `child` (a fresh signal, possibly of a subclass) a child of this one."""
         # On every strategy's hot path: one lock round trip, no closure, no id counter.
-        with _LOCK:
-            reason = self._reason
-            if reason is None:
-                callbacks = self._callbacks
-                if callbacks is None:
-                    callbacks = self._callbacks = {}
-                callbacks[child] = child.abort
-                child._parent = self
+        child._parent = self  # before it is registered: nobody else sees the child yet
+        reason = self._register(child, child.abort)
         if reason is not None:
+            child._parent = None
             child._reason = reason
         return child
 
@@ -254,17 +255,12 @@ class CancelScope:
         self._thread = threading.get_ident()
         self._baseline = task.cancelling()
         signal = self._signal
+        self._active = True  # before registering: an abort right after it must cancel
         # Registered under the scope itself (no id, no removal closure): the async timeout
         # and hedging enter one per execution.
-        with _LOCK:
-            reason = signal._reason
-            if reason is None:
-                callbacks = signal._callbacks
-                if callbacks is None:
-                    callbacks = signal._callbacks = {}
-                callbacks[self] = self._on_abort
-                self._active = True
+        reason = signal._register(self, self._on_abort)
         if reason is not None:
+            self._active = False
             raise reason
         return signal
 
@@ -286,10 +282,7 @@ class CancelScope:
         self._active = False
         signal = self._signal
         if signal._callbacks:  # unset once the signal aborted: nothing to remove then
-            with _LOCK:
-                callbacks = signal._callbacks
-                if callbacks is not None:
-                    callbacks.pop(self, None)
+            signal._remove(self)
         if not self._requested:
             return False
         task = self._task
