@@ -115,7 +115,12 @@ class ResilienceProperties:
         self._own: dict[ResiliencePropertyKey[Any], Any] | None = dict(initial) if initial else None
         self._parent = parent
 
-    def _lookup(self, key: ResiliencePropertyKey[Any]) -> Any:
+    @overload
+    def get(self, key: ResiliencePropertyKey[T]) -> T | None: ...
+    @overload
+    def get(self, key: ResiliencePropertyKey[T], default: D) -> T | D: ...
+    def get(self, key: ResiliencePropertyKey[T], default: object = None) -> object:
+        """The value under `key`, or `default`."""
         props: ResilienceProperties | None = self
         while props is not None:
             own = props._own
@@ -124,25 +129,16 @@ class ResilienceProperties:
                 if value is not _MISSING:
                     return value
             props = props._parent
-        return _MISSING
-
-    @overload
-    def get(self, key: ResiliencePropertyKey[T]) -> T | None: ...
-    @overload
-    def get(self, key: ResiliencePropertyKey[T], default: D) -> T | D: ...
-    def get(self, key: ResiliencePropertyKey[T], default: object = None) -> object:
-        """The value under `key`, or `default`."""
-        value = self._lookup(key)
-        return default if value is _MISSING else value
+        return default
 
     def __getitem__(self, key: ResiliencePropertyKey[T]) -> T:
-        value = self._lookup(key)
+        value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, ResiliencePropertyKey) and self._lookup(key) is not _MISSING
+        return isinstance(key, ResiliencePropertyKey) and self.get(key, _MISSING) is not _MISSING
 
     def set(self, key: ResiliencePropertyKey[T], value: T) -> None:
         """Set `key` on this context's properties only (never on a parent's)."""
@@ -152,7 +148,7 @@ class ResilienceProperties:
 
     def child(self) -> ResilienceProperties:
         """A copy-on-write view: reads fall through to this object, writes stay in the child."""
-        return ResilienceProperties(parent=self)
+        return _properties_over(self, None)
 
     def to_dict(self) -> dict[ResiliencePropertyKey[Any], Any]:
         """A flat snapshot of every visible property."""
@@ -175,6 +171,16 @@ class ResilienceProperties:
 
     def __repr__(self) -> str:
         return f"ResilienceProperties({self.to_dict()!r})"
+
+
+def _properties_over(
+    parent: ResilienceProperties | None, own: dict[ResiliencePropertyKey[Any], Any] | None
+) -> ResilienceProperties:
+    """`ResilienceProperties` with `own` values over `parent`'s, without the constructor's argument handling."""
+    props: ResilienceProperties = object.__new__(ResilienceProperties)
+    props._own = own
+    props._parent = parent
+    return props
 
 
 class ResilienceContext:
@@ -200,6 +206,10 @@ class ResilienceContext:
     # Set by the pipeline when, as its execution started, no event at Information or below
     # could reach anything (no listener, logger off, no OpenTelemetry): see `quiet`.
     _quiet: bool = False
+    # The execution's callable and arguments (`[fn, args, kwargs, invocation]`, emptied when
+    # the execution ends), set by the pipeline and handed on by `derive`/`derive_scope`: the
+    # last step of the pipeline's chain, composed once at build(), finds it here.
+    _call: list[Any] | None = None
 
     def __init__(
         self,
@@ -225,7 +235,7 @@ class ResilienceContext:
         """The context's typed properties."""
         props = self._properties
         if props is None:
-            props = self._properties = ResilienceProperties()
+            props = self._properties = _properties_over(None, None)
         return props
 
     @property
@@ -323,15 +333,15 @@ class ResilienceContext:
         child._operation_key = self._operation_key
         props = self._properties
         if properties:
-            child._properties = own = ResilienceProperties(parent=props)
-            own._own = dict(properties)
+            child._properties = _properties_over(props, dict(properties))
         else:
-            child._properties = None if props is None else ResilienceProperties(parent=props)
+            child._properties = None if props is None else _properties_over(props, None)
         # A parent without a signal yet gets one now, so that an abort of the parent made
         # later still reaches the child (they must share one chain).
         child._signal = self.signal if signal is None else signal
         child._attempt = self._attempt if attempt is None else attempt
         child._quiet = self._quiet
+        child._call = self._call
         return child
 
     def derive_scope(self, *, attempt: int | None = None, deadline: LazyDeadline | None = None) -> ResilienceContext:
@@ -347,10 +357,11 @@ class ResilienceContext:
         child = ResilienceContext.__new__(ResilienceContext)
         child._operation_key = self._operation_key
         props = self._properties
-        child._properties = None if props is None else ResilienceProperties(parent=props)
+        child._properties = None if props is None else _properties_over(props, None)
         child._signal_source = self
         child._attempt = self._attempt if attempt is None else attempt
         child._quiet = self._quiet
+        child._call = self._call
         if deadline is not None:
             child._deadline = deadline
         return child

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import inspect
 import sys
+from contextvars import ContextVar
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
@@ -216,13 +217,76 @@ def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
     raise ValidationError(msg)
 
 
-async def _invoked_async(invocation: Invocation, chain: Awaitable[T]) -> T:
-    """Await the strategies' chain with `invocation` visible to them (see `_invocation.py`)."""
-    token = INVOCATION.set(invocation)
+_CALL: ContextVar[list[Any] | None] = ContextVar("resilience_call", default=None)
+"""The running execution's call, for a last step reached with a context the strategies made themselves."""
+
+
+def _call_of(inner: ResilienceContext) -> list[Any]:
+    call = inner._call
+    if call is None:  # a context a custom strategy made rather than derived
+        call = _CALL.get()
+    if not call:
+        msg = (
+            "a strategy called the rest of the pipeline after the execution ended, or with a context "
+            "not derived from the one it was given and outside the execution's contextvars: pass "
+            "context.derive(...)/derive_scope(...) to the callback, and call it before returning"
+        )
+        raise ValidationError(msg)
+    return call
+
+
+def _last_step(inner: ResilienceContext) -> Any:
+    """The end of every sync chain: the user's callable, under the context the strategies made."""
+    inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
+    fn, args, kwargs, invocation = _call_of(inner)
+    target = fn if invocation is None else invocation.target()
+    token = _CURRENT.set(inner)
     try:
-        return await chain
+        result = target(*args, **kwargs)
     finally:
-        INVOCATION.reset(token)
+        _CURRENT.reset(token)
+    if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
+        raise _refuse_awaitable(target, result)
+    return result
+
+
+async def _last_step_async(inner: ResilienceContext) -> Any:
+    """The end of every async chain (see `_last_step`)."""
+    inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
+    fn, args, kwargs, invocation = _call_of(inner)
+    target = fn if invocation is None else invocation.target()
+    token = _CURRENT.set(inner)
+    try:
+        awaitable = target(*args, **kwargs)
+        if not _is_awaitable(awaitable):
+            raise _refuse_non_awaitable(target, awaitable)
+        return await awaitable
+    finally:
+        _CURRENT.reset(token)
+
+
+def _run_visibly(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
+    """Run a chain whose strategies may need the call outside the context: `INVOCATION`, `_CALL`."""
+    invocation = call[3] = Invocation(call[0])
+    tokens = (INVOCATION.set(invocation), _CALL.set(call))
+    try:
+        return chain(context)
+    finally:
+        _CALL.reset(tokens[1])
+        INVOCATION.reset(tokens[0])
+
+
+async def _run_visibly_async(
+    chain: Callable[[ResilienceContext], Awaitable[Any]], call: list[Any], context: ResilienceContext
+) -> Any:
+    """The async twin of `_run_visibly` (the variables are set in the awaiting task)."""
+    invocation = call[3] = Invocation(call[0])
+    tokens = (INVOCATION.set(invocation), _CALL.set(call))
+    try:
+        return await chain(context)
+    finally:
+        _CALL.reset(tokens[1])
+        INVOCATION.reset(tokens[0])
 
 
 class _Plan:
@@ -232,10 +296,22 @@ class _Plan:
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("async_problem", "invoked", "strategies", "sync_problem")
+    __slots__ = ("async_problem", "chain", "chain_async", "foreign", "invoked", "strategies", "sync_problem")
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
+        # Composed once: each strategy's hook over the next, the last step calling the user's
+        # callable, which it finds on the context it is given (`_call`, see `_last_step`).
+        chain: Callable[[ResilienceContext], Any] = _last_step
+        chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _last_step_async
+        for strategy in reversed(strategies):
+            chain = functools.partial(strategy.execute, chain)
+            chain_async = functools.partial(strategy.execute_async, chain_async)
+        self.chain = chain
+        self.chain_async = chain_async
+        # A strategy of ours always hands on the context it was given or one derived from it;
+        # another may make its own, and then the last step finds the call in `_CALL`.
+        self.foreign = any(not type(s).__module__.startswith("resilience.") for s in strategies)
         # A strategy that may call another callable in place of the user's (hedging's
         # action_generator) needs to see the call: see resilience/_invocation.py.
         self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
@@ -375,31 +451,13 @@ class ResiliencePipeline:
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
             _refuse_before_running(fn)
-
-        invocation = Invocation(fn) if plan.invoked else None
-
-        def call(inner: ResilienceContext) -> T:
-            inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
-            target = fn if invocation is None else invocation.target()
-            token = _CURRENT.set(inner)
-            try:
-                result = target(*args, **kwargs)
-            finally:
-                _CURRENT.reset(token)
-            if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
-                raise _refuse_awaitable(target, result)
-            return result
-
-        chain: Callable[[ResilienceContext], T] = call
-        for strategy in reversed(plan.strategies):
-            chain = functools.partial(strategy.execute, chain)
-        if invocation is None:
-            return chain(context)
-        token = INVOCATION.set(invocation)
+        call = context._call = [fn, args, kwargs, None]
         try:
-            return chain(context)
+            if plan.invoked or plan.foreign:
+                return _run_visibly(plan.chain, call, context)  # type: ignore[no-any-return]
+            return plan.chain(context)  # type: ignore[no-any-return]
         finally:
-            INVOCATION.reset(token)
+            call.clear()  # a context kept after the execution keeps no argument alive
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
@@ -446,7 +504,11 @@ class ResiliencePipeline:
             return await self._observe_async(plan, context, fn, args, kwargs)
         if plan.strategies:
             context._quiet = True
-            return await self._run_async(plan, context, fn, args, kwargs)
+            running, call = self._run_async(plan, context, fn, args, kwargs)
+            try:
+                return await running
+            finally:
+                call.clear()  # a context kept after the execution keeps no argument alive
         if parent is not None:
             parent.raise_if_aborted()
         token = _CURRENT.set(context)
@@ -483,11 +545,16 @@ class ResiliencePipeline:
         kwargs: Any,
     ) -> T:
         started = self._executing(context)
+        call = None
         try:
-            result = await self._run_async(plan, context, fn, args, kwargs)
+            running, call = self._run_async(plan, context, fn, args, kwargs)
+            result = await running
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
+        finally:
+            if call is not None:
+                call.clear()
         self._executed(context, started, Ok(result))
         return result
 
@@ -498,30 +565,14 @@ class ResiliencePipeline:
         fn: Callable[..., Awaitable[T]],
         args: Any,
         kwargs: Any,
-    ) -> Awaitable[T]:
+    ) -> tuple[Awaitable[T], list[Any]]:
+        """The chain's awaitable, and the call its caller clears once it is awaited."""
         if not callable(fn):
             raise _not_callable(fn, "execute_async")
-
-        invocation = Invocation(fn) if plan.invoked else None
-
-        async def call(inner: ResilienceContext) -> T:
-            inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
-            target = fn if invocation is None else invocation.target()
-            token = _CURRENT.set(inner)
-            try:
-                awaitable = target(*args, **kwargs)
-                if not _is_awaitable(awaitable):
-                    raise _refuse_non_awaitable(target, awaitable)
-                return await awaitable
-            finally:
-                _CURRENT.reset(token)
-
-        chain: Callable[[ResilienceContext], Awaitable[T]] = call
-        for strategy in reversed(plan.strategies):
-            chain = functools.partial(strategy.execute_async, chain)
-        if invocation is None:
-            return chain(context)
-        return _invoked_async(invocation, chain(context))
+        call = context._call = [fn, args, kwargs, None]
+        if plan.invoked or plan.foreign:
+            return _run_visibly_async(plan.chain_async, call, context), call
+        return plan.chain_async(context), call
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""

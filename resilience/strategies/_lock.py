@@ -395,10 +395,17 @@ class LockStrategy:
             )
         return LockNotAcquiredError(key, retry_after)
 
-    def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase, started: float) -> ResilienceContext:
+    def _enter(
+        self,
+        context: ResilienceContext,
+        run: _Run,
+        lease: LeaseBase,
+        started: float,
+        held: frozenset[tuple[int, str]],
+    ) -> ResilienceContext:
         key = run.key
         self._events.acquired(context, key, lease.token, started)
-        held = self._held(context) | {(self._store_id, key)}
+        held |= {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, _HELD: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
@@ -423,7 +430,8 @@ class LockStrategy:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
         key = self._resolve_key(context)
         started = self._time_provider.monotonic()
-        if (self._store_id, key) in self._held(context):
+        held = self._held(context)
+        if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
         lease: Lease | None
@@ -439,7 +447,7 @@ class LockStrategy:
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
         try:
-            result = callback(self._enter(context, run, lease, started))
+            result = callback(self._enter(context, run, lease, started, held))
         except Exception as exc:
             error = lease.finish()
             self._released(run, lease, error)
@@ -461,7 +469,8 @@ class LockStrategy:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
         key = self._resolve_key(context)
         started = self._time_provider.monotonic()
-        if (self._store_id, key) in self._held(context):
+        held = self._held(context)
+        if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
         lease: AsyncLease | None
@@ -477,7 +486,7 @@ class LockStrategy:
         if lease is None:
             raise self._reject(context, key, started, held_for, reentrant=False)
         try:
-            inner = self._enter(context, run, lease, started)
+            inner = self._enter(context, run, lease, started, held)
             if self._cancel_on_lost:
                 async with lease.loss_signal().cancel_scope():
                     result = await callback(inner)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import pathlib
 import re
+import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -18,6 +21,7 @@ from resilience import (
     ResiliencePipelineBuilder,
     ResiliencePropertyKey,
     Signal,
+    ValidationError,
     get_context,
 )
 from resilience.strategies import LazyDeadline
@@ -62,7 +66,7 @@ def test_quiet_says_whether_anything_hears_the_execution() -> None:
 def test_derive_with_properties_sets_them_on_the_child_only() -> None:
     """`derive(properties=...)` gives the child its own values over the parent's; the mapping is copied."""
     parent = ResilienceContext(properties={NOTE: "parent"})
-    given = {NOTE: "child", LOCK_TOKEN: 7}
+    given: dict[ResiliencePropertyKey[Any], Any] = {NOTE: "child", LOCK_TOKEN: 7}
     child = parent.derive(properties=given)
     given[NOTE] = "changed later"
     assert child.properties[NOTE] == "child"
@@ -77,7 +81,8 @@ def test_raise_if_aborted_and_abort_reason_see_the_callers_abort_without_making_
     caller = Signal()
     inner = ResilienceContext(signal=caller).derive_scope().derive_scope()
     inner.raise_if_aborted()
-    assert inner.abort_reason is None
+    before = inner.abort_reason
+    assert before is None
     reason = RuntimeError("stop")
     caller.abort(reason)
     assert inner.abort_reason is reason
@@ -168,3 +173,113 @@ def test_no_built_in_strategy_uses_a_private_context_hook() -> None:
                 if PRIVATE_HOOK.search(line):
                     offenders.append(f"{path.name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+class FreshContext:
+    """A custom strategy that hands the inner part a context it made itself, not a derived one."""
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        return callback(ResilienceContext(operation_key="made here"))
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        return await callback(ResilienceContext(operation_key="made here"))
+
+
+def test_a_context_the_strategy_made_itself_still_reaches_the_callable() -> None:
+    """The chain is composed once at build; the call is found even under a context not derived from the execution's."""
+    pipeline = ResiliencePipelineBuilder().add_retry(max_retries=1, delay=0).build()
+    custom = PipelineBuilder().add(FreshContext()).build()
+
+    def key() -> str | None:
+        context = get_context()
+        return None if context is None else context.operation_key
+
+    assert custom.execute(key) == "made here"
+    assert pipeline.execute(lambda: custom.execute(key)) == "made here"  # nested in another execution
+
+    async def key_async() -> str | None:
+        return key()
+
+    assert asyncio.run(custom.execute_async(key_async)) == "made here"
+
+
+def test_a_fresh_context_in_a_bare_thread_is_refused_clearly() -> None:
+    """Without a derived context nor the execution's contextvars, the last step cannot know the call: a clear error."""
+
+    class BareThread:
+        def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+            out: list[BaseException | T] = []
+
+            def run() -> None:
+                try:
+                    out.append(callback(ResilienceContext()))
+                except BaseException as exc:
+                    out.append(exc)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join(5)
+            if isinstance(out[0], BaseException):
+                raise out[0]
+            return out[0]
+
+        async def execute_async(self, callback: Any, context: ResilienceContext, /) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(ValidationError, match="not derived from the one it was given"):
+        PipelineBuilder().add(BareThread()).build().execute(lambda: 1)
+
+
+def test_calling_the_rest_of_the_pipeline_after_the_execution_ended_is_refused() -> None:
+    """A callback kept and called after its execution returned runs nothing."""
+    kept: list[tuple[Callable[[ResilienceContext], Any], ResilienceContext]] = []
+
+    class Keeper:
+        def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+            kept.append((callback, context))
+            return callback(context)
+
+        async def execute_async(self, callback: Any, context: ResilienceContext, /) -> Any:
+            raise NotImplementedError
+
+    calls: list[int] = []
+    PipelineBuilder().add(Keeper()).build().execute(calls.append, 1)
+    callback, context = kept[0]
+    with pytest.raises(ValidationError, match="after the execution ended"):
+        callback(context)
+    assert calls == [1]
+
+
+def test_a_context_kept_after_the_execution_keeps_no_argument_alive() -> None:
+    """The call's arguments are dropped when the execution ends, even if its contexts live on."""
+
+    class Payload:
+        pass
+
+    kept: list[ResilienceContext] = []
+
+    def body(payload: Payload) -> None:
+        context = get_context()
+        assert context is not None
+        kept.append(context)
+
+    payload = Payload()
+    alive = weakref.ref(payload)
+    pipeline = ResiliencePipelineBuilder().add_retry(max_retries=1, delay=0).add_timeout(5.0).build()
+    pipeline.execute(body, payload)
+    del payload
+    gc.collect()
+    assert kept
+    assert alive() is None
+
+    async def body_async(payload: Payload) -> None:
+        body(payload)
+
+    payload = Payload()
+    alive = weakref.ref(payload)
+    asyncio.run(pipeline.execute_async(body_async, payload))
+    del payload
+    gc.collect()
+    assert alive() is None
