@@ -11,7 +11,7 @@ import contextlib
 import functools
 import inspect
 import sys
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
@@ -221,7 +221,9 @@ _CALL: ContextVar[list[Any] | None] = ContextVar("resilience_call", default=None
 """The running execution's call, for a last step reached with a context the strategies made themselves."""
 
 
-def _call_of(inner: ResilienceContext) -> list[Any]:
+def _target(inner: ResilienceContext) -> tuple[Callable[..., Any], Any, Any]:
+    """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md)."""
+    inner.raise_if_aborted()
     call = inner._call
     if call is None:  # a context a custom strategy made rather than derived
         call = _CALL.get()
@@ -232,14 +234,13 @@ def _call_of(inner: ResilienceContext) -> list[Any]:
             "context.derive(...)/derive_scope(...) to the callback, and call it before returning"
         )
         raise ValidationError(msg)
-    return call
+    fn, args, kwargs, invocation = call
+    return (fn if invocation is None else invocation.target()), args, kwargs
 
 
 def _last_step(inner: ResilienceContext) -> Any:
     """The end of every sync chain: the user's callable, under the context the strategies made."""
-    inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
-    fn, args, kwargs, invocation = _call_of(inner)
-    target = fn if invocation is None else invocation.target()
+    target, args, kwargs = _target(inner)
     token = _CURRENT.set(inner)
     try:
         result = target(*args, **kwargs)
@@ -252,9 +253,7 @@ def _last_step(inner: ResilienceContext) -> Any:
 
 async def _last_step_async(inner: ResilienceContext) -> Any:
     """The end of every async chain (see `_last_step`)."""
-    inner.raise_if_aborted()  # never start the callable under an aborted signal (docs/concepts.md)
-    fn, args, kwargs, invocation = _call_of(inner)
-    target = fn if invocation is None else invocation.target()
+    target, args, kwargs = _target(inner)
     token = _CURRENT.set(inner)
     try:
         awaitable = target(*args, **kwargs)
@@ -265,28 +264,33 @@ async def _last_step_async(inner: ResilienceContext) -> Any:
         _CURRENT.reset(token)
 
 
-def _run_visibly(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
-    """Run a chain whose strategies may need the call outside the context: `INVOCATION`, `_CALL`."""
+def _show(call: list[Any]) -> tuple[Token[Invocation | None], Token[list[Any] | None]]:
+    """Make the call visible to strategies that need it outside the context: `INVOCATION`, `_CALL`."""
     invocation = call[3] = Invocation(call[0])
-    tokens = (INVOCATION.set(invocation), _CALL.set(call))
+    return INVOCATION.set(invocation), _CALL.set(call)
+
+
+def _hide(tokens: tuple[Token[Invocation | None], Token[list[Any] | None]]) -> None:
+    _CALL.reset(tokens[1])
+    INVOCATION.reset(tokens[0])
+
+
+def _run_visibly(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
+    tokens = _show(call)
     try:
         return chain(context)
     finally:
-        _CALL.reset(tokens[1])
-        INVOCATION.reset(tokens[0])
+        _hide(tokens)
 
 
 async def _run_visibly_async(
     chain: Callable[[ResilienceContext], Awaitable[Any]], call: list[Any], context: ResilienceContext
 ) -> Any:
-    """The async twin of `_run_visibly` (the variables are set in the awaiting task)."""
-    invocation = call[3] = Invocation(call[0])
-    tokens = (INVOCATION.set(invocation), _CALL.set(call))
+    tokens = _show(call)  # in the awaiting task
     try:
         return await chain(context)
     finally:
-        _CALL.reset(tokens[1])
-        INVOCATION.reset(tokens[0])
+        _hide(tokens)
 
 
 class _Plan:
