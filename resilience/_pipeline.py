@@ -217,30 +217,56 @@ def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
     raise ValidationError(msg)
 
 
-_CALL: ContextVar[list[Any] | None] = ContextVar("resilience_call", default=None)
+_CALL: ContextVar[tuple[list[Any], Any] | None] = ContextVar("resilience_call", default=None)
 """The running execution's call, for a last step reached with a context the strategies made themselves."""
 
 
-def _target(inner: ResilienceContext) -> tuple[Callable[..., Any], Any, Any]:
+def _target(inner: ResilienceContext, call: list[Any] | None) -> tuple[Callable[..., Any], Any, Any]:
     """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md)."""
     inner.raise_if_aborted()
-    call = inner._call
-    if call is None:  # a context a custom strategy made rather than derived
-        call = _CALL.get()
-    if not call:
+    # A copy: a hedged attempt may get here while its execution ends (and empties the list).
+    found = () if call is None else tuple(call)
+    if len(found) != 5:
+        reason = inner.abort_reason
+        if reason is not None:  # an abandoned attempt, aborted as its execution ended
+            raise reason
         msg = (
             "a strategy called the rest of the pipeline after the execution ended, or with a context "
             "not derived from the one it was given and outside the execution's contextvars: pass "
             "context.derive(...)/derive_scope(...) to the callback, and call it before returning"
         )
         raise ValidationError(msg)
-    fn, args, kwargs, invocation = call
+    fn, args, kwargs, invocation, _plan = found
     return (fn if invocation is None else invocation.target()), args, kwargs
 
 
-def _last_step(inner: ResilienceContext) -> Any:
+def _call_on(inner: ResilienceContext) -> list[Any] | None:
+    """The call, for a chain of built-in strategies (they always hand on a derived context)."""
+    return inner._call
+
+
+def _call_around(plan: _Plan, inner: ResilienceContext) -> list[Any] | None:
+    """The call, for a chain with a strategy from elsewhere.
+
+    Such a strategy may hand on a context it made from another one, even from the ambient
+    context of an enclosing execution, which carries that execution's call: the call is this
+    plan's only if it names this plan. Else it is the innermost running execution of this plan
+    in this task or thread (`_CALL`, a chain of the executions that set it).
+    """
+    call = inner._call
+    if call and call[4] is plan:
+        return call
+    shown = _CALL.get()
+    while shown is not None:
+        call, shown = shown
+        if call and call[4] is plan:
+            return call
+    return None
+
+
+def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] = _call_on) -> Any:
     """The end of every sync chain: the user's callable, under the context the strategies made."""
-    target, args, kwargs = _target(inner)
+    target, args, kwargs = _target(inner, find(inner))
     token = _CURRENT.set(inner)
     try:
         result = target(*args, **kwargs)
@@ -251,9 +277,11 @@ def _last_step(inner: ResilienceContext) -> Any:
     return result
 
 
-async def _last_step_async(inner: ResilienceContext) -> Any:
+async def _last_step_async(
+    inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] = _call_on
+) -> Any:
     """The end of every async chain (see `_last_step`)."""
-    target, args, kwargs = _target(inner)
+    target, args, kwargs = _target(inner, find(inner))
     token = _CURRENT.set(inner)
     try:
         awaitable = target(*args, **kwargs)
@@ -264,13 +292,13 @@ async def _last_step_async(inner: ResilienceContext) -> Any:
         _CURRENT.reset(token)
 
 
-def _show(call: list[Any]) -> tuple[Token[Invocation | None], Token[list[Any] | None]]:
+def _show(call: list[Any]) -> tuple[Token[Invocation | None], Token[tuple[list[Any], Any] | None]]:
     """Make the call visible to strategies that need it outside the context: `INVOCATION`, `_CALL`."""
     invocation = call[3] = Invocation(call[0])
-    return INVOCATION.set(invocation), _CALL.set(call)
+    return INVOCATION.set(invocation), _CALL.set((call, _CALL.get()))
 
 
-def _hide(tokens: tuple[Token[Invocation | None], Token[list[Any] | None]]) -> None:
+def _hide(tokens: tuple[Token[Invocation | None], Token[tuple[list[Any], Any] | None]]) -> None:
     _CALL.reset(tokens[1])
     INVOCATION.reset(tokens[0])
 
@@ -306,16 +334,20 @@ class _Plan:
         self.strategies = strategies
         # Composed once: each strategy's hook over the next, the last step calling the user's
         # callable, which it finds on the context it is given (`_call`, see `_last_step`).
+        # A strategy of ours always hands on the context it was given or one derived from it;
+        # another may make its own, and then the last step finds the call in `_CALL`.
+        self.foreign = any(not type(s).__module__.startswith("resilience.") for s in strategies)
         chain: Callable[[ResilienceContext], Any] = _last_step
         chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _last_step_async
+        if self.foreign:
+            find = functools.partial(_call_around, self)
+            chain = functools.partial(_last_step, find=find)
+            chain_async = functools.partial(_last_step_async, find=find)
         for strategy in reversed(strategies):
             chain = functools.partial(strategy.execute, chain)
             chain_async = functools.partial(strategy.execute_async, chain_async)
         self.chain = chain
         self.chain_async = chain_async
-        # A strategy of ours always hands on the context it was given or one derived from it;
-        # another may make its own, and then the last step finds the call in `_CALL`.
-        self.foreign = any(not type(s).__module__.startswith("resilience.") for s in strategies)
         # A strategy that may call another callable in place of the user's (hedging's
         # action_generator) needs to see the call: see resilience/_invocation.py.
         self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
@@ -455,7 +487,7 @@ class ResiliencePipeline:
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
             _refuse_before_running(fn)
-        call = context._call = [fn, args, kwargs, None]
+        call = context._call = [fn, args, kwargs, None, plan]
         try:
             if plan.invoked or plan.foreign:
                 return _run_visibly(plan.chain, call, context)  # type: ignore[no-any-return]
@@ -573,7 +605,7 @@ class ResiliencePipeline:
         """The chain's awaitable, and the call its caller clears once it is awaited."""
         if not callable(fn):
             raise _not_callable(fn, "execute_async")
-        call = context._call = [fn, args, kwargs, None]
+        call = context._call = [fn, args, kwargs, None, plan]
         if plan.invoked or plan.foreign:
             return _run_visibly_async(plan.chain_async, call, context), call
         return plan.chain_async(context), call

@@ -92,28 +92,19 @@ class Signal:
     def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
         """Abort now, but leave the callbacks to the caller: a function that runs them, or None.
 
-        This signal and its descendants read as aborted as soon as this returns; only the
-        callbacks (user code, and children of a subclass with its own `abort`) wait for the
-        returned function. The lease runtime runs it off its timer thread, so that a slow
-        callback never delays another lease. None if the signal had already aborted.
+        This signal and its descendants read as aborted as soon as this returns, and their
+        cancel scopes have asked for their task's cancellation; only the callbacks (user code,
+        and children of a subclass with its own `abort`) wait for the returned function. The
+        lease runtime runs it off its timer thread, so that a slow callback never delays
+        another lease. None if the signal had already aborted.
         """
-        pending: list[Callable[[BaseException], object]] = []
         with _LOCK:
             if self._reason is not None:
                 return None
             self._unlink()
-            stack = [self]
-            while stack:
-                signal = stack.pop()
-                signal._reason = reason
-                callbacks, signal._callbacks = signal._callbacks, None
-                if callbacks:
-                    for key, callback in callbacks.items():
-                        if type(key) is Signal and key._reason is None:
-                            key._parent = None
-                            stack.append(key)
-                        else:
-                            pending.append(callback)
+            pending, scopes = self._mark_aborted(reason)
+        for scope in scopes:  # ours, not user code: it only schedules the task's cancellation
+            scope._on_abort(reason)
 
         def run() -> None:
             for callback in pending:
@@ -123,6 +114,26 @@ class Signal:
                     _logger.exception("a signal callback raised")
 
         return run
+
+    def _mark_aborted(self, reason: BaseException) -> tuple[list[Callable[[BaseException], object]], list[CancelScope]]:
+        """Under `_LOCK`: set `reason` on this signal and its plain descendants; their other callbacks."""
+        pending: list[Callable[[BaseException], object]] = []
+        scopes: list[CancelScope] = []
+        stack = [self]
+        while stack:
+            signal = stack.pop()
+            signal._reason = reason
+            callbacks, signal._callbacks = signal._callbacks, None
+            if callbacks:
+                for key, callback in callbacks.items():
+                    if type(key) is Signal and key._reason is None:
+                        key._parent = None
+                        stack.append(key)
+                    elif type(key) is CancelScope:
+                        scopes.append(key)
+                    else:
+                        pending.append(callback)
+        return pending, scopes
 
     def raise_if_aborted(self) -> None:
         """Raise the reason if the signal has aborted."""

@@ -18,6 +18,7 @@ found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -141,6 +142,9 @@ class _Deadline:
         return error is not None and self.signal is not None and self.signal.reason is error
 
 
+_FIRING = threading.Lock()
+
+
 class _LazyDeadline(_Deadline):
     """The sync timeout's `LazyDeadline`: no timer until the scope's signal is made.
 
@@ -180,9 +184,17 @@ class _LazyDeadline(_Deadline):
 
     def __call__(self) -> None:
         # Fired once: by the timer, or on the calling thread when the clock says it is due
-        # (the timer may still be on its way then; its late call must not replace the error).
-        if self.error is None:
-            _Deadline.__call__(self)
+        # (the timer may still be on its way then: its late call must not replace the error,
+        # or `fired` would not recognise the reason). Rare, so one lock for the process.
+        with _FIRING:
+            if self.error is not None:
+                return
+            error = self.error = TimeoutRejectedError(timeout=self.timeout)
+            signal = self.signal
+            assert signal is not None  # fired only once its signal is made
+            run = signal._abort_deferred(error)
+        if run is not None:
+            off_timer_thread(run)
 
     def passed(self) -> bool:
         """Whether the deadline passed while the scope runs (the caller then fires it)."""
@@ -253,9 +265,9 @@ class TimeoutStrategy:
                 return callback(context)
         # The child signal is made only when the callable reads it or the deadline fires, and
         # the timer only then (see _LazyDeadline).
+        context.raise_if_aborted()  # never start the callable under an aborted signal
         deadline = _LazyDeadline(timeout, self._time)  # type: ignore[arg-type]
         inner = context.derive_scope(deadline=deadline)
-        inner.raise_if_aborted()  # never start the callable under an aborted signal
         try:
             return callback(inner)
         except Exception as exc:
