@@ -240,11 +240,6 @@ def _target(inner: ResilienceContext, call: list[Any] | None) -> tuple[Callable[
     return (fn if invocation is None else invocation.target()), args, kwargs
 
 
-def _call_on(inner: ResilienceContext) -> list[Any] | None:
-    """The call, for a chain of built-in strategies (they always hand on a derived context)."""
-    return inner._call
-
-
 def _call_around(plan: _Plan, inner: ResilienceContext) -> list[Any] | None:
     """The call, for a chain with a strategy from elsewhere.
 
@@ -264,9 +259,13 @@ def _call_around(plan: _Plan, inner: ResilienceContext) -> list[Any] | None:
     return None
 
 
-def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] = _call_on) -> Any:
-    """The end of every sync chain: the user's callable, under the context the strategies made."""
-    target, args, kwargs = _target(inner, find(inner))
+def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] | None = None) -> Any:
+    """The end of every sync chain: the user's callable, under the context the strategies made.
+
+    Built-in strategies always hand on a derived context, which carries the call; `find` is
+    for a chain with a strategy from elsewhere (`_call_around`).
+    """
+    target, args, kwargs = _target(inner, inner._call if find is None else find(inner))
     token = _CURRENT.set(inner)
     try:
         result = target(*args, **kwargs)
@@ -278,10 +277,10 @@ def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], lis
 
 
 async def _last_step_async(
-    inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] = _call_on
+    inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] | None = None
 ) -> Any:
     """The end of every async chain (see `_last_step`)."""
-    target, args, kwargs = _target(inner, find(inner))
+    target, args, kwargs = _target(inner, inner._call if find is None else find(inner))
     token = _CURRENT.set(inner)
     try:
         awaitable = target(*args, **kwargs)
