@@ -206,7 +206,7 @@ class ResilienceContext:
     # Set by the pipeline when, as its execution started, no event at Information or below
     # could reach anything (no listener, logger off, no OpenTelemetry): see `quiet`.
     _quiet: bool = False
-    # The execution's callable and arguments (`[fn, args, kwargs, invocation, plan]`, emptied when
+    # The execution's callable and arguments (`[fn, args, kwargs, invocation]`, emptied when
     # the execution ends), set by the pipeline and handed on by `derive`/`derive_scope`: the
     # last step of the pipeline's chain, composed once at build(), finds it here.
     _call: list[Any] | None = None

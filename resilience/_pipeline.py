@@ -11,7 +11,6 @@ import contextlib
 import functools
 import inspect
 import sys
-from contextvars import ContextVar, Token
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
@@ -217,55 +216,29 @@ def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
     raise ValidationError(msg)
 
 
-_CALL: ContextVar[tuple[list[Any], Any] | None] = ContextVar("resilience_call", default=None)
-"""The running execution's call, for a last step reached with a context the strategies made themselves."""
-
-
 def _target(inner: ResilienceContext, call: list[Any] | None) -> tuple[Callable[..., Any], Any, Any]:
     """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md)."""
     inner.raise_if_aborted()
     # A copy: a hedged attempt may get here while its execution ends (and empties the list).
     found = () if call is None else tuple(call)
-    if len(found) != 5:
+    if len(found) != 4:
         reason = inner.abort_reason
         if reason is not None:  # an abandoned attempt, aborted as its execution ended
             raise reason
-        msg = (
-            "a strategy called the rest of the pipeline after the execution ended, or with a context "
-            "not derived from the one it was given and outside the execution's contextvars: pass "
-            "context.derive(...)/derive_scope(...) to the callback, and call it before returning"
-        )
+        msg = "a strategy called the rest of the pipeline after its execution ended"
         raise ValidationError(msg)
-    fn, args, kwargs, invocation, _plan = found
+    fn, args, kwargs, invocation = found
     return (fn if invocation is None else invocation.target()), args, kwargs
 
 
-def _call_around(plan: _Plan, inner: ResilienceContext) -> list[Any] | None:
-    """The call, for a chain with a strategy from elsewhere.
-
-    Such a strategy may hand on a context it made from another one, even from the ambient
-    context of an enclosing execution, which carries that execution's call: the call is this
-    plan's only if it names this plan. Else it is the innermost running execution of this plan
-    in this task or thread (`_CALL`, a chain of the executions that set it).
-    """
-    call = inner._call
-    if call and call[4] is plan:
-        return call
-    shown = _CALL.get()
-    while shown is not None:
-        call, shown = shown
-        if call and call[4] is plan:
-            return call
-    return None
-
-
-def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] | None = None) -> Any:
+def _last_step(inner: ResilienceContext, call: list[Any] | None = None) -> Any:
     """The end of every sync chain: the user's callable, under the context the strategies made.
 
-    Built-in strategies always hand on a derived context, which carries the call; `find` is
-    for a chain with a strategy from elsewhere (`_call_around`).
+    A chain of built-in strategies, composed once, finds the call on the context it is given
+    (they always hand on a derived one); a chain with a strategy from elsewhere is composed
+    per execution with the call bound here (see `_Plan`).
     """
-    target, args, kwargs = _target(inner, inner._call if find is None else find(inner))
+    target, args, kwargs = _target(inner, inner._call if call is None else call)
     token = _CURRENT.set(inner)
     try:
         result = target(*args, **kwargs)
@@ -276,11 +249,9 @@ def _last_step(inner: ResilienceContext, find: Callable[[ResilienceContext], lis
     return result
 
 
-async def _last_step_async(
-    inner: ResilienceContext, find: Callable[[ResilienceContext], list[Any] | None] | None = None
-) -> Any:
+async def _last_step_async(inner: ResilienceContext, call: list[Any] | None = None) -> Any:
     """The end of every async chain (see `_last_step`)."""
-    target, args, kwargs = _target(inner, inner._call if find is None else find(inner))
+    target, args, kwargs = _target(inner, inner._call if call is None else call)
     token = _CURRENT.set(inner)
     try:
         awaitable = target(*args, **kwargs)
@@ -291,33 +262,36 @@ async def _last_step_async(
         _CURRENT.reset(token)
 
 
-def _show(call: list[Any]) -> tuple[Token[Invocation | None], Token[tuple[list[Any], Any] | None]]:
-    """Make the call visible to strategies that need it outside the context: `INVOCATION`, `_CALL`."""
-    invocation = call[3] = Invocation(call[0])
-    return INVOCATION.set(invocation), _CALL.set((call, _CALL.get()))
+def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext], Any], *, sync: bool) -> Any:
+    """Each strategy's hook over the next, outermost first, ending with `last`."""
+    chain = last
+    for strategy in reversed(strategies):
+        chain = functools.partial(strategy.execute if sync else strategy.execute_async, chain)
+    return chain
 
 
-def _hide(tokens: tuple[Token[Invocation | None], Token[tuple[list[Any], Any] | None]]) -> None:
-    _CALL.reset(tokens[1])
-    INVOCATION.reset(tokens[0])
-
-
-def _run_visibly(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
-    tokens = _show(call)
+def _run_invoked(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
+    token = INVOCATION.set(_invocation(call))
     try:
         return chain(context)
     finally:
-        _hide(tokens)
+        INVOCATION.reset(token)
 
 
-async def _run_visibly_async(
+async def _run_invoked_async(
     chain: Callable[[ResilienceContext], Awaitable[Any]], call: list[Any], context: ResilienceContext
 ) -> Any:
-    tokens = _show(call)  # in the awaiting task
+    token = INVOCATION.set(_invocation(call))  # in the awaiting task
     try:
         return await chain(context)
     finally:
-        _hide(tokens)
+        INVOCATION.reset(token)
+
+
+def _invocation(call: list[Any]) -> Invocation:
+    """The call made visible to a strategy that may call another callable instead (hedging)."""
+    invocation = call[3] = Invocation(call[0])
+    return invocation
 
 
 class _Plan:
@@ -331,22 +305,17 @@ class _Plan:
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
-        # Composed once: each strategy's hook over the next, the last step calling the user's
-        # callable, which it finds on the context it is given (`_call`, see `_last_step`).
-        # A strategy of ours always hands on the context it was given or one derived from it;
-        # another may make its own, and then the last step finds the call in `_CALL`.
+        # A strategy of ours always hands on the context it was given or one derived from it,
+        # so its chain is composed once and the last step finds the call on that context. A
+        # strategy from elsewhere may make a context of its own (even from an enclosing
+        # execution's, which carries that execution's call): then the chain is composed per
+        # execution around the call, as it always was.
         self.foreign = any(not type(s).__module__.startswith("resilience.") for s in strategies)
-        chain: Callable[[ResilienceContext], Any] = _last_step
-        chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _last_step_async
-        if self.foreign:
-            find = functools.partial(_call_around, self)
-            chain = functools.partial(_last_step, find=find)
-            chain_async = functools.partial(_last_step_async, find=find)
-        for strategy in reversed(strategies):
-            chain = functools.partial(strategy.execute, chain)
-            chain_async = functools.partial(strategy.execute_async, chain_async)
-        self.chain = chain
-        self.chain_async = chain_async
+        self.chain: Callable[[ResilienceContext], Any] | None = None
+        self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] | None = None
+        if not self.foreign:
+            self.chain = _composed(strategies, _last_step, sync=True)
+            self.chain_async = _composed(strategies, _last_step_async, sync=False)
         # A strategy that may call another callable in place of the user's (hedging's
         # action_generator) needs to see the call: see resilience/_invocation.py.
         self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
@@ -486,11 +455,14 @@ class ResiliencePipeline:
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
             _refuse_before_running(fn)
-        call = context._call = [fn, args, kwargs, None, plan]
+        call = context._call = [fn, args, kwargs, None]
+        chain = plan.chain
+        if chain is None:
+            chain = _composed(plan.strategies, functools.partial(_last_step, call=call), sync=True)
         try:
-            if plan.invoked or plan.foreign:
-                return _run_visibly(plan.chain, call, context)  # type: ignore[no-any-return]
-            return plan.chain(context)  # type: ignore[no-any-return]
+            if plan.invoked:
+                return _run_invoked(chain, call, context)  # type: ignore[no-any-return]
+            return chain(context)  # type: ignore[no-any-return]
         finally:
             call.clear()  # a context kept after the execution keeps no argument alive
 
@@ -604,10 +576,13 @@ class ResiliencePipeline:
         """The chain's awaitable, and the call its caller clears once it is awaited."""
         if not callable(fn):
             raise _not_callable(fn, "execute_async")
-        call = context._call = [fn, args, kwargs, None, plan]
-        if plan.invoked or plan.foreign:
-            return _run_visibly_async(plan.chain_async, call, context), call
-        return plan.chain_async(context), call
+        call = context._call = [fn, args, kwargs, None]
+        chain = plan.chain_async
+        if chain is None:
+            chain = _composed(plan.strategies, functools.partial(_last_step_async, call=call), sync=False)
+        if plan.invoked:
+            return _run_invoked_async(chain, call, context), call
+        return chain(context), call
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""

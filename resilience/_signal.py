@@ -92,9 +92,10 @@ class Signal:
     def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
         """Abort now, but leave the callbacks to the caller: a function that runs them, or None.
 
-        This signal and its descendants read as aborted as soon as this returns, and their
-        cancel scopes have asked for their task's cancellation; only the callbacks (user code,
-        and children of a subclass with its own `abort`) wait for the returned function. The
+        This signal and its descendants read as aborted as soon as this returns, and the cancel
+        scopes on them have asked for their task's cancellation; only the callbacks (user code,
+        and children of a subclass with its own `abort`, with what hangs below them) wait for
+        the returned function. The
         lease runtime runs it off its timer thread, so that a slow callback never delays
         another lease. None if the signal had already aborted.
         """
@@ -104,7 +105,10 @@ class Signal:
             self._unlink()
             pending, scopes = self._mark_aborted(reason)
         for scope in scopes:  # ours, not user code: it only schedules the task's cancellation
-            scope._on_abort(reason)
+            try:
+                scope._on_abort(reason)
+            except BaseException:  # never lose the other scopes and the callbacks
+                _logger.exception("cancelling a task for a signal failed")
 
         def run() -> None:
             for callback in pending:

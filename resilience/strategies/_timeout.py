@@ -18,6 +18,7 @@ found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -143,6 +144,15 @@ class _Deadline:
 
 
 _FIRING = threading.Lock()
+
+
+def _new_firing_lock_after_fork() -> None:
+    # A thread of the parent may have been firing at fork time; the child has no such thread.
+    global _FIRING  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
+    _FIRING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_firing_lock_after_fork)
 
 
 class _LazyDeadline(_Deadline):

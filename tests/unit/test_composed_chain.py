@@ -157,3 +157,17 @@ def test_an_async_timeout_cancels_at_once_while_the_callback_pool_is_busy() -> N
         raise AssertionError("the timeout did not fire")  # pragma: no cover
 
     assert asyncio.run(main()) < 0.6
+
+
+def test_a_pipeline_executed_inside_its_own_callable_calls_the_nested_callable() -> None:
+    """Recursion through one pipeline whose strategy hands on the ambient context: each level calls its own callable."""
+    pipeline = PipelineBuilder().add(KeyOverride()).build()
+    seen: list[int] = []
+
+    @pipeline
+    def factorial(n: int) -> int:
+        seen.append(n)
+        return 1 if n <= 1 else n * factorial(n - 1)
+
+    assert factorial(3) == 6
+    assert seen == [3, 2, 1]
