@@ -301,15 +301,16 @@ class CancelScope:
         if not self._requested:
             return False
         task = self._task
-        if exc_type is None:
-            # The abort came from inside the block's own step and the block returned without
-            # awaiting again: our cancellation is still pending, so absorb it here.
+        if exc_type is None or not issubclass(exc_type, asyncio.CancelledError):
+            # The abort came from inside the block's own step and the block returned (or
+            # raised something else) without awaiting again: our cancellation is still
+            # pending, so absorb it here rather than leave it to the caller's next await.
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(0)
             if task.uncancel() > self._baseline:
                 raise asyncio.CancelledError
             return False
-        if task.uncancel() <= self._baseline and issubclass(exc_type, asyncio.CancelledError):
+        if task.uncancel() <= self._baseline:
             reason = self._signal.reason
             assert reason is not None
             raise reason from None

@@ -109,3 +109,24 @@ def test_a_late_abort_neither_cancels_nor_fails() -> None:
     threading.Thread(target=abort).start()
     assert done.wait(5)
     assert other.aborted
+
+
+@pytest.mark.parametrize("kind", ["timeout", "hedging"])
+async def test_an_abort_then_a_raise_in_the_same_step_leaves_no_stray_cancellation(kind: str) -> None:
+    """The callable aborts its signal and raises without awaiting: its error stands, and the caller's next await runs."""
+    builder = ResiliencePipelineBuilder()
+    built = (
+        builder.add_timeout(5.0) if kind == "timeout" else builder.add_hedging(max_hedged_attempts=1, delay=1.0)
+    ).build()
+    signal = Signal()
+
+    async def body() -> None:
+        signal.abort()
+        raise ValueError("failed after aborting")
+
+    with use_context(signal=signal), pytest.raises(ValueError, match="failed after aborting"):
+        await built.execute_async(body)
+    await asyncio.sleep(0)  # a cancellation left pending would be raised here
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
