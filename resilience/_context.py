@@ -208,7 +208,7 @@ class ResilienceContext:
     _quiet: bool = False
     # The execution's callable and arguments (`[fn, args, kwargs, invocation]`, emptied when
     # the execution ends), set by the pipeline and handed on by `derive`/`derive_scope`: the
-    # last step of the pipeline's chain, composed once at build(), finds it here.
+    # last step of a chain of built-in strategies, composed once at build(), finds it here.
     _call: list[Any] | None = None
 
     def __init__(

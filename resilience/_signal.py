@@ -95,9 +95,8 @@ class Signal:
         This signal and its descendants read as aborted as soon as this returns, and the cancel
         scopes on them have asked for their task's cancellation; only the callbacks (user code,
         and children of a subclass with its own `abort`, with what hangs below them) wait for
-        the returned function. The
-        lease runtime runs it off its timer thread, so that a slow callback never delays
-        another lease. None if the signal had already aborted.
+        the returned function. The lease runtime runs it off its timer thread, so that a slow
+        callback never delays another lease. None if the signal had already aborted.
         """
         with _LOCK:
             if self._reason is not None:

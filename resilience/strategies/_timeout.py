@@ -125,16 +125,19 @@ class _Deadline:
         self.error: TimeoutRejectedError | None = None
 
     def __call__(self) -> None:
-        signal = self.signal
-        assert signal is not None  # a lazy deadline fires only once its signal is made
-        error = TimeoutRejectedError(timeout=self.timeout)
-        self.error = error  # before the abort: whoever sees the reason sees whose it is
         # The signal (and its children) read as aborted at once; the callbacks registered on
         # them are user code, which never runs on the shared timer thread (it would delay
         # every lease and timeout of the process): there they go to the callback pool.
-        run = signal._abort_deferred(error)
+        run = self._abort()
         if run is not None:
             off_timer_thread(run)
+
+    def _abort(self) -> Callable[[], None] | None:
+        """Abort the signal with a fresh error; the callbacks left to run (None if it had aborted)."""
+        signal = self.signal
+        assert signal is not None  # a lazy deadline fires only once its signal is made
+        error = self.error = TimeoutRejectedError(timeout=self.timeout)  # before the abort: whose it is
+        return signal._abort_deferred(error)
 
     @property
     def fired(self) -> bool:
@@ -192,19 +195,12 @@ class _LazyDeadline(_Deadline):
         """True once `end()` ran (read again after arming: another thread may end the scope)."""
         return self._ended
 
-    def __call__(self) -> None:
+    def _abort(self) -> Callable[[], None] | None:
         # Fired once: by the timer, or on the calling thread when the clock says it is due
         # (the timer may still be on its way then: its late call must not replace the error,
         # or `fired` would not recognise the reason). Rare, so one lock for the process.
         with _FIRING:
-            if self.error is not None:
-                return
-            error = self.error = TimeoutRejectedError(timeout=self.timeout)
-            signal = self.signal
-            assert signal is not None  # fired only once its signal is made
-            run = signal._abort_deferred(error)
-        if run is not None:
-            off_timer_thread(run)
+            return None if self.error is not None else _Deadline._abort(self)
 
     def passed(self) -> bool:
         """Whether the deadline passed while the scope runs (the caller then fires it)."""
