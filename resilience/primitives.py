@@ -446,6 +446,7 @@ class Locks:
 
     _kind: str = "lock"
     _strategy_name: str = "Lock"
+    _mode: str = "exclusive"  # `lock.mode` of the events and of `resilience.lock.held`
     _error_type: type[LockLostError] = LockLostError
 
     __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_tp", "store", "ttl")
@@ -487,7 +488,7 @@ class Locks:
             raise ValidationError(msg)
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
         self._ops: StoreOps = self._make_ops(store)
-        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp)
+        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
 
     # -- construction hooks (the semaphore overrides them) ----------------------------------
 
@@ -863,6 +864,7 @@ class Semaphores(Locks):
 
     _kind = "semaphore"
     _strategy_name = "Semaphore"
+    _mode = "semaphore"
     _error_type = SemaphoreLeaseLostError
 
     __slots__ = ("limit",)
