@@ -167,7 +167,7 @@ class Instruments:
             "resilience.lock.held",
             [functools.partial(observed, "resilience.lock.held")],
             unit="{lease}",
-            description="Leases this process holds now (locks, semaphore permits, elections).",
+            description="Leases this process holds now (locks and semaphore permits).",
         )
         meter.create_observable_gauge(
             "resilience.circuit.state",
