@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, TypeVar
 from resilience._lease import LeaseParams, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.strategies._common import call_back, call_back_async
-from resilience.strategies._lock import LockStrategy, LockStrategyOptions
-from resilience.strategies._rate_limiter import reject
+from resilience.strategies.limiting._rate import reject
+from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies._concurrency_limiter import ConcurrencyLimiterStrategyOptions
-    from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
+    from resilience.strategies.limiting._rate import OnRateLimiterRejectedArguments
 
 __all__ = ["LeasedPermits"]
 
