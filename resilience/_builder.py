@@ -9,10 +9,10 @@ from resilience._time import SYSTEM_TIME, TimeProvider
 from resilience._validation import Duration, Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
-from resilience.strategies._chaos_builder import ChaosShortcuts  # the add_chaos_* shortcuts (issue #18)
+from resilience.strategies.chaos._shortcuts import ChaosShortcuts  # the add_chaos_* shortcuts (issue #18)
 
 # -- lock (issue #4) --------------------------------------------------------------------------
-from resilience.strategies._lock import lock_strategy
+from resilience.strategies.lock._strategy import lock_strategy
 from resilience.telemetry._options import TelemetryOptions
 from resilience.telemetry._source import TelemetrySource
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
     from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
     from resilience.stores._redis_circuit import RedisCircuitStateStore
-    from resilience.strategies._circuit_controller import (
+    from resilience.strategies._common import Handle
+    from resilience.strategies.circuit._controller import (
         BreakDurationGeneratorArguments,
         CircuitBreakerManualControl,
         CircuitBreakerStateProvider,
@@ -33,14 +34,17 @@ if TYPE_CHECKING:
         OnCircuitHalfOpenedArguments,
         OnCircuitOpenedArguments,
     )
-    from resilience.strategies._common import Handle
-    from resilience.strategies._fallback import FallbackArguments, OnFallbackArguments
-    from resilience.strategies._hedging import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
-    from resilience.strategies._lock import OnLockLostArguments
-    from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
-    from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
-    from resilience.strategies._retry_core import Backoff
-    from resilience.strategies._timeout import OnTimeoutArguments, TimeoutGeneratorArguments
+    from resilience.strategies.fallback._strategy import FallbackArguments, OnFallbackArguments
+    from resilience.strategies.hedging._strategy import (
+        HedgingActionArguments,
+        HedgingDelayArguments,
+        OnHedgingArguments,
+    )
+    from resilience.strategies.limiting._rate import OnRateLimiterRejectedArguments
+    from resilience.strategies.lock._strategy import OnLockLostArguments
+    from resilience.strategies.retry._core import Backoff
+    from resilience.strategies.retry._strategy import OnRetryArguments, RetryDelayArguments
+    from resilience.strategies.timeout._strategy import OnTimeoutArguments, TimeoutGeneratorArguments
 
 __all__ = ["PipelineBuilder", "ResiliencePipelineBuilder"]
 
@@ -138,7 +142,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "Retry",
     ) -> Self:
         """`.add(retry_strategy(...))`: retry handled failures (see `retry_strategy`)."""
-        from resilience.strategies._retry import retry_strategy
+        from resilience.strategies.retry._strategy import retry_strategy
 
         return self.add(
             retry_strategy(
@@ -165,7 +169,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "Timeout",
     ) -> Self:
         """`.add(timeout_strategy(...))`: abort the inner part after `timeout` (see `timeout_strategy`)."""
-        from resilience.strategies._timeout import timeout_strategy
+        from resilience.strategies.timeout._strategy import timeout_strategy
 
         return self.add(
             timeout_strategy(timeout, timeout_generator=timeout_generator, on_timeout=on_timeout, name=name)
@@ -191,7 +195,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "CircuitBreaker",
     ) -> Self:
         """`.add(circuit_breaker_strategy(...))`: Polly's advanced circuit breaker, local or shared by a fleet."""
-        from resilience.strategies._circuit_breaker import circuit_breaker_strategy
+        from resilience.strategies.circuit._strategy import circuit_breaker_strategy
 
         return self.add(
             circuit_breaker_strategy(
@@ -257,7 +261,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "RateLimiter",
     ) -> Self:
         """`.add(rate_limiter_strategy(limit, ...))`: at most `limit` executions per `per` seconds, per key."""
-        from resilience.strategies._rate_limiter import rate_limiter_strategy
+        from resilience.strategies.limiting._rate import rate_limiter_strategy
 
         return self.add(
             rate_limiter_strategy(
@@ -287,7 +291,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "ConcurrencyLimiter",
     ) -> Self:
         """`.add(concurrency_limiter_strategy(limit, ...))`: at most `limit` executions at once, per key."""
-        from resilience.strategies._concurrency_limiter import concurrency_limiter_strategy
+        from resilience.strategies.limiting._concurrency import concurrency_limiter_strategy
 
         return self.add(
             concurrency_limiter_strategy(
@@ -308,7 +312,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "Fallback",
     ) -> Self:
         """`.add(fallback_strategy(...))`: a substitute for handled outcomes (see `fallback_strategy`)."""
-        from resilience.strategies._fallback import fallback_strategy
+        from resilience.strategies.fallback._strategy import fallback_strategy
 
         return self.add(
             fallback_strategy(fallback, handle=handle, handle_result=handle_result, on_fallback=on_fallback, name=name)
@@ -327,7 +331,7 @@ class ResiliencePipelineBuilder(PipelineBuilder, ChaosShortcuts):
         name: str = "Hedging",
     ) -> Self:
         """`.add(hedging_strategy(...))`: extra attempts, the first acceptable outcome wins (see `hedging_strategy`)."""
-        from resilience.strategies._hedging import hedging_strategy
+        from resilience.strategies.hedging._strategy import hedging_strategy
 
         return self.add(
             hedging_strategy(

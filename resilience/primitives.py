@@ -47,7 +47,7 @@ from resilience.exceptions import LockLostError, LockNotAcquiredError, Semaphore
 from resilience.stores._memory import _MemoryStore
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
-from resilience.strategies._lock import HELD_LOCKS, LockEvents
+from resilience.strategies.lock._strategy import HELD_LOCKS, LockEvents
 from resilience.telemetry._source import TelemetrySource
 
 if TYPE_CHECKING:

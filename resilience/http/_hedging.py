@@ -17,7 +17,7 @@ from resilience.exceptions import BrokenCircuitError, RateLimiterRejectedError
 from resilience.http._classify import REQUEST, is_transient, retry_allowed
 from resilience.http._strategies import check_bool
 from resilience.http._transport import ABORTABLE
-from resilience.strategies._hedging import HedgingStrategyOptions
+from resilience.strategies.hedging._strategy import HedgingStrategyOptions
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from resilience._outcome import Outcome
     from resilience._validation import Duration
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies._hedging import HedgingDelayArguments, HedgingStrategy, OnHedgingArguments
+    from resilience.strategies.hedging._strategy import HedgingDelayArguments, HedgingStrategy, OnHedgingArguments
 
 __all__ = ["HttpHedging", "HttpHedgingStrategyOptions", "http_hedging_strategy", "is_hedgeable"]
 

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience._validation import Duration
     from resilience.strategies._base import StrategyOptions
-    from resilience.strategies._circuit_controller import CircuitBreakerManualControl
-    from resilience.strategies._hedging import OnHedgingArguments
-    from resilience.strategies._retry import OnRetryArguments
+    from resilience.strategies.circuit._controller import CircuitBreakerManualControl
+    from resilience.strategies.hedging._strategy import OnHedgingArguments
+    from resilience.strategies.retry._strategy import OnRetryArguments
     from resilience.telemetry._options import TelemetryOptions
 
 __all__ = ["request_authority", "standard_hedging_pipeline", "standard_pipeline"]

@@ -28,10 +28,10 @@ from resilience.http._classify import (
     retry_allowed,
 )
 from resilience.http._transport import DEADLINE, discard, discard_async
-from resilience.strategies._circuit_breaker import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
-from resilience.strategies._circuit_core import CircuitState
-from resilience.strategies._retry import RetryStrategyOptions
-from resilience.strategies._timeout import TimeoutStrategy, TimeoutStrategyOptions
+from resilience.strategies.circuit._core import CircuitState
+from resilience.strategies.circuit._strategy import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
+from resilience.strategies.retry._strategy import RetryStrategyOptions
+from resilience.strategies.timeout._strategy import TimeoutStrategy, TimeoutStrategyOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -40,15 +40,15 @@ if TYPE_CHECKING:
     from resilience._outcome import Outcome
     from resilience._time import TimeProvider
     from resilience.strategies._base import Strategy, StrategyBuildContext
-    from resilience.strategies._circuit_controller import (
+    from resilience.strategies.circuit._controller import (
         CircuitBreakerManualControl,
         OnCircuitClosedArguments,
         OnCircuitHalfOpenedArguments,
         OnCircuitOpenedArguments,
     )
-    from resilience.strategies._retry import OnRetryArguments, RetryDelayArguments
-    from resilience.strategies._retry_core import Backoff
-    from resilience.strategies._timeout import OnTimeoutArguments
+    from resilience.strategies.retry._core import Backoff
+    from resilience.strategies.retry._strategy import OnRetryArguments, RetryDelayArguments
+    from resilience.strategies.timeout._strategy import OnTimeoutArguments
 
 __all__ = [
     "AuthorityCircuitBreaker",

@@ -7,7 +7,7 @@ objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and crea
 
 from resilience._context import LazyDeadline
 from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
-from resilience.strategies._chaos import (
+from resilience.strategies.chaos import (
     BehaviorGeneratorArguments,
     ChaosBehaviorStrategyOptions,
     ChaosFaultStrategyOptions,
@@ -27,53 +27,52 @@ from resilience.strategies._chaos import (
     chaos_latency_strategy,
     chaos_outcome_strategy,
 )
-from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions, circuit_breaker_strategy
-from resilience.strategies._circuit_controller import (
+from resilience.strategies.circuit import (
     BreakDurationGeneratorArguments,
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
+    CircuitBreakerStrategyOptions,
+    CircuitState,
     OnCircuitClosedArguments,
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
+    OnCircuitStateSyncFailedArguments,
+    circuit_breaker_strategy,
 )
-from resilience.strategies._circuit_core import CircuitState
-from resilience.strategies._circuit_sync import OnCircuitStateSyncFailedArguments
-from resilience.strategies._concurrency_limiter import (
-    ConcurrencyLimiterStrategyOptions,
-    concurrency_limiter_strategy,
-)
-from resilience.strategies._fallback import (
+from resilience.strategies.fallback import (
     FallbackArguments,
     FallbackStrategyOptions,
     OnFallbackArguments,
     fallback_strategy,
 )
-from resilience.strategies._hedging import (
+from resilience.strategies.hedging import (
     HedgingActionArguments,
     HedgingDelayArguments,
     HedgingStrategyOptions,
     OnHedgingArguments,
     hedging_strategy,
 )
-from resilience.strategies._lock import (
+from resilience.strategies.limiting import (
+    ConcurrencyLimiterStrategyOptions,
+    OnRateLimiterRejectedArguments,
+    RateLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+    rate_limiter_strategy,
+)
+from resilience.strategies.lock import (
     LockEventArguments,
     LockStrategyOptions,
     OnLockLostArguments,
     lock_strategy,
 )
-from resilience.strategies._rate_limiter import (
-    OnRateLimiterRejectedArguments,
-    RateLimiterStrategyOptions,
-    rate_limiter_strategy,
-)
-from resilience.strategies._retry import (
+from resilience.strategies.retry import (
     ExecutionAttemptArguments,
     OnRetryArguments,
     RetryDelayArguments,
     RetryStrategyOptions,
     retry_strategy,
 )
-from resilience.strategies._timeout import (
+from resilience.strategies.timeout import (
     OnTimeoutArguments,
     TimeoutGeneratorArguments,
     TimeoutStrategyOptions,

@@ -24,6 +24,7 @@ when a provider collects. Nothing is counted for them while nobody reads.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import sys
@@ -109,6 +110,14 @@ _FACTS: dict[str, tuple[tuple[str, str], ...]] = {
     **dict.fromkeys(_LOCK_EVENTS, (("lock.key", "key"), ("lock.token", "token"), ("lock.mode", "mode"))),
 }
 
+# The state metrics (`observe`): name, unit, description, and how two owners with the same tags add up.
+_STATE_METRICS: tuple[tuple[str, str, str, Callable[[list[float]], float]], ...] = (
+    ("resilience.lock.held", "{lease}", "Leases this process holds now (locks and semaphore permits).", sum),
+    ("resilience.circuit.state", "{state}", "Circuit state now: 0 closed, 1 half-open, 2 open, 3 isolated.", max),
+    ("resilience.limiter.in_use", "{permit}", "Permits of a concurrency limiter held now.", sum),
+    ("resilience.limiter.queued", "{caller}", "Callers waiting for a concurrency limiter's permit now.", sum),
+)
+
 # Bucket boundaries (seconds) suited to resilience timings, sub-millisecond to minutes: about two
 # per doubling from 10 ms to 30 s, so a quantile read between two boundaries stays close to the truth.
 _DURATION_BUCKETS = (
@@ -120,7 +129,7 @@ _DURATION_BUCKETS = (
 class Instruments:
     """The instruments of docs/telemetry.md on one meter provider."""
 
-    __slots__ = ("attempt_duration", "batch", "events", "lock_hold", "lock_wait", "pipeline_duration", "provider")
+    __slots__ = ("attempt_duration", "batch", "events", "lock_hold", "lock_wait", "pipeline_duration")
 
     def __init__(self, provider: MeterProvider) -> None:
         meter = provider.get_meter(METER_NAME, __version__)
@@ -158,46 +167,20 @@ class Instruments:
         # calls callbacks still gets everything: the buffer flushes itself when full.)
         meter.create_observable_gauge(_FLUSH_HOOK, callbacks=[self._flush_on_collect])
         # The state metrics: read from their owners at each collection (see `observe`).
-        try:
-            self.provider: Callable[[], object] = weakref.ref(provider)
-        except TypeError:  # not weak-referenceable: the instrument cache holds it for good anyway
-            self.provider = lambda: provider
-        observed = functools.partial(self._observed, sum)
-        meter.create_observable_up_down_counter(
-            "resilience.lock.held",
-            [functools.partial(observed, "resilience.lock.held")],
-            unit="{lease}",
-            description="Leases this process holds now (locks and semaphore permits).",
-        )
-        meter.create_observable_gauge(
-            "resilience.circuit.state",
-            [functools.partial(self._observed, max, "resilience.circuit.state")],
-            unit="{state}",
-            description="Circuit state now: 0 closed, 1 half-open, 2 open, 3 isolated.",
-        )
-        meter.create_observable_up_down_counter(
-            "resilience.limiter.in_use",
-            [functools.partial(observed, "resilience.limiter.in_use")],
-            unit="{permit}",
-            description="Permits of a concurrency limiter held now.",
-        )
-        meter.create_observable_up_down_counter(
-            "resilience.limiter.queued",
-            [functools.partial(observed, "resilience.limiter.queued")],
-            unit="{caller}",
-            description="Callers waiting for a concurrency limiter's permit now.",
-        )
+        for name, unit, description, combine in _STATE_METRICS:
+            create = meter.create_observable_gauge if combine is max else meter.create_observable_up_down_counter
+            create(name, [functools.partial(self._observed, combine, name)], unit=unit, description=description)
 
     def _observed(self, combine: Callable[[list[float]], float], metric: str, _options: object) -> list[Any]:
         """The observations of `metric` for this provider: one per tag set (`combine`d when shared)."""
         from opentelemetry.metrics import Observation
 
-        provider = self.provider()
         values: dict[tuple[tuple[str, Any], ...], list[float]] = {}
-        for entry in list(_OBSERVED.values()):
-            owner = entry.owner()
-            if entry.metric == metric and owner is not None and _meter_provider(entry.options) is provider:
-                values.setdefault(entry.tags, []).append(entry.read(owner))
+        for name, owner, read, options, tags in list(_OBSERVED.values()):
+            provider = _meter_provider(options) if name == metric else None
+            alive = owner()
+            if alive is not None and provider is not None and INSTRUMENTS.get(provider) is self:
+                values.setdefault(tags, []).append(read(alive))
         return [Observation(combine(found), dict(tags)) for tags, found in values.items()]
 
     def _flush_on_collect(self, _options: object) -> list[Any]:
@@ -348,33 +331,19 @@ class _InstrumentCache:
 INSTRUMENTS = _InstrumentCache()
 
 
-class _Observed:
-    """One owner's state metric: `read(owner)` is its value at a collection."""
-
-    __slots__ = ("metric", "options", "owner", "read", "tags")
-
-    def __init__(
-        self, metric: str, read: Callable[[Any], float], options: TelemetryOptions, tags: Mapping[str, Any]
-    ) -> None:
-        self.metric = metric
-        self.read = read
-        self.options = options
-        self.tags = tuple(tags.items())
-        self.owner: Callable[[], object] = lambda: None
-
-
-# Every live owner's state metrics, by id of the entry; an entry leaves when its owner is collected.
-_OBSERVED: dict[int, _Observed] = {}
+# Every live owner's state metrics: (metric, weak reference to the owner, read, options, tags),
+# under a key of their own; an entry leaves when its owner is collected.
+_OBSERVED: dict[int, tuple[str, weakref.ref[Any], Callable[[Any], float], TelemetryOptions, tuple[Any, ...]]] = {}
+_OBSERVED_KEYS = itertools.count()
 
 
 def observe(
     metric: str, owner: object, read: Callable[[Any], float], options: TelemetryOptions, tags: Mapping[str, Any]
 ) -> None:
     """Report `read(owner)` as the state metric `metric` with `tags` at every collection, while `owner` lives."""
-    entry = _Observed(metric, read, options, tags)
-    key = id(entry)
-    entry.owner = weakref.ref(owner, lambda _ref: _OBSERVED.pop(key, None))
-    _OBSERVED[key] = entry
+    key = next(_OBSERVED_KEYS)
+    owner_ref = weakref.ref(owner, lambda _ref: _OBSERVED.pop(key, None))
+    _OBSERVED[key] = (metric, owner_ref, read, options, tuple(tags.items()))
     provider = _meter_provider(options)
     if provider is not None:
         INSTRUMENTS.get(provider)  # the state shows from the next collection, before any event

@@ -20,7 +20,7 @@ from resilience.http import (
 )
 from resilience.http._transport import _Send
 from resilience.strategies import CircuitState
-from resilience.strategies._concurrency_limiter import ConcurrencyLimiterStrategy
+from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategy
 from resilience.testing import capture_events
 from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer

@@ -11,7 +11,7 @@ import pytest
 from resilience import ValidationError
 from resilience.stores import RedisCircuitStateStore
 from resilience.stores._redis_circuit import CircuitExchange, CircuitReply
-from resilience.strategies._circuit_fleet import Command, StateCode
+from resilience.strategies.circuit._fleet import Command, StateCode
 
 if TYPE_CHECKING:
     from tests.redis.conftest import Deployment

@@ -28,7 +28,7 @@ from resilience.strategies import (
     CircuitState,
     OnCircuitStateSyncFailedArguments,
 )
-from resilience.strategies._circuit_sync import _WORKERS, SyncWorker, _serve_async
+from resilience.strategies.circuit._sync import _WORKERS, SyncWorker, _serve_async
 from resilience.testing import capture_events
 
 if TYPE_CHECKING:

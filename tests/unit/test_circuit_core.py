@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from resilience import BrokenCircuitError, IsolatedCircuitError
 from resilience.strategies import CircuitState
-from resilience.strategies._circuit_core import CircuitCore, RollingWindow
+from resilience.strategies.circuit._core import CircuitCore, RollingWindow
 
 
 def core(ratio: float = 0.5, throughput: int = 4, sampling: float = 10.0, brk: float = 5.0) -> CircuitCore:

@@ -6,7 +6,7 @@ import pytest
 
 from resilience import BrokenCircuitError, IsolatedCircuitError
 from resilience.strategies import CircuitState
-from resilience.strategies._circuit_fleet import Command, SharedCircuitCore, StateCode
+from resilience.strategies.circuit._fleet import Command, SharedCircuitCore, StateCode
 
 
 def core(throughput: int = 4, brk: float = 5.0) -> SharedCircuitCore:

@@ -24,7 +24,7 @@ from resilience.strategies import (
     OnRateLimiterRejectedArguments,
     concurrency_limiter_strategy,
 )
-from resilience.strategies._permits import LocalPermits
+from resilience.strategies.limiting._permits import LocalPermits
 from resilience.testing import FakeTimeProvider, capture_events
 
 

@@ -562,7 +562,7 @@ async def test_a_delay_passing_after_the_first_answer_changes_nothing(clock: Fak
     pipeline = build(clock, delay=1)
     [strategy] = pipeline.strategies
     assert await pipeline.execute_async(replicas) == "original"
-    from resilience.strategies._hedging import _AsyncStart
+    from resilience.strategies.hedging._strategy import _AsyncStart
 
     start = _AsyncStart(strategy, replicas, ResilienceContext())  # type: ignore[arg-type]
     start.done = True

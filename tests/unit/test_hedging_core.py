@@ -8,7 +8,7 @@ import math
 import pytest
 
 from resilience import Err, Ok, ValidationError
-from resilience.strategies._hedging_core import HedgingState, generated_delay
+from resilience.strategies.hedging._core import HedgingState, generated_delay
 
 FAILED = Err(ConnectionError())
 

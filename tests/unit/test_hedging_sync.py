@@ -27,8 +27,8 @@ from resilience import (
     use_context,
 )
 from resilience.strategies import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
-from resilience.strategies import _hedging as hedging_module
-from resilience.strategies._hedging_pool import POOL_SIZE, HedgingPool
+from resilience.strategies.hedging import _strategy as hedging_module
+from resilience.strategies.hedging._pool import POOL_SIZE, HedgingPool
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 
 if TYPE_CHECKING:

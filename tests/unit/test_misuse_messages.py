@@ -18,7 +18,8 @@ from resilience import (
     ValidationError,
 )
 from resilience.stores import MemoryLockStore
-from resilience.strategies import CircuitBreakerManualControl, _lock_key
+from resilience.strategies import CircuitBreakerManualControl
+from resilience.strategies.lock import _key as _lock_key
 
 
 async def fetch() -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from resilience import ValidationError
 from resilience.strategies._common import Handler
-from resilience.strategies._retry_core import RetryCore, decorrelated_jitter
+from resilience.strategies.retry._core import RetryCore, decorrelated_jitter
 
 
 def core(

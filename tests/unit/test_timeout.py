@@ -359,7 +359,7 @@ def test_timeout_generator_garbage_is_misuse(clock: FakeTimeProvider, bad: objec
 
 def test_a_late_deadline_after_the_callers_abort_is_not_ours() -> None:
     """If the caller's abort came first, a deadline firing later does not claim the signal."""
-    from resilience.strategies._timeout import _Deadline
+    from resilience.strategies.timeout._strategy import _Deadline
 
     caller = Signal()
     child = caller.child()

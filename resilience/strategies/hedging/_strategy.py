@@ -35,9 +35,9 @@ from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import OperationAbortedError
 from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
-from resilience.strategies._hedging_core import HedgingState, generated_delay
-from resilience.strategies._hedging_pool import POOL
-from resilience.strategies._retry import ExecutionAttemptArguments
+from resilience.strategies.hedging._core import HedgingState, generated_delay
+from resilience.strategies.hedging._pool import POOL
+from resilience.strategies.retry._strategy import ExecutionAttemptArguments
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:

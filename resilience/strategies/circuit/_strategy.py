@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import ValidationError
-from resilience.strategies._circuit_controller import (
+from resilience.strategies._common import Handle, Handler, check_handle
+from resilience.strategies.circuit._controller import (
     BreakDurationGeneratorArguments,
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
@@ -22,8 +23,7 @@ from resilience.strategies._circuit_controller import (
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
 )
-from resilience.strategies._circuit_core import CircuitCore, CircuitState
-from resilience.strategies._common import Handle, Handler, check_handle
+from resilience.strategies.circuit._core import CircuitCore, CircuitState
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies._circuit_sync import CircuitSync
+    from resilience.strategies.circuit._sync import CircuitSync
 
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
@@ -126,8 +126,8 @@ class CircuitBreakerStrategyOptions:
                 CircuitCore(**parameters), self, time_provider=context.time_provider, telemetry=context.telemetry
             )
         else:
-            from resilience.strategies._circuit_fleet import SharedCircuitCore
-            from resilience.strategies._circuit_sync import shared_controller
+            from resilience.strategies.circuit._fleet import SharedCircuitCore
+            from resilience.strategies.circuit._sync import shared_controller
 
             controller = shared_controller(
                 self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
 
-from resilience.strategies._chaos import (
+from resilience.strategies.chaos._strategy import (
     chaos_behavior_strategy,
     chaos_fault_strategy,
     chaos_latency_strategy,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from resilience._outcome import Outcome
     from resilience._validation import Duration
     from resilience.strategies._base import Strategy, StrategyOptions
-    from resilience.strategies._chaos import (
+    from resilience.strategies.chaos._strategy import (
         BehaviorGeneratorArguments,
         EnabledGeneratorArguments,
         FaultGeneratorArguments,

@@ -24,7 +24,7 @@ from resilience.strategies._common import (
     wait,
     wait_async,
 )
-from resilience.strategies._retry_core import Backoff, RetryCore
+from resilience.strategies.retry._core import Backoff, RetryCore
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._context import new_context
 from resilience._validation import generated_seconds
-from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
 from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
     from resilience._time import TimeProvider
-    from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions
+    from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, generated_seconds, to_seconds
 from resilience.exceptions import ValidationError
-from resilience.strategies._chaos_injection import (
+from resilience.strategies._common import call_back, call_back_async, wait, wait_async
+from resilience.strategies.chaos._injection import (
     ChaosStrategyBase,
     EnabledGeneratorArguments,
     InjectionRateGeneratorArguments,
@@ -30,7 +31,6 @@ from resilience.strategies._chaos_injection import (
     check_fault,
     fresh_fault,
 )
-from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 
 if TYPE_CHECKING:
     import datetime as dt

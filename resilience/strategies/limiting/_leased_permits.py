@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, TypeVar
 from resilience._lease import LeaseParams, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.strategies._common import call_back, call_back_async
-from resilience.strategies._lock import LockEvents, LockStrategy, LockStrategyOptions
-from resilience.strategies._rate_limiter import reject
+from resilience.strategies.limiting._rate import reject
+from resilience.strategies.lock._strategy import LockEvents, LockStrategy, LockStrategyOptions
 from resilience.telemetry._source import Tally
 
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies._concurrency_limiter import ConcurrencyLimiterStrategyOptions
-    from resilience.strategies._rate_limiter import OnRateLimiterRejectedArguments
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
+    from resilience.strategies.limiting._rate import OnRateLimiterRejectedArguments
 
 __all__ = ["LeasedPermits"]
 

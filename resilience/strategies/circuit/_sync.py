@@ -34,15 +34,15 @@ from resilience._context import new_context
 from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
 from resilience._timers import TIMER_THREAD
-from resilience.strategies._circuit_controller import CircuitController
-from resilience.strategies._circuit_core import CircuitState, Transition
-from resilience.strategies._circuit_fleet import SharedCircuitCore, StateCode
+from resilience.strategies.circuit._controller import CircuitController
+from resilience.strategies.circuit._core import CircuitState, Transition
+from resilience.strategies.circuit._fleet import SharedCircuitCore, StateCode
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
-    from resilience.strategies._circuit_breaker import CircuitBreakerStrategyOptions
+    from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]

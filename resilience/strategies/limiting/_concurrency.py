@@ -18,9 +18,9 @@ from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._common import call_back, call_back_async
-from resilience.strategies._leased_permits import LeasedPermits
-from resilience.strategies._permits import LocalPermits
-from resilience.strategies._rate_limiter import (
+from resilience.strategies.limiting._leased_permits import LeasedPermits
+from resilience.strategies.limiting._permits import LocalPermits
+from resilience.strategies.limiting._rate import (
     OnRateLimiterRejectedArguments,
     check_key,
     reject,

@@ -31,7 +31,7 @@ from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
-from resilience.strategies._lock_key import check_key, check_store_kind, note_default_store, resolve_key
+from resilience.strategies.lock._key import check_key, check_store_kind, note_default_store, resolve_key
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 
 from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
-from resilience.strategies._circuit_core import CircuitCore, CircuitState, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 
 __all__ = ["Command", "SharedCircuitCore", "StateCode"]
 
