@@ -8,7 +8,7 @@ from resilience._pipeline import ResiliencePipeline
 from resilience._time import SYSTEM_TIME, TimeProvider
 from resilience._validation import Duration, Problems
 from resilience.exceptions import ValidationError
-from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions, traits_of
 from resilience.strategies.chaos._shortcuts import ChaosShortcuts  # the add_chaos_* shortcuts (issue #18)
 
 # -- lock (issue #4) --------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class PipelineBuilder:
             raise ValidationError(problems.items)
         strategies = [entry[0].create(entry[1]) if isinstance(entry, tuple) else entry for entry in planned]
         # A strategy that can never act (switched-off chaos) is left out: it then costs nothing.
-        strategies = [strategy for strategy in strategies if not getattr(strategy, "inert", False)]
+        strategies = [strategy for strategy in strategies if not traits_of(strategy).inert]
         return ResiliencePipeline(
             strategies,
             name=self._name,

@@ -6,7 +6,13 @@ objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and crea
 """
 
 from resilience._context import LazyDeadline
-from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
+from resilience.strategies._base import (
+    DeclaresTraits,
+    Strategy,
+    StrategyBuildContext,
+    StrategyOptions,
+    StrategyTraits,
+)
 from resilience.strategies.chaos import (
     BehaviorGeneratorArguments,
     ChaosBehaviorStrategyOptions,
@@ -91,6 +97,7 @@ __all__ = [
     "CircuitBreakerStrategyOptions",
     "CircuitState",
     "ConcurrencyLimiterStrategyOptions",
+    "DeclaresTraits",
     "EnabledGeneratorArguments",
     "ExecutionAttemptArguments",
     "FallbackArguments",
@@ -125,6 +132,7 @@ __all__ = [
     "Strategy",
     "StrategyBuildContext",
     "StrategyOptions",
+    "StrategyTraits",
     "TimeoutGeneratorArguments",
     "TimeoutStrategyOptions",
     "chaos_behavior_strategy",
