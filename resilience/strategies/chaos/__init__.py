@@ -1,7 +1,4 @@
-"""Chaos (Simmy): fault, latency, outcome and behaviour injection.
-
-`_shortcuts` holds the `add_chaos_*` builder methods.
-"""
+"""Chaos (Simmy): fault, latency, outcome and behaviour injection."""
 
 from resilience.strategies.chaos._strategy import (
     BehaviorGeneratorArguments,
