@@ -53,19 +53,18 @@ class Row:
         return self.ours / self.peer
 
 
-def _pair(
-    case: str, ours: Callable[[], object], peers: dict[str, Callable[[], object]], goal: float, *, n: int, rounds: int
+def _pair(  # noqa: PLR0917 - one row's whole description
+    case: str, ours: Callable[[], object], peers: dict[str, Callable[[], object]], goal: float, n: int, rounds: int
 ) -> list[Row]:
     results = {r.name: r.median for r in compare_sync({"ours": ours, **peers}, number=n, rounds=rounds)}
     return [Row(case, results["ours"], name, results[name], goal) for name in peers]
 
 
-def _pair_async(
+def _pair_async(  # noqa: PLR0917 - one row's whole description
     case: str,
     ours: Callable[[], Awaitable[object]],
     peers: dict[str, Callable[[], Awaitable[object]]],
     goal: float,
-    *,
     n: int,
     rounds: int,
 ) -> list[Row]:
@@ -84,7 +83,7 @@ def retry_rows(n: int, rounds: int) -> list[Row]:
         "tenacity @retry": tenacity.retry(retry=tenacity.retry_if_exception_type(ConnectionError))(work),
         "stamina @retry": stamina.retry(on=ConnectionError)(work),
     }
-    rows = _pair("add_retry(), healthy call", lambda: ours.execute(work), peers, 1.0, n=n, rounds=rounds)
+    rows = _pair("add_retry(), healthy call", lambda: ours.execute(work), peers, 1.0, n, rounds)
     apeers: dict[str, Callable[[], Awaitable[object]]] = {
         "backoff @on_exception": backoff.on_exception(backoff.expo, ConnectionError)(awork),
         "tenacity @retry": tenacity.retry(retry=tenacity.retry_if_exception_type(ConnectionError))(awork),
