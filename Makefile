@@ -73,6 +73,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[redis]' --group dev --group bench
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/lean.py --svg
 	$(BIN)/python benchmarks/classic.py
 	$(BIN)/python benchmarks/plots.py
 	$(BIN)/python benchmarks/telemetry.py

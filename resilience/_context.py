@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, overlo
 from resilience._signal import Signal
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 __all__ = [
     "LOCK_TOKEN",
+    "LazyDeadline",
     "ResilienceContext",
     "ResilienceProperties",
     "ResiliencePropertyKey",
     "current_context",
+    "execution_context",
     "get_context",
     "get_lock_token",
+    "reset_context",
+    "set_context",
     "use_context",
 ]
 
@@ -206,10 +210,13 @@ class ResilienceContext:
     # Set by the pipeline when, as its execution started, no event at Information or below
     # could reach anything (no listener, logger off, no OpenTelemetry): see `quiet`.
     _quiet: bool = False
-    # The execution's callable and arguments (`[fn, args, kwargs, invocation]`, emptied when
+    # The execution's call (`[fn, args, kwargs, plan, enclosing ambient context]`, emptied when
     # the execution ends), set by the pipeline and handed on by `derive`/`derive_scope`: the
-    # last step of a chain of built-in strategies, composed once at build(), finds it here.
+    # last step of the chain, composed once at build(), finds it here.
     _call: list[Any] | None = None
+    # Set by `derive(substitute=...)`: what the last step calls instead of the execution's
+    # callable, with the same arguments (hedging's `action_generator`).
+    _substitute: Callable[..., Any] | None = None
 
     def __init__(
         self,
@@ -248,6 +255,16 @@ class ResilienceContext:
             else:
                 signal = self._link_signal(self._signal_source)
         return signal
+
+    @property
+    def target(self) -> Callable[..., Any] | None:
+        """The callable this execution runs (the user's), or None once the execution ended.
+
+        A strategy that calls something else in its place (`derive(substitute=...)`) may
+        hand it to user code, as hedging's `action_generator` receives it.
+        """
+        call = self._call
+        return call[0] if call else None
 
     @property
     def attempt(self) -> int:
@@ -323,11 +340,14 @@ class ResilienceContext:
         signal: Signal | None = None,
         attempt: int | None = None,
         properties: Mapping[ResiliencePropertyKey[Any], Any] | None = None,
+        substitute: Callable[..., Any] | None = None,
     ) -> ResilienceContext:
         """A child context: same key, copy-on-write properties, `signal`, and `attempt`.
 
         Strategies call this; pass the child signal they own (or None to share this one).
         `properties` are set on the child only (the lock strategy's fencing token).
+        `substitute` is called, with the execution's arguments, in place of its callable by
+        the inner part run under the child (hedging's `action_generator`).
         """
         child = ResilienceContext.__new__(ResilienceContext)
         child._operation_key = self._operation_key
@@ -342,6 +362,7 @@ class ResilienceContext:
         child._attempt = self._attempt if attempt is None else attempt
         child._quiet = self._quiet
         child._call = self._call
+        child._substitute = self._substitute if substitute is None else substitute
         return child
 
     def derive_scope(self, *, attempt: int | None = None, deadline: LazyDeadline | None = None) -> ResilienceContext:
@@ -362,6 +383,7 @@ class ResilienceContext:
         child._attempt = self._attempt if attempt is None else attempt
         child._quiet = self._quiet
         child._call = self._call
+        child._substitute = self._substitute
         if deadline is not None:
             child._deadline = deadline
         return child
@@ -385,10 +407,34 @@ def new_context() -> ResilienceContext:
     return object.__new__(ResilienceContext)  # the class-level defaults are a blank context
 
 
+def execution_context(parent: ResilienceContext | None, call: list[Any]) -> ResilienceContext:
+    """The root context of an execution of `call` (see `_call`) started under `parent`.
+
+    It shares the parent's signal (nothing aborts an execution on its own; the strategies
+    that can abort derive child signals) and reads its properties through; a substitute the
+    parent runs under is not inherited: the new execution runs its own callable.
+    """
+    context: ResilienceContext = object.__new__(ResilienceContext)
+    context._call = call
+    if parent is not None:
+        context._operation_key = parent._operation_key
+        props = parent._properties
+        if props is not None:
+            context._properties = _properties_over(props, None)
+        context._signal = parent.signal
+        context._attempt = parent._attempt
+    return context
+
+
 _CURRENT: Final[ContextVar[ResilienceContext | None]] = ContextVar("resilience_context", default=None)
 
+# The one way in and out of the ambient context (the module's variable is never imported).
 current_context = _CURRENT.get
 """The ambient context (the innermost running execution's, else `use_context`'s), or None."""
+set_context = _CURRENT.set
+"""Make a context the ambient one; returns the token that `reset_context` takes."""
+reset_context = _CURRENT.reset
+"""Restore the ambient context that `set_context` replaced."""
 
 
 def get_context() -> ResilienceContext | None:

@@ -1,8 +1,10 @@
 """`ResiliencePipeline`: runs a callable through the built strategies, sync or asyncio.
 
-The first strategy added is the outermost. Per execution the pipeline derives a context from
-the ambient one, chains the strategies' hooks with `functools.partial`, and makes the context
-the callable runs under the ambient one (`get_context()`).
+The first strategy added is the outermost. The strategies' hooks are chained once, when the
+pipeline is built (`_Plan`). Per execution the pipeline derives a context from the ambient one,
+puts the call on it, and makes it the ambient context while the strategies run; the chain's
+last step calls the callable under the context the strategies handed it, made ambient too
+(`get_context()`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ import sys
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
-from resilience._context import _CURRENT, ResilienceContext, use_context
-from resilience._invocation import INVOCATION, Invocation
+from resilience._context import (
+    ResilienceContext,
+    current_context,
+    execution_context,
+    reset_context,
+    set_context,
+    use_context,
+)
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
+from resilience.strategies._base import traits_of
 from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity
 from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
@@ -36,7 +45,6 @@ T = TypeVar("T")
 # Information is the higher of the two pipeline events' levels: if the logger would drop it
 # and nobody else listens, neither event is produced.
 _INFO = Severity.INFORMATION.log_level
-_new_object = object.__new__
 # Until some code imports OpenTelemetry no SDK can be installed: one dictionary lookup tells.
 _MODULES = sys.modules
 _OTEL = "opentelemetry"
@@ -216,50 +224,21 @@ def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
     raise ValidationError(msg)
 
 
-def _target(inner: ResilienceContext, call: list[Any] | None) -> tuple[Callable[..., Any], Any, Any]:
-    """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md)."""
-    inner.raise_if_aborted()
-    # A copy: a hedged attempt may get here while its execution ends (and empties the list).
-    found = () if call is None else tuple(call)
-    if len(found) != 4:
-        reason = inner.abort_reason
-        if reason is not None:  # an abandoned attempt, aborted as its execution ended
-            raise reason
-        msg = "a strategy called the rest of the pipeline after its execution ended"
-        raise ValidationError(msg)
-    fn, args, kwargs, invocation = found
-    return (fn if invocation is None else invocation.target()), args, kwargs
+def _running_call(plan: _Plan) -> list[Any] | None:
+    """The call of the innermost running execution of `plan` around this point, or None.
 
-
-def _last_step(inner: ResilienceContext, call: list[Any] | None = None) -> Any:
-    """The end of every sync chain: the user's callable, under the context the strategies made.
-
-    A chain of built-in strategies, composed once, finds the call on the context it is given
-    (they always hand on a derived one); a chain with a strategy from elsewhere is composed
-    per execution with the call bound here (see `_Plan`).
+    Executions nest through the ambient context: each one's call names the ambient context it
+    started under.
     """
-    target, args, kwargs = _target(inner, inner._call if call is None else call)
-    token = _CURRENT.set(inner)
-    try:
-        result = target(*args, **kwargs)
-    finally:
-        _CURRENT.reset(token)
-    if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
-        raise _refuse_awaitable(target, result)
-    return result
-
-
-async def _last_step_async(inner: ResilienceContext, call: list[Any] | None = None) -> Any:
-    """The end of every async chain (see `_last_step`)."""
-    target, args, kwargs = _target(inner, inner._call if call is None else call)
-    token = _CURRENT.set(inner)
-    try:
-        awaitable = target(*args, **kwargs)
-        if not _is_awaitable(awaitable):
-            raise _refuse_non_awaitable(target, awaitable)
-        return await awaitable
-    finally:
-        _CURRENT.reset(token)
+    context = current_context()
+    while context is not None:
+        call = context._call
+        if not call:
+            return None
+        if call[3] is plan:
+            return call
+        context = call[4]
+    return None
 
 
 def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext], Any], *, sync: bool) -> Any:
@@ -270,57 +249,81 @@ def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext]
     return chain
 
 
-def _run_invoked(chain: Callable[[ResilienceContext], Any], call: list[Any], context: ResilienceContext) -> Any:
-    token = INVOCATION.set(_invocation(call))
-    try:
-        return chain(context)
-    finally:
-        INVOCATION.reset(token)
-
-
-async def _run_invoked_async(
-    chain: Callable[[ResilienceContext], Awaitable[Any]], call: list[Any], context: ResilienceContext
-) -> Any:
-    token = INVOCATION.set(_invocation(call))  # in the awaiting task
-    try:
-        return await chain(context)
-    finally:
-        INVOCATION.reset(token)
-
-
-def _invocation(call: list[Any]) -> Invocation:
-    """The call made visible to a strategy that may call another callable instead (hedging)."""
-    invocation = call[3] = Invocation(call[0])
-    return invocation
-
-
 class _Plan:
-    """What a pipeline runs: its strategies and the misuse they refuse, swapped as one reference.
+    """What a pipeline runs: its strategies composed once, and the misuse they refuse, swapped as one reference.
 
     An execution reads `pipeline._plan` once, so a registry's `reload` (one attribute write)
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("async_problem", "chain", "chain_async", "foreign", "invoked", "strategies", "sync_problem")
+    __slots__ = ("async_problem", "chain", "chain_async", "strategies", "sync_problem")
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
-        # A strategy of ours always hands on the context it was given or one derived from it,
-        # so its chain is composed once and the last step finds the call on that context. A
-        # strategy from elsewhere may make a context of its own (even from an enclosing
-        # execution's, which carries that execution's call): then the chain is composed per
-        # execution around the call, as it always was.
-        self.foreign = any(not type(s).__module__.startswith("resilience.") for s in strategies)
-        self.chain: Callable[[ResilienceContext], Any] | None = None
-        self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] | None = None
-        if not self.foreign:
-            self.chain = _composed(strategies, _last_step, sync=True)
-            self.chain_async = _composed(strategies, _last_step_async, sync=False)
-        # A strategy that may call another callable in place of the user's (hedging's
-        # action_generator) needs to see the call: see resilience/_invocation.py.
-        self.invoked = any(getattr(s, "wants_invocation", False) for s in strategies)
-        self.sync_problem: str | None = next((p for s in strategies if (p := getattr(s, "sync_problem", None))), None)
-        self.async_problem: str | None = next((p for s in strategies if (p := getattr(s, "async_problem", None))), None)
+        self.chain: Callable[[ResilienceContext], Any] = _composed(strategies, self._last_step, sync=True)
+        self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _composed(
+            strategies, self._last_step_async, sync=False
+        )
+        traits = [traits_of(strategy) for strategy in strategies]
+        self.sync_problem = next((t.sync_problem for t in traits if t.sync_problem), None)
+        self.async_problem = next((t.async_problem for t in traits if t.async_problem), None)
+
+    def _target(self, inner: ResilienceContext) -> tuple[Callable[..., Any], Any, Any]:
+        """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md).
+
+        The call (`[fn, args, kwargs, plan, enclosing ambient context]`) travels on the
+        contexts the strategies hand on (`derive`, `derive_scope`). A context that does not
+        carry one of this plan's (made by a strategy itself, or taken from another execution)
+        is served the innermost running execution of this plan.
+        """
+        inner.raise_if_aborted()
+        call = inner._call
+        if call is None or (call and call[3] is not self):  # an emptied call: its execution ended
+            call = _running_call(self)
+        # A copy: a hedged attempt may get here while its execution ends (and empties the list).
+        found = () if call is None else tuple(call)
+        if len(found) != 5:
+            reason = inner.abort_reason
+            if reason is not None:  # an abandoned attempt, aborted as its execution ended
+                raise reason
+            msg = (
+                "a strategy called the rest of the pipeline after its execution ended, or on a thread "
+                "that does not carry the execution's context (run it with contextvars.copy_context().run)"
+            )
+            raise ValidationError(msg)
+        substitute = inner._substitute
+        return (found[0] if substitute is None else substitute), found[1], found[2]
+
+    def _last_step(self, inner: ResilienceContext) -> Any:
+        """The end of the sync chain: the user's callable, under the context the strategies made."""
+        target, args, kwargs = self._target(inner)
+        token = set_context(inner)
+        try:
+            result = target(*args, **kwargs)
+        finally:
+            reset_context(token)
+        if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
+            raise _refuse_awaitable(target, result)
+        return result
+
+    async def _last_step_async(self, inner: ResilienceContext) -> Any:
+        """The end of the async chain (see `_last_step`)."""
+        target, args, kwargs = self._target(inner)
+        token = set_context(inner)
+        try:
+            awaitable = target(*args, **kwargs)
+            if not _is_awaitable(awaitable):
+                raise _refuse_non_awaitable(target, awaitable)
+            return await awaitable
+        finally:
+            reset_context(token)
+
+
+def _chain_async(plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> Awaitable[T]:
+    """The async chain's awaitable for an execution of `fn` (refused at once if not callable)."""
+    if not callable(fn):
+        raise _not_callable(fn, "execute_async")
+    return plan.chain_async(context)
 
 
 class ResiliencePipeline:
@@ -388,27 +391,24 @@ class ResiliencePipeline:
         plan = self._plan  # read once: a reload swaps it for the executions that start later
         if plan.sync_problem is not None:
             raise ValidationError(plan.sync_problem)
-        parent = _CURRENT.get()
-        # The execution shares its caller's signal: nothing aborts an execution on its own,
-        # and the strategies that can abort (timeout, lock) derive child signals.
-        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        parent = current_context()
+        context = execution_context(parent, [fn, args, kwargs, plan, parent])
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
             or (_OTEL in _MODULES and _otel.is_active(self._source.options))
         ):
-            context._quiet = False  # a derived context inherits the caller's
             if self._source.options.trace_executions:
-                return self._execute_observed(plan, context, fn, args, kwargs)
-            return self._observe(plan, context, fn, args, kwargs)
+                return self._execute_observed(plan, context, fn)
+            return self._observe(plan, context, fn)
         if plan.strategies:
             context._quiet = True
-            return self._run(plan, context, fn, args, kwargs)
+            return self._run(plan, context, fn)
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
             parent.raise_if_aborted()
-        token = _CURRENT.set(context)
+        token = set_context(context)
         try:
             result = fn(*args, **kwargs)
         except TypeError:
@@ -416,7 +416,7 @@ class ResiliencePipeline:
                 raise _not_callable(fn, "execute") from None
             raise
         finally:
-            _CURRENT.reset(token)
+            reset_context(token)
         if type(result) not in _PLAIN_TYPES and _is_awaitable(result):
             raise _refuse_awaitable(fn, result)
         return result
@@ -436,35 +436,30 @@ class ResiliencePipeline:
             attributes["operation.key"] = context.operation_key
         return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
 
-    def _execute_observed(
-        self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any
-    ) -> T:
+    def _execute_observed(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         with self._span(context):
-            return self._observe(plan, context, fn, args, kwargs)
+            return self._observe(plan, context, fn)
 
-    def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         started = self._executing(context)
         try:
-            result = self._run(plan, context, fn, args, kwargs)
+            result = self._run(plan, context, fn)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         self._executed(context, started, Ok(result))
         return result
 
-    def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
+        """The strategies' chain over `context`, which is the ambient context while they run."""
         if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
             _refuse_before_running(fn)
-        call = context._call = [fn, args, kwargs, None]
-        chain = plan.chain
-        if chain is None:
-            chain = _composed(plan.strategies, functools.partial(_last_step, call=call), sync=True)
+        token = set_context(context)
         try:
-            if plan.invoked:
-                return _run_invoked(chain, call, context)  # type: ignore[no-any-return]
-            return chain(context)  # type: ignore[no-any-return]
+            return plan.chain(context)  # type: ignore[no-any-return]
         finally:
-            call.clear()  # a context kept after the execution keeps no argument alive
+            reset_context(token)
+            context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute`, but return an `Outcome` (`Ok` or `Err`) instead of raising an `Exception`.
@@ -497,28 +492,28 @@ class ResiliencePipeline:
         plan = self._plan  # read once: a reload swaps it for the executions that start later
         if plan.async_problem is not None:
             raise ValidationError(plan.async_problem)
-        parent = _CURRENT.get()
-        context = _new_object(ResilienceContext) if parent is None else parent.derive()
+        parent = current_context()
+        context = execution_context(parent, [fn, args, kwargs, plan, parent])
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
             or (_OTEL in _MODULES and _otel.is_active(self._source.options))
         ):
-            context._quiet = False  # a derived context inherits the caller's
             if self._source.options.trace_executions:
-                return await self._execute_observed_async(plan, context, fn, args, kwargs)
-            return await self._observe_async(plan, context, fn, args, kwargs)
+                return await self._execute_observed_async(plan, context, fn)
+            return await self._observe_async(plan, context, fn)
         if plan.strategies:
             context._quiet = True
-            running, call = self._run_async(plan, context, fn, args, kwargs)
+            token = set_context(context)  # the ambient context while the strategies run
             try:
-                return await running
+                return await _chain_async(plan, context, fn)
             finally:
-                call.clear()  # a context kept after the execution keeps no argument alive
+                reset_context(token)
+                context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
         if parent is not None:
             parent.raise_if_aborted()
-        token = _CURRENT.set(context)
+        token = set_context(context)
         try:
             try:
                 awaitable = fn(*args, **kwargs)
@@ -530,59 +525,27 @@ class ResiliencePipeline:
                 raise _refuse_non_awaitable(fn, awaitable)
             return await awaitable
         finally:
-            _CURRENT.reset(token)
+            reset_context(token)
 
     async def _execute_observed_async(
-        self,
-        plan: _Plan,
-        context: ResilienceContext,
-        fn: Callable[..., Awaitable[T]],
-        args: Any,
-        kwargs: Any,
+        self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]
     ) -> T:
         with self._span(context):
-            return await self._observe_async(plan, context, fn, args, kwargs)
+            return await self._observe_async(plan, context, fn)
 
-    async def _observe_async(
-        self,
-        plan: _Plan,
-        context: ResilienceContext,
-        fn: Callable[..., Awaitable[T]],
-        args: Any,
-        kwargs: Any,
-    ) -> T:
+    async def _observe_async(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> T:
         started = self._executing(context)
-        call = None
+        token = set_context(context)  # the ambient context while the strategies run
         try:
-            running, call = self._run_async(plan, context, fn, args, kwargs)
-            result = await running
+            result = await _chain_async(plan, context, fn)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         finally:
-            if call is not None:
-                call.clear()
+            reset_context(token)
+            context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
         self._executed(context, started, Ok(result))
         return result
-
-    def _run_async(
-        self,
-        plan: _Plan,
-        context: ResilienceContext,
-        fn: Callable[..., Awaitable[T]],
-        args: Any,
-        kwargs: Any,
-    ) -> tuple[Awaitable[T], list[Any]]:
-        """The chain's awaitable, and the call its caller clears once it is awaited."""
-        if not callable(fn):
-            raise _not_callable(fn, "execute_async")
-        call = context._call = [fn, args, kwargs, None]
-        chain = plan.chain_async
-        if chain is None:
-            chain = _composed(plan.strategies, functools.partial(_last_step_async, call=call), sync=False)
-        if plan.invoked:
-            return _run_invoked_async(chain, call, context), call
-        return chain(context), call
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""
@@ -659,7 +622,7 @@ class ResiliencePipeline:
             else:
 
                 async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    with use_context(_CURRENT.get(), operation_key=_operation_key_of(key, args, kwargs)):
+                    with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
                         return await self.execute_async(fn, *args, **kwargs)
 
             return functools.update_wrapper(run_async, fn)
@@ -672,7 +635,7 @@ class ResiliencePipeline:
         else:
 
             def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-                with use_context(_CURRENT.get(), operation_key=_operation_key_of(key, args, kwargs)):
+                with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
                     return self.execute(fn, *args, **kwargs)
 
         return functools.update_wrapper(run, fn)

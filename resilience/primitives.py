@@ -29,7 +29,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar
 
-from resilience._context import _CURRENT, LOCK_TOKEN, current_context, new_context
+from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
     AsyncLease,
     BackoffSchedule,
@@ -379,7 +379,7 @@ class LockHold:
         held_id = primitive._held_id(self._key)
         if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
             inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
-        self._context_token = _CURRENT.set(inner)
+        self._context_token = set_context(inner)
         return handle
 
     def _leave(self) -> LockHandle:
@@ -388,7 +388,7 @@ class LockHold:
         self._handle = None
         token, self._context_token = self._context_token, None
         if token is not None:
-            _CURRENT.reset(token)
+            reset_context(token)
         return handle
 
     def _outcome(self, handle: LockHandle, error: LockLostError | None, exc: BaseException | None) -> None:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import httpx
 
-from resilience._context import _CURRENT
+from resilience._context import current_context
 from resilience.http._classify import REQUEST, authority, discarder, is_response
 from resilience.telemetry._otel import CONTEXT_TAGS
 
@@ -83,7 +83,7 @@ _GRACE: Final = 1.0
 
 def _signal() -> Signal:
     """The signal of the attempt running (the pipeline makes its context the ambient one)."""
-    context = _CURRENT.get()
+    context = current_context()
     assert context is not None  # an attempt always runs under the pipeline's context
     return context.signal
 

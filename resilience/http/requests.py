@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
-from resilience._context import _CURRENT
+from resilience._context import current_context
 from resilience.http._classify import REQUEST, authority_of, register_client
 from resilience.http._transport import (
     _GRACE,
@@ -147,7 +147,7 @@ def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options
         if exchange.deadline_passed():
             # requests' timeout, set to our deadline, beat the strategy's timer by a hair: let
             # the timer fire, so the timeout strategy reports it and a retry sees the abort.
-            context = _CURRENT.get()
+            context = current_context()
             if context is not None:
                 context.signal.wait(_GRACE)
         raise

@@ -6,8 +6,14 @@ objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and crea
 """
 
 from resilience._context import LazyDeadline
-from resilience.strategies._base import Strategy, StrategyBuildContext, StrategyOptions
-from resilience.strategies.chaos import (
+from resilience.strategies._base import (
+    DeclaresTraits,
+    Strategy,
+    StrategyBuildContext,
+    StrategyOptions,
+    StrategyTraits,
+)
+from resilience.strategies.chaos._strategy import (
     BehaviorGeneratorArguments,
     ChaosBehaviorStrategyOptions,
     ChaosFaultStrategyOptions,
@@ -27,52 +33,53 @@ from resilience.strategies.chaos import (
     chaos_latency_strategy,
     chaos_outcome_strategy,
 )
-from resilience.strategies.circuit import (
+from resilience.strategies.circuit._controller import (
     BreakDurationGeneratorArguments,
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
-    CircuitBreakerStrategyOptions,
-    CircuitState,
     OnCircuitClosedArguments,
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
-    OnCircuitStateSyncFailedArguments,
-    circuit_breaker_strategy,
 )
-from resilience.strategies.fallback import (
+from resilience.strategies.circuit._core import CircuitState
+from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions, circuit_breaker_strategy
+from resilience.strategies.circuit._sync import OnCircuitStateSyncFailedArguments
+from resilience.strategies.fallback._strategy import (
     FallbackArguments,
     FallbackStrategyOptions,
     OnFallbackArguments,
     fallback_strategy,
 )
-from resilience.strategies.hedging import (
+from resilience.strategies.hedging._strategy import (
     HedgingActionArguments,
     HedgingDelayArguments,
     HedgingStrategyOptions,
     OnHedgingArguments,
     hedging_strategy,
 )
-from resilience.strategies.limiting import (
+from resilience.strategies.limiting._concurrency import (
     ConcurrencyLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+)
+from resilience.strategies.limiting._rate import (
     OnRateLimiterRejectedArguments,
     RateLimiterStrategyOptions,
-    concurrency_limiter_strategy,
     rate_limiter_strategy,
 )
-from resilience.strategies.lock import (
+from resilience.strategies.lock._strategy import (
     LockEventArguments,
     LockStrategyOptions,
     OnLockLostArguments,
     lock_strategy,
 )
-from resilience.strategies.retry import (
+from resilience.strategies.retry._strategy import (
     ExecutionAttemptArguments,
     OnRetryArguments,
     RetryDelayArguments,
     RetryStrategyOptions,
     retry_strategy,
 )
-from resilience.strategies.timeout import (
+from resilience.strategies.timeout._strategy import (
     OnTimeoutArguments,
     TimeoutGeneratorArguments,
     TimeoutStrategyOptions,
@@ -91,6 +98,7 @@ __all__ = [
     "CircuitBreakerStrategyOptions",
     "CircuitState",
     "ConcurrencyLimiterStrategyOptions",
+    "DeclaresTraits",
     "EnabledGeneratorArguments",
     "ExecutionAttemptArguments",
     "FallbackArguments",
@@ -125,6 +133,7 @@ __all__ = [
     "Strategy",
     "StrategyBuildContext",
     "StrategyOptions",
+    "StrategyTraits",
     "TimeoutGeneratorArguments",
     "TimeoutStrategyOptions",
     "chaos_behavior_strategy",

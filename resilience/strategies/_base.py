@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.telemetry._source import TelemetrySource
 
-__all__ = ["Strategy", "StrategyBuildContext", "StrategyOptions"]
+__all__ = ["DeclaresTraits", "Strategy", "StrategyBuildContext", "StrategyOptions", "StrategyTraits", "traits_of"]
 
 T = TypeVar("T")
 
@@ -41,6 +41,42 @@ class Strategy(Protocol):
     ) -> T:
         """Run `callback` (the inner pipeline) in an asyncio execution."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyTraits:
+    """What the pipeline needs to know about a strategy beyond its two hooks.
+
+    A strategy declares them with a `traits` attribute (`DeclaresTraits`); one that does not
+    has these defaults. The pipeline reads them once, at `build()`.
+    """
+
+    sync_problem: str | None = None
+    """Why a sync execution cannot run this strategy (an asyncio-only store), or None.
+
+    The pipeline raises it as a `ValidationError` before any strategy runs."""
+    async_problem: str | None = None
+    """Why an asyncio execution cannot run it, or None (see `sync_problem`)."""
+    inert: bool = False
+    """The strategy can never act (switched-off chaos): `build()` leaves it out, so it costs nothing."""
+
+
+NO_TRAITS = StrategyTraits()
+
+
+@runtime_checkable
+class DeclaresTraits(Protocol):
+    """A strategy that declares its `StrategyTraits`."""
+
+    @property
+    def traits(self) -> StrategyTraits:
+        """The strategy's traits (read once, at `build()`)."""
+        ...
+
+
+def traits_of(strategy: object) -> StrategyTraits:
+    """The traits `strategy` declares, or the defaults."""
+    return strategy.traits if isinstance(strategy, DeclaresTraits) else NO_TRAITS
 
 
 @dataclass(frozen=True, slots=True)

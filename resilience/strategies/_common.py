@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from resilience._outcome import Err, Ok, Outcome
 from resilience._time import SystemTimeProvider
 from resilience.exceptions import ValidationError
+from resilience.strategies._base import StrategyTraits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,7 +24,16 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience._validation import Problems
 
-__all__ = ["Handle", "Handler", "call_back", "call_back_async", "check_handle", "wait", "wait_async"]
+__all__ = [
+    "Handle",
+    "Handler",
+    "call_back",
+    "call_back_async",
+    "check_handle",
+    "store_traits",
+    "wait",
+    "wait_async",
+]
 
 Handle: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Outcome[Any]], bool] | None"
 """What `handle` accepts: exception type(s), a predicate over the outcome, or None (the default)."""
@@ -86,6 +96,25 @@ class Handler:
             return bool(predicate(Ok(value) if outcome is None else outcome))
         check = self._result
         return check is not None and bool(check(value))
+
+
+def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) -> StrategyTraits:
+    """The traits of a strategy over a store: the flavour of execution the store cannot serve, refused.
+
+    `what` names the store in the messages ("Lock: the lock store <...>"); `example` is its class.
+    """
+    sync_problem = async_problem = None
+    if not has_sync:
+        sync_problem = (
+            f"{what} has no sync client: run this pipeline with execute_async/settle_async, "
+            f"or give the store a sync client (e.g. {example}(redis.Redis(...)))"
+        )
+    if not has_async:
+        async_problem = (
+            f"{what} has no asyncio client: run this pipeline with execute/settle, "
+            f"or give the store an async client (e.g. {example}(async_client=redis.asyncio.Redis(...)))"
+        )
+    return StrategyTraits(sync_problem=sync_problem, async_problem=async_problem)
 
 
 def call_back(callback: Callable[[Any], object], arguments: object) -> object:

@@ -205,8 +205,9 @@ def test_a_context_the_strategy_made_itself_still_reaches_the_callable() -> None
     assert asyncio.run(custom.execute_async(key_async)) == "made here"
 
 
-def test_a_fresh_context_in_a_bare_thread_still_reaches_the_callable() -> None:
-    """A custom strategy may run the rest in a bare thread under a context of its own."""
+@pytest.mark.parametrize("derived", [True, False], ids=["derived", "fresh"])
+def test_a_bare_thread_reaches_the_callable_with_a_derived_context_only(derived: bool) -> None:
+    """On a bare thread the call travels on the context: derived works, a fresh one is refused clearly."""
 
     class BareThread:
         def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
@@ -214,7 +215,7 @@ def test_a_fresh_context_in_a_bare_thread_still_reaches_the_callable() -> None:
 
             def run() -> None:
                 try:
-                    out.append(callback(ResilienceContext()))
+                    out.append(callback(context.derive() if derived else ResilienceContext()))
                 except BaseException as exc:
                     out.append(exc)
 
@@ -228,7 +229,12 @@ def test_a_fresh_context_in_a_bare_thread_still_reaches_the_callable() -> None:
         async def execute_async(self, callback: Any, context: ResilienceContext, /) -> Any:
             raise NotImplementedError
 
-    assert PipelineBuilder().add(BareThread()).build().execute(lambda: 1) == 1
+    pipeline = PipelineBuilder().add(BareThread()).build()
+    if derived:
+        assert pipeline.execute(lambda: 1) == 1
+    else:
+        with pytest.raises(ValidationError, match="does not carry the execution's context"):
+            pipeline.execute(lambda: 1)
 
 
 def test_calling_the_rest_of_the_pipeline_after_the_execution_ended_is_refused() -> None:

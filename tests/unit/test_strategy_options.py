@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 from typing import Any
 
 import pytest
@@ -198,3 +199,42 @@ def test_reprs_name_the_strategy() -> None:
         "<TimeoutStrategy timeout=2>",
         "<CircuitBreakerStrategy state=CLOSED>",
     ]
+
+
+FACTORIES = [
+    getattr(resilience.strategies, name) for name in resilience.strategies.__all__ if name.endswith("_strategy")
+]
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda factory: factory.__name__)
+def test_each_factory_declares_exactly_its_options_fields(factory: Any) -> None:
+    """A factory's parameters are its options class's fields (names, positional order, defaults), each passed through."""
+    parameters = inspect.signature(factory).parameters
+    sentinels = {name: object() for name in parameters}
+    positional = [sentinels[name] for name, p in parameters.items() if p.kind is p.POSITIONAL_ONLY]
+    options = factory(
+        *positional,
+        **{n: v for n, v in sentinels.items() if parameters[n].kind is not inspect.Parameter.POSITIONAL_ONLY},
+    )
+    fields = dataclasses.fields(options)
+    leading = [name for name, p in parameters.items() if p.kind is p.POSITIONAL_ONLY]
+    assert [field.name for field in fields][: len(leading)] == leading  # the rest are keyword-only: any order
+    assert sorted(field.name for field in fields) == sorted(parameters)
+    for field in fields:
+        assert getattr(options, field.name) is sentinels[field.name], field.name
+        declared = parameters[field.name].default
+        if field.default is dataclasses.MISSING:
+            assert declared is inspect.Parameter.empty, field.name
+        else:
+            assert declared == field.default, field.name
+
+
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda factory: factory.__name__)
+def test_each_shortcut_is_its_factory_with_the_same_signature_and_documentation(factory: Any) -> None:
+    """`add_x` takes `x_strategy`'s parameters and shows its documentation in `help()`."""
+    shortcut = getattr(ResiliencePipelineBuilder, "add_" + factory.__name__.removesuffix("_strategy"))
+    builder = ResiliencePipelineBuilder()
+    assert list(inspect.signature(getattr(builder, shortcut.__name__)).parameters.values()) == list(
+        inspect.signature(factory).parameters.values()
+    )
+    assert factory.__doc__ in shortcut.__doc__

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
+from resilience.strategies._base import StrategyTraits
 from resilience.strategies._common import call_back, call_back_async
 from resilience.telemetry._event import Severity
 
@@ -216,11 +217,11 @@ def _plain(generator: Callable[[Any], object], value: object) -> object:
 class ChaosStrategyBase:
     """The built chaos strategies' common part: the decision, the event, the user callback.
 
-    `inert` is true when the options can never inject: `build()` then leaves the strategy out,
-    so switched-off chaos costs nothing on the success path.
+    Its traits say `inert` when the options can never inject: `build()` then leaves the
+    strategy out, so switched-off chaos costs nothing on the success path.
     """
 
-    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "inert")
+    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "traits")
 
     def __init__(
         self,
@@ -240,7 +241,7 @@ class ChaosStrategyBase:
         self._telemetry: TelemetrySource = context.telemetry
         self._event = event
         self._on_injected = on_injected
-        self.inert = self._injection.never
+        self.traits = StrategyTraits(inert=self._injection.never)
 
     def _report(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
         """Emit the injection's event (Information); the caller then runs the user callback."""

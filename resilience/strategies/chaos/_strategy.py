@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, generated_seconds, to_seconds
 from resilience.exceptions import ValidationError
+from resilience.strategies._base import StrategyTraits
 from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 from resilience.strategies.chaos._injection import (
     ChaosStrategyBase,
@@ -427,7 +428,7 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
         self._generator = options.latency_generator
         self._time: TimeProvider = context.time_provider
         if self._generator is None and self._latency <= 0:
-            self.inert = True  # a latency of 0 without a generator never injects anything
+            self.traits = StrategyTraits(inert=True)  # a latency of 0 without a generator never injects anything
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Wait, then call `callback` (sync)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import ValidationError
+from resilience.strategies._base import StrategyTraits
 from resilience.strategies._common import Handle, Handler, check_handle
 from resilience.strategies.circuit._controller import (
     BreakDurationGeneratorArguments,
@@ -280,20 +281,23 @@ class CircuitBreakerStrategy:
         return f"<CircuitBreakerStrategy state={self.state.name}>"
 
 
+_ASYNC_ONLY = (
+    "this circuit is shared through a RedisCircuitStateStore with only an asyncio client: "
+    "run it with execute_async, or give the store a sync client= too"
+)
+
+
 class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
     """A circuit shared through a store that has only an asyncio client: its sync is a task."""
 
     __slots__ = ()
 
-    sync_problem = (
-        "this circuit is shared through a RedisCircuitStateStore with only an asyncio client: "
-        "run it with execute_async, or give the store a sync client= too"
-    )
-    """Why a sync execution is refused (the pipeline refuses it before anything runs)."""
+    traits = StrategyTraits(sync_problem=_ASYNC_ONLY)
+    """A sync execution is refused (the pipeline refuses it before anything runs)."""
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:  # noqa: ARG002
         """Refused: the sync of this circuit needs a running event loop."""
-        raise ValidationError(self.sync_problem)
+        raise ValidationError(_ASYNC_ONLY)
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /

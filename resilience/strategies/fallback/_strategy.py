@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resilience._context import _CURRENT
+from resilience._context import reset_context, set_context
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Problems
 from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
@@ -142,23 +142,23 @@ class FallbackStrategy:
 
     def _substitute(self, outcome: Outcome[Any], context: ResilienceContext) -> Any:
         arguments = self._falling_back(outcome, context)
-        token = _CURRENT.set(context)
+        token = set_context(context)
         try:
             if self._on_fallback is not None:
                 call_back(self._on_fallback, arguments)
             return call_back(self._fallback, FallbackArguments(outcome, context))
         finally:
-            _CURRENT.reset(token)
+            reset_context(token)
 
     async def _substitute_async(self, outcome: Outcome[Any], context: ResilienceContext) -> Any:
         arguments = self._falling_back(outcome, context)
-        token = _CURRENT.set(context)
+        token = set_context(context)
         try:
             if self._on_fallback is not None:
                 await call_back_async(self._on_fallback, arguments)
             return await call_back_async(self._fallback, FallbackArguments(outcome, context))
         finally:
-            _CURRENT.reset(token)
+            reset_context(token)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call the inner part; on a handled outcome return the fallback's value (sync)."""

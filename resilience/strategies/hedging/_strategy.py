@@ -30,7 +30,6 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from resilience._invocation import INVOCATION, SUBSTITUTE
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import OperationAbortedError
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._invocation import Invocation
     from resilience._signal import Signal
     from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
@@ -175,7 +173,6 @@ class HedgingStrategy:
         "_on_hedging",
         "_telemetry",
         "_time",
-        "wants_invocation",
     )
 
     def __init__(self, options: HedgingStrategyOptions, handler: Handler, context: StrategyBuildContext) -> None:
@@ -189,8 +186,6 @@ class HedgingStrategy:
         self._telemetry: TelemetrySource = context.telemetry
         options_ = context.telemetry.options
         self._heard = bool(options_.listeners or options_.severity_provider)
-        self.wants_invocation = options.action_generator is not None
-        """The pipeline must expose the call (`_invocation.py`) for `action_generator`."""
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
@@ -247,7 +242,6 @@ class _Run:
         "context",
         "contexts",
         "fatal",
-        "invocation",
         "starts",
         "state",
         "strategy",
@@ -272,8 +266,6 @@ class _Run:
         self.fatal: BaseException | None = None
         # The caller's contextvars, for attempts started elsewhere (a task, a pool thread).
         self.vars = contextvars.copy_context() if vars_ is None else vars_
-        # Read from the caller's contextvars: a run made by a timer callback runs elsewhere.
-        self.invocation: Invocation | None = self.vars.get(INVOCATION) if strategy.wants_invocation else None
 
     # -- decisions, under the lock --------------------------------------------------------------
 
@@ -475,17 +467,14 @@ class _SyncRun(_Run):
                 context.end_scope()
                 self.ended_fatally(attempt, exc)
                 return
-            token = SUBSTITUTE.set(substitute) if substitute is not None else None
             try:
-                outcome: Outcome[Any] = Ok(self.callback(context))
+                outcome: Outcome[Any] = Ok(self.callback(_calling(context, substitute)))
             except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
                 outcome = Err(exc)
             except BaseException as exc:
                 self.ended_fatally(attempt, exc)
                 raise
             finally:
-                if token is not None:
-                    SUBSTITUTE.reset(token)
                 context.end_scope()
             attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
 
@@ -496,13 +485,12 @@ class _SyncRun(_Run):
         generated = call_back(self.strategy._delay_generator, HedgingDelayArguments(self.context, attempt + 1))  # type: ignore[arg-type]
         return generated_delay(generated, self.strategy._delay)
 
-    def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
+    def action(self, attempt: int, context: ResilienceContext) -> Callable[..., Any] | None:
         generator = self.strategy._action_generator
-        invocation = self.invocation
-        if generator is None or invocation is None:
+        target = context.target
+        if generator is None or target is None:
             return None
-        other = call_back(generator, HedgingActionArguments(context, attempt, invocation.fn))
-        return None if other is None else (invocation, other)  # type: ignore[return-value]
+        return call_back(generator, HedgingActionArguments(context, attempt, target))  # type: ignore[return-value]
 
     def start_elsewhere(self, attempt: int) -> None:
         job = functools.partial(self.vars.copy().run, self._job, attempt)
@@ -610,15 +598,12 @@ class _AsyncRun(_Run):
                 scope.detach()
                 self.ended_fatally(attempt, exc)
                 return
-            token = SUBSTITUTE.set(substitute) if substitute is not None else None
             try:
-                outcome = await _attempt(scope, self.callback, context)
+                outcome = await _attempt(scope, self.callback, _calling(context, substitute))
             except BaseException as exc:
                 self.ended_fatally(attempt, exc)
                 raise
             finally:
-                if token is not None:
-                    SUBSTITUTE.reset(token)
                 scope.detach()
             attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
 
@@ -630,13 +615,13 @@ class _AsyncRun(_Run):
         generated = await call_back_async(self.strategy._delay_generator, arguments)  # type: ignore[arg-type]
         return generated_delay(generated, self.strategy._delay)
 
-    async def action(self, attempt: int, context: ResilienceContext) -> tuple[Invocation, Callable[..., Any]] | None:
+    async def action(self, attempt: int, context: ResilienceContext) -> Callable[..., Any] | None:
         generator = self.strategy._action_generator
-        invocation = self.invocation
-        if generator is None or invocation is None:
+        target = context.target
+        if generator is None or target is None:
             return None
-        other = await call_back_async(generator, HedgingActionArguments(context, attempt, invocation.fn))
-        return None if other is None else (invocation, other)  # type: ignore[return-value]
+        arguments = HedgingActionArguments(context, attempt, target)
+        return await call_back_async(generator, arguments)  # type: ignore[return-value]
 
     def start_elsewhere(self, attempt: int) -> None:
         if threading.get_ident() != self._thread:  # a timer fired on another thread
@@ -658,6 +643,11 @@ class _AsyncRun(_Run):
                 waiter.set_result(None)
             else:  # pragma: no cover - attempts end on the loop; kept for safety
                 self._loop.call_soon_threadsafe(_resolve, waiter)
+
+
+def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) -> ResilienceContext:
+    """The attempt's context, calling `substitute` (from `action_generator`) in place of the callable."""
+    return context if substitute is None else context.derive(substitute=substitute)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

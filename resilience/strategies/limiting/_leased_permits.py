@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from resilience._lease import LeaseParams, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import call_back, call_back_async, store_traits
 from resilience.strategies.limiting._rate import reject
 from resilience.strategies.lock._strategy import LockEvents, LockStrategy, LockStrategyOptions
 from resilience.telemetry._source import Tally
@@ -70,20 +70,12 @@ class LeasedPermits(LockStrategy):
         self.limit = options.limit
         self.on_rejected = options.on_rejected
         self.limiter_telemetry = context.telemetry
-        self.sync_problem = None
-        self.async_problem = None
-        if not self._ops.has_sync:
-            self.sync_problem = (
-                f"{self.name}: the semaphore store {store!r} has no sync client: run this pipeline with "
-                "execute_async/settle_async, or give the store a sync client "
-                "(e.g. RedisSemaphoreStore(redis.Redis(...)))"
-            )
-        if not self._ops.has_async:
-            self.async_problem = (
-                f"{self.name}: the semaphore store {store!r} has no asyncio client: run this pipeline with "
-                "execute/settle, or give the store an async client "
-                "(e.g. RedisSemaphoreStore(async_client=redis.asyncio.Redis(...)))"
-            )
+        self.traits = store_traits(
+            f"{self.name}: the semaphore store {store!r}",
+            has_sync=self._ops.has_sync,
+            has_async=self._ops.has_async,
+            example="RedisSemaphoreStore",
+        )
 
     def _reject(  # type: ignore[override]
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool

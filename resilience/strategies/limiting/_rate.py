@@ -20,7 +20,7 @@ from resilience.exceptions import RateLimiterRejectedError, ValidationError
 from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
-from resilience.strategies._common import call_back, call_back_async, wait, wait_async
+from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -190,9 +190,8 @@ class RateLimiterStrategy:
         "_telemetry",
         "_time",
         "_wait",
-        "async_problem",
         "name",
-        "sync_problem",
+        "traits",
     )
 
     def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
@@ -214,19 +213,12 @@ class RateLimiterStrategy:
             if isinstance(store, MemoryRateLimitStore)
             else None
         )
-        self.sync_problem: str | None = None
-        self.async_problem: str | None = None
-        if not isinstance(store, RateLimitStore):
-            self.sync_problem = (
-                f"{self.name}: the rate-limit store {store!r} has no sync client: run this pipeline with "
-                "execute_async/settle_async, or give the store a sync client (e.g. RedisRateLimitStore(redis.Redis()))"
-            )
-        if not isinstance(store, AsyncRateLimitStore):
-            self.async_problem = (
-                f"{self.name}: the rate-limit store {store!r} has no asyncio client: run this pipeline with "
-                "execute/settle, or give the store an async client "
-                "(e.g. RedisRateLimitStore(async_client=redis.asyncio.Redis()))"
-            )
+        self.traits = store_traits(
+            f"{self.name}: the rate-limit store {store!r}",
+            has_sync=isinstance(store, RateLimitStore),
+            has_async=isinstance(store, AsyncRateLimitStore),
+            example="RedisRateLimitStore",
+        )
 
     def _take(self, key: str) -> float:
         decide = self._decide

@@ -31,6 +31,7 @@ from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
+from resilience.strategies._common import store_traits
 from resilience.strategies.lock._key import check_key, check_store_kind, note_default_store, resolve_key
 from resilience.telemetry._event import Severity
 
@@ -327,9 +328,8 @@ class LockStrategy:
         "_time_provider",
         "_ttl",
         "_wait",
-        "async_problem",
         "name",
-        "sync_problem",
+        "traits",
     )
 
     def __init__(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
@@ -352,20 +352,12 @@ class LockStrategy:
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = LockOps(store)
         self._store_id = id(store)
-        self.sync_problem: str | None = None
-        self.async_problem: str | None = None
-        if not self._ops.has_sync:
-            self.sync_problem = (
-                f"{self.name}: the lock store {store!r} has no sync client: run this pipeline with "
-                "execute_async/settle_async, or give the store a sync client "
-                "(e.g. RedisLockStore(redis.Redis(...)))"
-            )
-        if not self._ops.has_async:
-            self.async_problem = (
-                f"{self.name}: the lock store {store!r} has no asyncio client: run this pipeline with "
-                "execute/settle, or give the store an async client "
-                "(e.g. RedisLockStore(async_client=redis.asyncio.Redis(...)))"
-            )
+        self.traits = store_traits(
+            f"{self.name}: the lock store {store!r}",
+            has_sync=self._ops.has_sync,
+            has_async=self._ops.has_async,
+            example="RedisLockStore",
+        )
 
     # -- shared steps -------------------------------------------------------------------------
 
