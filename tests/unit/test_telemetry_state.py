@@ -386,3 +386,28 @@ def test_state_metrics_cost_no_import_without_an_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "clean"
+
+
+@pytest.mark.redis
+def test_a_shared_circuit_is_tagged_with_its_key(redis_server: Any) -> None:
+    """A circuit shared through a store carries `circuit.key` beside its pipeline and strategy names."""
+    import redis
+
+    from resilience.stores import RedisCircuitStateStore
+
+    reader = InMemoryMetricReader()
+    client = redis.Redis(port=redis_server.port)
+    key = f"payments-{uuid.uuid4().hex[:8]}"
+    try:
+        pipeline = (
+            ResiliencePipelineBuilder(name="fleet", telemetry=options(reader))
+            .add_circuit_breaker(state_store=RedisCircuitStateStore(client), circuit_key=key)
+            .build()
+        )
+        pipeline.execute(lambda: None)
+        assert only(reader, "resilience.circuit.state") == (
+            {"pipeline.name": "fleet", "strategy.name": "CircuitBreaker", "circuit.key": key},
+            0,
+        )
+    finally:
+        client.close()
