@@ -371,7 +371,7 @@ class LockHold:
         primitive = self._primitive
         if lease is None:
             raise primitive._reject(self._key, started, held_for)
-        primitive._events.acquired(None, lease.key, lease.token, started)
+        primitive._events.acquired(None, lease.key, lease, started)
         handle = self._handle = LockHandle(lease, primitive._events)
         outer = current_context() or new_context()
         inner = outer.derive(signal=lease.signal)
@@ -819,7 +819,7 @@ class Locks:
         if lease is None:
             self._events.rejected(None, key, started, held_for)
             return None
-        self._events.acquired(None, key, lease.token, started)
+        self._events.acquired(None, key, lease, started)
         return LockHandle(lease, self._events)
 
     # -- closing ----------------------------------------------------------------------------

@@ -176,8 +176,8 @@ class LockEvents:
 
     Durations are measured on `time_provider`. Debug events build nothing unless someone
     listens (`TelemetrySource.enabled`). `mode` goes on every event (`lock.mode`) and on the
-    `resilience.lock.held` state metric, which reads `held`: the (key, token) of every lease
-    acquired and not yet released or lost. An owner holding keys in several modes keeps one
+    `resilience.lock.held` state metric, which reads `held`: every lease acquired and not yet
+    released or lost. An owner holding keys in several modes keeps one
     `LockEvents` per mode.
     """
 
@@ -187,7 +187,7 @@ class LockEvents:
         self._telemetry = telemetry
         self._time_provider = time_provider
         self.mode = mode
-        self.held: set[tuple[str, int | None]] = set()  # add and discard are atomic: no lock
+        self.held: set[LeaseBase] = set()  # add and discard are atomic: no lock
         telemetry.observe("resilience.lock.held", self, _held_count, {"lock.mode": mode})
 
     def _emit(self, name: str, severity: Severity, context: ResilienceContext | None, key: str, **facts: Any) -> None:
@@ -201,12 +201,12 @@ class LockEvents:
             arguments=LockEventArguments(context, key, mode=self.mode, **facts),
         )
 
-    def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
+    def acquired(self, context: ResilienceContext | None, key: str, lease: LeaseBase, started: float) -> None:
         """`OnLockAcquired` (Debug), with the time waited since `started`."""
-        self.held.add((key, token))
+        self.held.add(lease)
         if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
             waited = self._time_provider.monotonic() - started
-            self._emit("OnLockAcquired", Severity.DEBUG, context, key, token=token, wait_duration=waited)
+            self._emit("OnLockAcquired", Severity.DEBUG, context, key, token=lease.token, wait_duration=waited)
 
     def rejected(self, context: ResilienceContext | None, key: str, started: float, retry_after: float | None) -> None:
         """`OnLockRejected` (Information), with the time waited and the holder's time left."""
@@ -215,14 +215,14 @@ class LockEvents:
 
     def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockReleased` (Debug), with the hold time."""
-        self.held.discard((key, lease.token))
+        self.held.discard(lease)
         if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
             held = self._time_provider.monotonic() - lease.acquired_at
             self._emit("OnLockReleased", Severity.DEBUG, context, key, token=lease.token, hold_duration=held)
 
     def lost(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockLost` (Error), with the hold time until the loss was handled."""
-        self.held.discard((key, lease.token))
+        self.held.discard(lease)
         held = self._time_provider.monotonic() - lease.acquired_at
         self._emit("OnLockLost", Severity.ERROR, context, key, token=lease.token, hold_duration=held)
 
@@ -407,7 +407,7 @@ class LockStrategy:
         held: frozenset[tuple[int, str]],
     ) -> ResilienceContext:
         key = run.key
-        self._events.acquired(context, key, lease.token, started)
+        self._events.acquired(context, key, lease, started)
         held |= {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, _HELD: held})
         run.inner = inner
