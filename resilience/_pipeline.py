@@ -256,7 +256,7 @@ class _Plan:
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("async_problem", "chain", "chain_async", "strategies", "sync_problem")
+    __slots__ = ("ambient", "async_problem", "chain", "chain_async", "strategies", "sync_problem")
 
     def __init__(self, strategies: tuple[Strategy, ...]) -> None:
         self.strategies = strategies
@@ -267,6 +267,9 @@ class _Plan:
         traits = [traits_of(strategy) for strategy in strategies]
         self.sync_problem = next((t.sync_problem for t in traits if t.sync_problem), None)
         self.async_problem = next((t.async_problem for t in traits if t.async_problem), None)
+        # A strategy that may hand on a context of its own: the execution's context is then
+        # the ambient one while the strategies run, where `_target` finds the call.
+        self.ambient = not all(t.hands_on_context for t in traits)
 
     def _target(self, inner: ResilienceContext) -> tuple[Callable[..., Any], Any, Any]:
         """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md).
@@ -451,14 +454,15 @@ class ResiliencePipeline:
         return result
 
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
-        """The strategies' chain over `context`, which is the ambient context while they run."""
+        """The strategies' chain over `context` (the ambient context while they run, if the plan says so)."""
         if type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:  # a plain def passes here
             _refuse_before_running(fn)
-        token = set_context(context)
+        token = set_context(context) if plan.ambient else None
         try:
             return plan.chain(context)  # type: ignore[no-any-return]
         finally:
-            reset_context(token)
+            if token is not None:
+                reset_context(token)
             context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
 
     def settle(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
@@ -505,11 +509,12 @@ class ResiliencePipeline:
             return await self._observe_async(plan, context, fn)
         if plan.strategies:
             context._quiet = True
-            token = set_context(context)  # the ambient context while the strategies run
+            token = set_context(context) if plan.ambient else None  # see `_run`
             try:
                 return await _chain_async(plan, context, fn)
             finally:
-                reset_context(token)
+                if token is not None:
+                    reset_context(token)
                 context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
         if parent is not None:
             parent.raise_if_aborted()
@@ -535,14 +540,15 @@ class ResiliencePipeline:
 
     async def _observe_async(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> T:
         started = self._executing(context)
-        token = set_context(context)  # the ambient context while the strategies run
+        token = set_context(context) if plan.ambient else None  # see `_run`
         try:
             result = await _chain_async(plan, context, fn)
         except Exception as exc:
             self._executed(context, started, Err(exc))
             raise
         finally:
-            reset_context(token)
+            if token is not None:
+                reset_context(token)
             context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
         self._executed(context, started, Ok(result))
         return result

@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.telemetry._source import TelemetrySource
 
-__all__ = ["DeclaresTraits", "Strategy", "StrategyBuildContext", "StrategyOptions", "StrategyTraits", "traits_of"]
+__all__ = [
+    "HANDS_ON",
+    "DeclaresTraits",
+    "Strategy",
+    "StrategyBuildContext",
+    "StrategyOptions",
+    "StrategyTraits",
+    "traits_of",
+]
 
 T = TypeVar("T")
 
@@ -59,9 +67,18 @@ class StrategyTraits:
     """Why an asyncio execution cannot run it, or None (see `sync_problem`)."""
     inert: bool = False
     """The strategy can never act (switched-off chaos): `build()` leaves it out, so it costs nothing."""
+    hands_on_context: bool = False
+    """The strategy always calls `callback` with the context it received or one derived from it.
+
+    The execution's call travels on those contexts (`derive`, `derive_scope`), as with every
+    built-in strategy. In a pipeline with a strategy that does not declare it, the execution's
+    context is also the ambient one while the strategies run (one context-variable set and
+    reset per execution), so that a context such a strategy made itself still finds the call."""
 
 
 NO_TRAITS = StrategyTraits()
+HANDS_ON = StrategyTraits(hands_on_context=True)
+"""The traits of a built-in strategy with nothing else to declare."""
 
 
 @runtime_checkable

@@ -114,7 +114,7 @@ def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) ->
             f"{what} has no asyncio client: run this pipeline with execute/settle, "
             f"or give the store an async client (e.g. {example}(async_client=redis.asyncio.Redis(...)))"
         )
-    return StrategyTraits(sync_problem=sync_problem, async_problem=async_problem)
+    return StrategyTraits(sync_problem=sync_problem, async_problem=async_problem, hands_on_context=True)
 
 
 def call_back(callback: Callable[[Any], object], arguments: object) -> object:

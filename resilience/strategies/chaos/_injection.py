@@ -241,7 +241,7 @@ class ChaosStrategyBase:
         self._telemetry: TelemetrySource = context.telemetry
         self._event = event
         self._on_injected = on_injected
-        self.traits = StrategyTraits(inert=self._injection.never)
+        self.traits = StrategyTraits(inert=self._injection.never, hands_on_context=True)
 
     def _report(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
         """Emit the injection's event (Information); the caller then runs the user callback."""

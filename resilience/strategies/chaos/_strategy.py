@@ -428,7 +428,7 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
         self._generator = options.latency_generator
         self._time: TimeProvider = context.time_provider
         if self._generator is None and self._latency <= 0:
-            self.traits = StrategyTraits(inert=True)  # a latency of 0 without a generator never injects anything
+            self.traits = StrategyTraits(inert=True, hands_on_context=True)  # a latency of 0 never injects
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Wait, then call `callback` (sync)."""

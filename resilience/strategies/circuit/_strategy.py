@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import ValidationError
-from resilience.strategies._base import StrategyTraits
+from resilience.strategies._base import HANDS_ON, StrategyTraits
 from resilience.strategies._common import Handle, Handler, check_handle
 from resilience.strategies.circuit._controller import (
     BreakDurationGeneratorArguments,
@@ -202,6 +202,8 @@ def circuit_breaker_strategy(
 class CircuitBreakerStrategy:
     """The built circuit breaker: admits, runs and counts calls; sync and async share the circuit."""
 
+    traits = HANDS_ON
+
     __slots__ = ("_controller", "_handler")
 
     def __init__(self, controller: CircuitController, handler: Handler) -> None:
@@ -292,7 +294,7 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
 
     __slots__ = ()
 
-    traits = StrategyTraits(sync_problem=_ASYNC_ONLY)
+    traits = StrategyTraits(sync_problem=_ASYNC_ONLY, hands_on_context=True)
     """A sync execution is refused (the pipeline refuses it before anything runs)."""
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:  # noqa: ARG002

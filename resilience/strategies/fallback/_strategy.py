@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._context import reset_context, set_context
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Problems
+from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
 from resilience.telemetry._event import Severity
 
@@ -107,6 +108,8 @@ def fallback_strategy(
 
 class FallbackStrategy:
     """The built fallback strategy."""
+
+    traits = HANDS_ON
 
     __slots__ = ("_checks_results", "_fallback", "_handler", "_on_fallback", "_telemetry")
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import OperationAbortedError
+from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
 from resilience.strategies.hedging._core import HedgingState, generated_delay
 from resilience.strategies.hedging._pool import POOL
@@ -162,6 +163,8 @@ def hedging_strategy(
 
 class HedgingStrategy:
     """The built hedging strategy."""
+
+    traits = HANDS_ON
 
     __slots__ = (
         "_action_generator",

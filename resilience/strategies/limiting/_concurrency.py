@@ -17,6 +17,7 @@ from resilience._validation import Duration, Problems, to_seconds
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
+from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import call_back, call_back_async
 from resilience.strategies.limiting._leased_permits import LeasedPermits
 from resilience.strategies.limiting._permits import LocalPermits
@@ -129,6 +130,8 @@ def concurrency_limiter_strategy(
 
 class ConcurrencyLimiterStrategy:
     """The built concurrency limiter (see the module docstring)."""
+
+    traits = HANDS_ON
 
     __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "name")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
+from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import (
     Handle,
     Handler,
@@ -174,6 +175,8 @@ def retry_strategy(
 
 class RetryStrategy:
     """The built retry strategy: performs `RetryCore`'s decisions, sync or async."""
+
+    traits = HANDS_ON
 
     __slots__ = ("_core", "_delay_generator", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from resilience._lease._workers import off_timer_thread
 from resilience._validation import Duration, Problems, generated_seconds, to_seconds
 from resilience.exceptions import TimeoutRejectedError
+from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import call_back, call_back_async
 from resilience.telemetry._event import Severity
 
@@ -238,6 +239,8 @@ def _generated_timeout(value: object, default: float) -> float | None:
 
 class TimeoutStrategy:
     """The built timeout strategy."""
+
+    traits = HANDS_ON
 
     __slots__ = ("_generator", "_on_timeout", "_telemetry", "_time", "timeout")
 
