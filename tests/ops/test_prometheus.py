@@ -292,6 +292,9 @@ def test_the_dashboard_and_the_alerts_against_a_real_prometheus(prometheus: str)
     until(lambda: bool(query(prometheus, firing)), "ResilienceLeaseLost did not fire")
     (page,) = query(prometheus, firing)
     assert (page["metric"]["severity"], page["metric"]["pipeline_name"]) == ("page", "report")
-    rules = [rule for group in get(f"{prometheus}/api/v1/rules")["data"]["groups"] for rule in group["rules"]]
-    assert len(rules) == 11
-    assert all(rule["health"] == "ok" for rule in rules), rules
+
+    def rules() -> list[dict[str, Any]]:
+        return [rule for group in get(f"{prometheus}/api/v1/rules")["data"]["groups"] for rule in group["rules"]]
+
+    assert len(rules()) == 11
+    until(lambda: all(rule["health"] == "ok" for rule in rules()), f"a rule does not evaluate: {rules()}")

@@ -339,7 +339,9 @@ async def test_store_backed_limiter_counts_its_leases_and_its_waiters(mode: str)
             return None
 
         task = asyncio.ensure_future(pipeline.execute_async(nothing))
+        deadline = time.monotonic() + 10
         while only(reader, "resilience.limiter.queued") != (tags, 1):
+            assert time.monotonic() < deadline, "not queued in time"
             await asyncio.sleep(0.005)
     assert only(reader, "resilience.limiter.in_use") == (tags, 1)
     assert only(reader, "resilience.lock.held") == ({**tags, "lock.mode": "semaphore"}, 1)
