@@ -1,6 +1,7 @@
-"""Telemetry to Prometheus: a pipeline's events and timings on a /metrics endpoint.
+"""Telemetry to Prometheus: pipelines' events, timings and state on a /metrics endpoint.
 
-Run it with --serve, then open the /metrics address it prints (or point Prometheus and the
+The pipelines exercise every signal of the Grafana dashboard and the alerts of
+docs/dashboards/alerts.yml (a lease is lost every round: the page fires). Run it with --serve, then open the /metrics address it prints (or point Prometheus and the
 Grafana dashboard in docs/dashboards/resilience.json at it); it repeats the workload every few
 seconds, so the dashboard moves, until you press Ctrl-C:
 
@@ -99,9 +100,12 @@ class Workload:
     def _hold(pipeline: ResiliencePipeline) -> threading.Thread:
         """Hold the pipeline's lock or permit on a daemon thread until the process exits."""
         holding = threading.Event()
-        holder = threading.Thread(
-            target=pipeline.settle, args=(lambda: (holding.set(), threading.Event().wait()),), daemon=True
-        )
+
+        def hold_forever() -> None:
+            holding.set()
+            threading.Event().wait()
+
+        holder = threading.Thread(target=pipeline.settle, args=(hold_forever,), daemon=True)
         holder.start()
         holding.wait(5)
         return holder
