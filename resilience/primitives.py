@@ -371,7 +371,7 @@ class LockHold:
         primitive = self._primitive
         if lease is None:
             raise primitive._reject(self._key, started, held_for)
-        primitive._events.acquired(None, lease.key, lease.token, started)
+        primitive._events.acquired(None, lease.key, lease, started)
         handle = self._handle = LockHandle(lease, primitive._events)
         outer = current_context() or new_context()
         inner = outer.derive(signal=lease.signal)
@@ -446,6 +446,7 @@ class Locks:
 
     _kind: str = "lock"
     _strategy_name: str = "Lock"
+    _mode: str = "exclusive"  # `lock.mode` of the events and of `resilience.lock.held`
     _error_type: type[LockLostError] = LockLostError
 
     __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_tp", "store", "ttl")
@@ -487,7 +488,7 @@ class Locks:
             raise ValidationError(msg)
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
         self._ops: StoreOps = self._make_ops(store)
-        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp)
+        self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
 
     # -- construction hooks (the semaphore overrides them) ----------------------------------
 
@@ -818,7 +819,7 @@ class Locks:
         if lease is None:
             self._events.rejected(None, key, started, held_for)
             return None
-        self._events.acquired(None, key, lease.token, started)
+        self._events.acquired(None, key, lease, started)
         return LockHandle(lease, self._events)
 
     # -- closing ----------------------------------------------------------------------------
@@ -863,6 +864,7 @@ class Semaphores(Locks):
 
     _kind = "semaphore"
     _strategy_name = "Semaphore"
+    _mode = "semaphore"
     _error_type = SemaphoreLeaseLostError
 
     __slots__ = ("limit",)

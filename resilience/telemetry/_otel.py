@@ -3,7 +3,8 @@
 Only the OpenTelemetry **API** is used, imported lazily. Whether anything would record is
 decided without importing it: if no code has imported `opentelemetry.metrics` (or
 `opentelemetry.trace`), no SDK can have been installed, and the export costs one dictionary
-lookup. Instruments are created once per meter provider.
+lookup. Instruments are created once per meter provider, on a meter (and a tracer) named
+`resilience` with the library's version.
 
 Measurements are **batched**: an execution adds its counts and durations to a small per-provider
 buffer (one dictionary lookup under an uncontended lock), and the buffer is handed to the real
@@ -11,11 +12,19 @@ instruments when the provider collects (an observable callback that runs at the 
 collection) or when it grows past `_FLUSH_AT` measurements. The instruments, units, tags and
 recorded values are exactly those of an unbatched export; what moves is the CPU: the SDK's
 per-measurement work (attribute cleaning, hashing, bucket search) runs once per collection for
-counters and off the calling thread for histograms, instead of inside every call.
+counters and off the calling thread for histograms, instead of inside every call. Inside a
+recording span the histograms are recorded at once instead, in the caller's context, so that an
+SDK whose exemplar filter samples traced measurements (its default) attaches the trace.
+
+The **state metrics** (leases held, circuit states, limiter permits) are observed: an owner (a
+lock's events, a circuit, a limiter) registers once with `observe`, and its value is read only
+when a provider collects. Nothing is counted for them while nobody reads.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import os
 import sys
@@ -23,6 +32,15 @@ import threading
 import weakref
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from resilience._version import __version__
+from resilience.exceptions import (
+    LockLostError,
+    LockNotAcquiredError,
+    RateLimiterRejectedError,
+    SemaphoreLeaseLostError,
+    TimeoutRejectedError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -39,10 +57,12 @@ __all__ = [
     "INSTRUMENTS",
     "SPAN_ONLY",
     "EventFields",
+    "attributes",
     "export",
     "exports",
     "is_active",
     "metrics_only",
+    "observe",
     "record",
     "tracer",
 ]
@@ -68,20 +88,51 @@ _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExec
 SPAN_ONLY = frozenset({"PipelineExecuting"})
 _LOCK_WAIT = frozenset({"OnLockAcquired", "OnLockRejected"})
 _LOCK_HOLD = frozenset({"OnLockReleased", "OnLockLost"})
+_LOCK_EVENTS = _LOCK_WAIT | _LOCK_HOLD | {"OnLockRenewalFailed"}
 
-# Bucket boundaries (seconds) suited to resilience timings: sub-millisecond to minutes.
+# Events whose outcome is a failure the strategy handled, even when it is a result (an HTTP 503).
+_HANDLED = frozenset({"OnRetry", "OnCircuitOpened", "OnFallback"})
+# Events that mean the execution fails with the library's own error, which is not their outcome.
+_RAISES = {
+    "OnTimeout": TimeoutRejectedError,
+    "OnRateLimiterRejected": RateLimiterRejectedError,
+    "OnLockRejected": LockNotAcquiredError,
+    "OnLockLost": LockLostError,
+}
+
+# The facts span events and log records carry: attribute name -> the arguments' field.
+_ATTEMPT_FACTS = (("attempt.number", "attempt"), ("attempt.handled", "handled"), ("attempt.duration", "duration"))
+_FACTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "ExecutionAttempt": _ATTEMPT_FACTS,
+    "OnRetry": (("attempt.number", "attempt"), ("retry.delay", "delay")),
+    "OnHedging": (("attempt.number", "attempt"),),
+    "OnCircuitOpened": (("circuit.break_duration", "break_duration"),),
+    **dict.fromkeys(_LOCK_EVENTS, (("lock.key", "key"), ("lock.token", "token"), ("lock.mode", "mode"))),
+}
+
+# The state metrics (`observe`): name, unit, description, and how two owners with the same tags add up.
+_STATE_METRICS: tuple[tuple[str, str, str, Callable[[list[float]], float]], ...] = (
+    ("resilience.lock.held", "{lease}", "Leases this process holds now (locks and semaphore permits).", sum),
+    ("resilience.circuit.state", "{state}", "Circuit state now: 0 closed, 1 half-open, 2 open, 3 isolated.", max),
+    ("resilience.limiter.in_use", "{permit}", "Permits of a concurrency limiter held now.", sum),
+    ("resilience.limiter.queued", "{caller}", "Callers waiting for a concurrency limiter's permit now.", sum),
+)
+
+# Bucket boundaries (seconds) suited to resilience timings, sub-millisecond to minutes: about two
+# per doubling from 10 ms to 30 s, so a quantile read between two boundaries stays close to the truth.
 _DURATION_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1, 1.5, 2,
+    3, 5, 7.5, 10, 15, 30, 60, 120, 300,
 )  # fmt: skip
 
 
 class Instruments:
-    """The five instruments of docs/telemetry.md on one meter provider."""
+    """The instruments of docs/telemetry.md on one meter provider."""
 
     __slots__ = ("attempt_duration", "batch", "events", "lock_hold", "lock_wait", "pipeline_duration")
 
     def __init__(self, provider: MeterProvider) -> None:
-        meter = provider.get_meter(METER_NAME)
+        meter = provider.get_meter(METER_NAME, __version__)
         self.events: Counter = meter.create_counter(
             "resilience.strategy.events", unit="{event}", description="Resilience events, by event and source."
         )
@@ -115,6 +166,22 @@ class Instruments:
         # nothing, so the gauge itself never appears in any export. (A provider that never
         # calls callbacks still gets everything: the buffer flushes itself when full.)
         meter.create_observable_gauge(_FLUSH_HOOK, callbacks=[self._flush_on_collect])
+        # The state metrics: read from their owners at each collection (see `observe`).
+        for name, unit, description, combine in _STATE_METRICS:
+            create = meter.create_observable_gauge if combine is max else meter.create_observable_up_down_counter
+            create(name, [functools.partial(self._observed, combine, name)], unit=unit, description=description)
+
+    def _observed(self, combine: Callable[[list[float]], float], metric: str, _options: object) -> list[Any]:
+        """The observations of `metric` for this provider: one per tag set (`combine`d when shared)."""
+        from opentelemetry.metrics import Observation
+
+        values: dict[tuple[tuple[str, Any], ...], list[float]] = {}
+        for name, owner, read, options, tags in list(_OBSERVED.values()):
+            provider = _meter_provider(options) if name == metric else None
+            alive = owner()
+            if alive is not None and provider is not None and INSTRUMENTS.get(provider) is self:
+                values.setdefault(tags, []).append(read(alive))
+        return [Observation(combine(found), dict(tags)) for tags, found in values.items()]
 
     def _flush_on_collect(self, _options: object) -> list[Any]:
         # Wait (briefly) for a flush another thread is in the middle of, so that this
@@ -264,6 +331,24 @@ class _InstrumentCache:
 INSTRUMENTS = _InstrumentCache()
 
 
+# Every live owner's state metrics: (metric, weak reference to the owner, read, options, tags),
+# under a key of their own; an entry leaves when its owner is collected.
+_OBSERVED: dict[int, tuple[str, weakref.ref[Any], Callable[[Any], float], TelemetryOptions, tuple[Any, ...]]] = {}
+_OBSERVED_KEYS = itertools.count()
+
+
+def observe(
+    metric: str, owner: object, read: Callable[[Any], float], options: TelemetryOptions, tags: Mapping[str, Any]
+) -> None:
+    """Report `read(owner)` as the state metric `metric` with `tags` at every collection, while `owner` lives."""
+    key = next(_OBSERVED_KEYS)
+    owner_ref = weakref.ref(owner, lambda _ref: _OBSERVED.pop(key, None))
+    _OBSERVED[key] = (metric, owner_ref, read, options, tuple(tags.items()))
+    provider = _meter_provider(options)
+    if provider is not None:
+        INSTRUMENTS.get(provider)  # the state shows from the next collection, before any event
+
+
 _UNKNOWN: Any = object()
 _ENV_METER_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 _env_names_provider: bool | None = None
@@ -351,14 +436,30 @@ def tracer(options: TelemetryOptions) -> Tracer | None:
         provider = trace.get_tracer_provider()
         if type(provider).__name__ in _NOOP_TRACER_PROVIDERS:
             return None
-    return provider.get_tracer(METER_NAME)
+    return provider.get_tracer(METER_NAME, __version__)
 
 
-def exception_type(error: BaseException) -> str:
-    """The fully qualified name of an exception's type (builtins without a module)."""
-    kind = type(error)
+def exception_type(error: BaseException | type[BaseException]) -> str:
+    """The fully qualified name of an exception's type, or of an exception type (builtins without a module)."""
+    kind = error if isinstance(error, type) else type(error)
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def _error_type(event: EventFields, extra: Mapping[str, Any] | None) -> str | None:
+    """`error.type` of an event about a failure: the error's class, or a handled HTTP result's status."""
+    name = event.name
+    raised = _RAISES.get(name)
+    if raised is not None:
+        if raised is LockLostError and getattr(event.arguments, "mode", None) == "semaphore":
+            raised = SemaphoreLeaseLostError
+        return exception_type(raised)
+    outcome = event.outcome
+    if outcome is None:
+        return None
+    handled = name in _HANDLED or (name == "ExecutionAttempt" and getattr(event.arguments, "handled", False) is True)
+    status = None if extra is None or not handled else extra.get("http.response.status_code")
+    return None if status is None else str(status)
 
 
 def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -372,12 +473,29 @@ def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any]
         attributes["strategy.name"] = event.strategy_name
     outcome = event.outcome
     if outcome is not None and outcome.error is not None:
-        attributes["exception.type"] = exception_type(outcome.error)
+        attributes["exception.type"] = attributes["error.type"] = exception_type(outcome.error)
+    else:
+        error_type = _error_type(event, extra)
+        if error_type is not None:
+            attributes["error.type"] = error_type
     if options.tag_operation_key and event.operation_key is not None:
         attributes["operation.key"] = event.operation_key
     if extra is not None:
         attributes.update(extra)
     return attributes
+
+
+def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
+    """An event's span-event and log attributes: its tags, `operation.key` and its facts (plain values only)."""
+    found = tags(event, options, _context_tags(event))
+    if event.operation_key is not None:
+        found["operation.key"] = event.operation_key
+    arguments = event.arguments
+    for name, field in _FACTS.get(event.name, ()):
+        value = getattr(arguments, field, None)
+        if isinstance(value, str | int | float):  # bool is an int
+            found[name] = value
+    return found
 
 
 def _context_tags(event: EventFields) -> Mapping[str, Any] | None:
@@ -392,15 +510,10 @@ def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
     if provider is None and span is None:
         return
     if provider is not None:
-        record(INSTRUMENTS.get(provider), event, options)
+        # Under a recording span the histograms record at once, in this context (exemplars).
+        record(INSTRUMENTS.get(provider), event, options, now=span is not None)
     if span is not None:
-        span_attributes = tags(event, options, _context_tags(event))
-        if event.operation_key is not None:
-            span_attributes["operation.key"] = event.operation_key
-        key = getattr(event.arguments, "key", None)
-        if isinstance(key, str) and event.name.startswith("OnLock"):
-            span_attributes["lock.key"] = key
-        span.add_event(event.name, span_attributes)
+        span.add_event(event.name, attributes(event, options))
 
 
 def metrics_only(options: TelemetryOptions) -> Instruments | None:
@@ -435,11 +548,20 @@ class EventFields(Protocol):
     def arguments(self) -> object | None: ...
 
 
-def record(instruments: Instruments, event: EventFields, options: TelemetryOptions) -> None:
+def _record_now(_key: _Key, histogram: Histogram, tags: Callable[[], dict[str, Any]], value: float) -> None:
+    """`Batch.record`'s stand-in inside a recording span: the histogram records in the caller's context."""
+    try:
+        histogram.record(value, tags())
+    except Exception:  # a broken provider must not break the execution
+        logging.getLogger("resilience").exception("recording metrics in OpenTelemetry failed")
+
+
+def record(instruments: Instruments, event: EventFields, options: TelemetryOptions, *, now: bool = False) -> None:
     """Buffer the event's measurements; the tags are built only the first time a key is seen.
 
     `event` may be any object with the fields of a `TelemetryEvent`: the hot path passes the
-    emitting source's fields without building the event itself.
+    emitting source's fields without building the event itself. `now`: record the durations at
+    once (a span records, and an exemplar may take its trace), counting still batched.
     """
     name = event.name
     arguments = event.arguments
@@ -459,9 +581,12 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
     extra = None if contextual is None else contextual(event)
     if extra is not None:
         key = (*key, *extra.items())  # the integration's tags are part of what a key stands for
+    if name in _LOCK_EVENTS:
+        key = (*key, getattr(arguments, "mode", None))  # a lost semaphore permit has its own error.type
     batch = instruments.batch
     if name not in _NOT_COUNTED:
         batch.count(key, instruments.events, lambda: tags(event, options, extra))
+    measure = _record_now if now else batch.record
     if name == "ExecutionAttempt":
         number = getattr(arguments, "attempt", 0)
         handled = bool(getattr(arguments, "handled", False))
@@ -473,15 +598,13 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
             return attributes
 
         duration = float(getattr(arguments, "duration", 0.0))
-        batch.record((*key, number, handled), instruments.attempt_duration, attempt_tags, duration)
+        measure((*key, number, handled), instruments.attempt_duration, attempt_tags, duration)
     elif name == "PipelineExecuted":
         duration = float(getattr(arguments, "duration", 0.0))
-        batch.record(key, instruments.pipeline_duration, lambda: tags(event, options, extra), duration)
-    elif name in _LOCK_WAIT:
-        wait = getattr(arguments, "wait_duration", None)
-        if wait is not None:
-            batch.record(key, instruments.lock_wait, lambda: tags(event, options, extra), float(wait))
-    elif name in _LOCK_HOLD:
-        hold = getattr(arguments, "hold_duration", None)
-        if hold is not None:
-            batch.record(key, instruments.lock_hold, lambda: tags(event, options, extra), float(hold))
+        measure(key, instruments.pipeline_duration, lambda: tags(event, options, extra), duration)
+    elif name in _LOCK_EVENTS:
+        waited = name in _LOCK_WAIT
+        seconds = getattr(arguments, "wait_duration" if waited else "hold_duration", None)
+        if seconds is not None:  # none on OnLockRenewalFailed
+            histogram = instruments.lock_wait if waited else instruments.lock_hold
+            measure(key, histogram, lambda: tags(event, options, extra), float(seconds))

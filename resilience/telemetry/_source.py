@@ -8,22 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity, TelemetryEvent
 from resilience.telemetry._options import TelemetryOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from resilience._outcome import Outcome
     from resilience.telemetry._options import Listener, SeverityProvider
 
-__all__ = ["CAPTURES", "LOGGER", "TelemetrySource"]
+__all__ = ["CAPTURES", "LOGGER", "Tally", "TelemetrySource"]
 
 LOGGER = logging.getLogger("resilience")
 LOGGER.addHandler(logging.NullHandler())
 
 _DEFAULT_OPTIONS = TelemetryOptions()
+T = TypeVar("T")
 
 
 class _Captures:
@@ -40,6 +44,24 @@ class _Captures:
 
 
 CAPTURES = _Captures()
+
+
+class Tally:
+    """How many callers are inside its `with` blocks now, from any thread (a state metric's value)."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.value += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self.value -= 1
 
 
 class TelemetrySource:
@@ -70,6 +92,16 @@ class TelemetrySource:
             pipeline_instance=self.pipeline_instance,
             strategy_name=strategy_name,
         )
+
+    def observe(self, metric: str, owner: T, read: Callable[[T], float], tags: Mapping[str, str] | None = None) -> None:
+        """Report `read(owner)` as the state metric `metric` at each collection, while `owner` lives.
+
+        Tagged with this source's `pipeline.name` and `strategy.name`, and `tags`. The owner
+        keeps its state as it would anyway; nothing runs for the metric until a provider
+        collects (docs/telemetry.md, "State metrics").
+        """
+        found = {"pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name, **(tags or {})}
+        _otel.observe(metric, owner, read, self.options, {k: v for k, v in found.items() if v is not None})
 
     def span(self, name: str, attempt: int) -> Any:
         """A child span for one attempt (`trace_executions`), or None when no tracer records."""
@@ -137,7 +169,7 @@ class TelemetrySource:
                 listener(event)
             except Exception:
                 LOGGER.exception("a telemetry listener raised on %s", name)
-        _log(event)
+        _log(event, self.options)
         try:
             _otel.export(event, self.options)
         except Exception:
@@ -209,7 +241,7 @@ def _ask(provider: SeverityProvider, event: TelemetryEvent) -> Severity:
     return event.severity
 
 
-def _log(event: TelemetryEvent) -> None:
+def _log(event: TelemetryEvent, options: TelemetryOptions) -> None:
     level = event.severity.log_level
     if not LOGGER.isEnabledFor(level):
         return
@@ -224,7 +256,6 @@ def _log(event: TelemetryEvent) -> None:
         # Polly's attempt log: a failed attempt at Information is one the strategy did not handle.
         arguments = event.arguments
         result += f", attempt: {getattr(arguments, 'attempt', '?')}, handled: {getattr(arguments, 'handled', '?')}"
-    key = getattr(event.arguments, "key", None) if event.name.startswith("OnLock") else None
     # Only the parts that are set: 'nightly/Lock', 'nightly/eu-1/Lock', never 'nightly//Lock'.
     source = "/".join(part for part in (event.pipeline_name, event.pipeline_instance, event.strategy_name) if part)
     LOGGER.log(
@@ -234,15 +265,7 @@ def _log(event: TelemetryEvent) -> None:
         source,
         event.operation_key or "",
         result,
-        extra={
-            "event_name": event.name,
-            "event_severity": event.severity.value,
-            "pipeline_name": event.pipeline_name,
-            "pipeline_instance": event.pipeline_instance,
-            "strategy_name": event.strategy_name,
-            "operation_key": event.operation_key,
-            "outcome": event.outcome,
-            "arguments": event.arguments,
-            "lock.key": key,
-        },
+        # The span event's attributes: plain values under their OpenTelemetry names, so that a
+        # logging bridge exports them as they are (no None, no objects).
+        extra=_otel.attributes(event, options),
     )

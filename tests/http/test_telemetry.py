@@ -54,13 +54,18 @@ async def test_events_carry_the_request_and_response_tags(
         "pipeline.name": "catalog",
         "strategy.name": "Retry",
         "http.response.status_code": 503,
+        "error.type": "503",  # a handled HTTP result's failure is its status code
         **server_tags,
     }
     attempts = points(reader, "resilience.strategy.attempt.duration")
-    assert sorted(p["http.response.status_code"] for p in attempts) == [200, 503]
+    assert sorted((p["http.response.status_code"], p.get("error.type")) for p in attempts) == [
+        (200, None),
+        (503, "503"),
+    ]
     assert all(p.items() >= server_tags.items() for p in attempts)
     (executed,) = points(reader, "resilience.pipeline.duration")
     assert executed["http.response.status_code"] == 200
+    assert "error.type" not in executed
     every_value = [str(v) for p in points(reader, "resilience.strategy.events") + attempts for v in p.values()]
     assert not any("/items" in value for value in every_value)  # never the path or URL
 
@@ -87,7 +92,8 @@ async def test_a_transport_error_is_tagged_with_its_type_and_no_status(kind: str
         await client.request("GET", f"http://127.0.0.1:{port}/")
     retries = [p for p in points(reader, "resilience.strategy.events") if p["event.name"] == "OnRetry"]
     assert retries
-    assert all(p["exception.type"] == "httpx.ConnectError" and "http.response.status_code" not in p for p in retries)
+    assert all(p["exception.type"] == p["error.type"] == "httpx.ConnectError" for p in retries)
+    assert all("http.response.status_code" not in p for p in retries)
     assert all(p["server.port"] == port for p in retries)
 
 

@@ -408,5 +408,5 @@ async def test_attempt_events_go_to_the_log_without_listeners(
 
     with caplog.at_level(logging.INFO, logger="resilience"):
         build(auto_clock).execute(slow)
-    [record] = [r for r in caplog.records if getattr(r, "event_name", None) == "ExecutionAttempt"]
-    assert record.arguments.duration == 0.5  # type: ignore[attr-defined]
+    [record] = [r for r in caplog.records if r.__dict__.get("event.name") == "ExecutionAttempt"]
+    assert record.__dict__["attempt.duration"] == 0.5

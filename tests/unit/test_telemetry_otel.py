@@ -147,6 +147,7 @@ def test_every_instrument_name_unit_and_tags(reader: InMemoryMetricReader) -> No
         "pipeline.instance": "eu-1",
         "strategy.name": "Emitter",
         "exception.type": "tests.unit.test_telemetry_otel.RedisDown",
+        "error.type": "tests.unit.test_telemetry_otel.RedisDown",
     }
     for point in points:
         assert "operation.key" not in point.attributes

@@ -106,22 +106,23 @@ def test_a_failing_listener_or_provider_is_logged_not_raised(caplog: pytest.LogC
 
 
 def test_log_records_carry_the_event_fields(caplog: pytest.LogCaptureFixture) -> None:
-    """One record per event on logger 'resilience', at the mapped level, fields as extra."""
+    """One record per event on logger 'resilience', at the mapped level, fields as extra (dotted, as in spans)."""
     pipeline = PipelineBuilder(name="logs").build()
     with caplog.at_level(logging.DEBUG, logger="resilience"):
         pipeline.execute(lambda: None)
         with pytest.raises(KeyError):
             pipeline.execute(lambda: {}["missing"])
     records = [r for r in caplog.records if r.name == "resilience"]
-    assert [(r.levelno, r.event_name) for r in records] == [  # type: ignore[attr-defined]
+    assert [(r.levelno, r.__dict__["event.name"]) for r in records] == [
         (logging.DEBUG, "PipelineExecuting"),
         (logging.INFO, "PipelineExecuted"),
         (logging.DEBUG, "PipelineExecuting"),
         (logging.INFO, "PipelineExecuted"),
     ]
     last = records[-1]
-    assert last.pipeline_name == "logs"  # type: ignore[attr-defined]
-    assert last.event_severity == "Information"  # type: ignore[attr-defined]
+    assert last.__dict__["pipeline.name"] == "logs"
+    assert last.__dict__["event.severity"] == "Information"
+    assert last.__dict__["error.type"] == last.__dict__["exception.type"] == "KeyError"
     assert "PipelineExecuted" in last.getMessage()
     assert "logs" in last.getMessage()
     assert "KeyError" in last.getMessage()

@@ -39,6 +39,12 @@ __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_b
 
 T = TypeVar("T")
 _CLOSED = CircuitState.CLOSED
+# `resilience.circuit.state`: how an alert reads a circuit's state.
+_STATE_NUMBERS = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2, CircuitState.ISOLATED: 3}
+
+
+def _state_number(controller: CircuitController) -> int:
+    return _STATE_NUMBERS[controller.core.state]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +139,8 @@ class CircuitBreakerStrategyOptions:
                 time_provider=context.time_provider,
                 telemetry=context.telemetry,
             )
+        shared = {} if store is None else {"circuit.key": self.shared_key(context)}
+        context.telemetry.observe("resilience.circuit.state", controller, _state_number, shared)
         if self.state_provider is not None:
             self.state_provider._controller = controller
         if self.manual_control is not None:

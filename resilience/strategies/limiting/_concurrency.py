@@ -143,6 +143,8 @@ class ConcurrencyLimiterStrategy:
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
         self._permits = LocalPermits(options.limit, options.queue, context.time_provider)
+        context.telemetry.observe("resilience.limiter.in_use", self._permits, LocalPermits.in_use)
+        context.telemetry.observe("resilience.limiter.queued", self._permits, LocalPermits.queued)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a permit of its key (waiting in the queue if allowed), else reject."""

@@ -18,7 +18,8 @@ from resilience._lease import LeaseParams, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.strategies._common import call_back, call_back_async, store_traits
 from resilience.strategies.limiting._rate import reject
-from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
+from resilience.strategies.lock._strategy import LockEvents, LockStrategy, LockStrategyOptions
+from resilience.telemetry._source import Tally
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,6 +46,10 @@ class LeasedPermits(LockStrategy):
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         lock_options = LockStrategyOptions(options.key, ttl=options.ttl, wait=options.wait, name=options.name)
         LockStrategy.__init__(self, lock_options, context)
+        self._events = LockEvents(context.telemetry, self._time_provider, "semaphore")
+        self._callers = Tally()  # executions inside: waiting for a permit, or holding one
+        context.telemetry.observe("resilience.limiter.in_use", self, _in_use)
+        context.telemetry.observe("resilience.limiter.queued", self, _queued)
         store = options.store
         self._ops = SemaphoreOps(store, options.limit)  # type: ignore[assignment] # the engine drives any StoreOps
         self._store_id = id(store)
@@ -94,7 +99,8 @@ class LeasedPermits(LockStrategy):
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a leased permit (the lock strategy's five steps), else reject."""
         try:
-            return LockStrategy.execute(self, callback, context)
+            with self._callers:
+                return LockStrategy.execute(self, callback, context)
         except RateLimiterRejectedError as error:
             arguments = self._ours(error)
             if arguments is not None and self.on_rejected is not None:
@@ -106,7 +112,8 @@ class LeasedPermits(LockStrategy):
     ) -> T:
         """The asyncio twin of `execute`."""
         try:
-            return await LockStrategy.execute_async(self, callback, context)
+            with self._callers:
+                return await LockStrategy.execute_async(self, callback, context)
         except RateLimiterRejectedError as error:
             arguments = self._ours(error)
             if arguments is not None and self.on_rejected is not None:
@@ -115,3 +122,11 @@ class LeasedPermits(LockStrategy):
 
     def __repr__(self) -> str:
         return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self.limit} key={self._key!r} ttl={self._ttl!r}>"
+
+
+def _in_use(permits: LeasedPermits) -> int:
+    return len(permits._events.held)
+
+
+def _queued(permits: LeasedPermits) -> int:
+    return max(permits._callers.value - len(permits._events.held), 0)

@@ -51,7 +51,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class LocalPermits:
     """`limit` permits per key, up to `queue` waiters per key served first come, first served."""
 
-    __slots__ = ("_limit", "_lock", "_partitions", "_queue", "_time")
+    __slots__ = ("__weakref__", "_limit", "_lock", "_partitions", "_queue", "_time")
 
     def __init__(self, limit: int, queue: int, time_provider: TimeProvider) -> None:
         self._limit = limit
@@ -181,6 +181,16 @@ class LocalPermits:
             self.release(key)
             signal.raise_if_aborted()
         return True
+
+    def in_use(self) -> int:
+        """Permits held now, over every key (`resilience.limiter.in_use`)."""
+        with self._lock:
+            return sum(partition.held for partition in self._partitions.values())
+
+    def queued(self) -> int:
+        """Callers waiting now, over every key (`resilience.limiter.queued`)."""
+        with self._lock:
+            return sum(len(partition.waiters) for partition in self._partitions.values())
 
     def __len__(self) -> int:
         """How many keys are in use (held or waited for)."""

@@ -13,7 +13,7 @@ import inspect
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from resilience._context import LOCK_TOKEN, ResilienceContext, ResiliencePropertyKey
 from resilience._lease import (
@@ -79,7 +79,8 @@ class LockEventArguments:
     `hold_duration` (acquired until released or lost, on `OnLockReleased`/`OnLockLost`).
     `retry_after` is the holder's time left on `OnLockRejected` when the store reports it;
     `error` is the renewal's exception on `OnLockRenewalFailed`. `context` is the execution's
-    (None for the primitives, which run outside a pipeline).
+    (None for the primitives, which run outside a pipeline). `mode` is how the key is held:
+    `"exclusive"` (a lock) or `"semaphore"` (a permit).
     """
 
     context: ResilienceContext | None
@@ -89,6 +90,7 @@ class LockEventArguments:
     hold_duration: float | None = None
     retry_after: float | None = None
     error: BaseException | None = None
+    mode: str = "exclusive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,58 +172,67 @@ def lock_strategy(
 
 
 class LockEvents:
-    """The five lock events, emitted the same way by the strategy and (later) the primitives.
+    """The five lock events, emitted the same way by the strategy and the primitives.
 
     Durations are measured on `time_provider`. Debug events build nothing unless someone
-    listens (`TelemetrySource.enabled`).
+    listens (`TelemetrySource.enabled`). `mode` goes on every event (`lock.mode`) and on the
+    `resilience.lock.held` state metric, which reads `held`: every lease acquired and not yet
+    released or lost. An owner holding keys in several modes keeps one
+    `LockEvents` per mode.
     """
 
-    __slots__ = ("_telemetry", "_time_provider")
+    __slots__ = ("__weakref__", "_telemetry", "_time_provider", "held", "mode")
 
-    def __init__(self, telemetry: TelemetrySource, time_provider: TimeProvider) -> None:
+    def __init__(self, telemetry: TelemetrySource, time_provider: TimeProvider, mode: str = "exclusive") -> None:
         self._telemetry = telemetry
         self._time_provider = time_provider
+        self.mode = mode
+        self.held: set[LeaseBase] = set()  # add and discard are atomic: no lock
+        telemetry.observe("resilience.lock.held", self, _held_count, {"lock.mode": mode})
 
-    def _emit(self, name: str, severity: Severity, arguments: LockEventArguments) -> None:
-        context = arguments.context
-        error = arguments.error
+    def _emit(self, name: str, severity: Severity, context: ResilienceContext | None, key: str, **facts: Any) -> None:
+        error = facts.get("error")
         self._telemetry.emit(
             name,
             severity,
             operation_key=None if context is None else context.operation_key,
             # A renewal's error is the event's outcome, so metrics get its `exception.type`.
             outcome=Err(error) if isinstance(error, Exception) else None,
-            arguments=arguments,
+            arguments=LockEventArguments(context, key, mode=self.mode, **facts),
         )
 
-    def acquired(self, context: ResilienceContext | None, key: str, token: int, started: float) -> None:
+    def acquired(self, context: ResilienceContext | None, key: str, lease: LeaseBase, started: float) -> None:
         """`OnLockAcquired` (Debug), with the time waited since `started`."""
+        self.held.add(lease)
         if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
             waited = self._time_provider.monotonic() - started
-            self._emit("OnLockAcquired", Severity.DEBUG, LockEventArguments(context, key, token, wait_duration=waited))
+            self._emit("OnLockAcquired", Severity.DEBUG, context, key, token=lease.token, wait_duration=waited)
 
     def rejected(self, context: ResilienceContext | None, key: str, started: float, retry_after: float | None) -> None:
         """`OnLockRejected` (Information), with the time waited and the holder's time left."""
         waited = self._time_provider.monotonic() - started
-        arguments = LockEventArguments(context, key, wait_duration=waited, retry_after=retry_after)
-        self._emit("OnLockRejected", Severity.INFORMATION, arguments)
+        self._emit("OnLockRejected", Severity.INFORMATION, context, key, wait_duration=waited, retry_after=retry_after)
 
     def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockReleased` (Debug), with the hold time."""
+        self.held.discard(lease)
         if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
             held = self._time_provider.monotonic() - lease.acquired_at
-            self._emit(
-                "OnLockReleased", Severity.DEBUG, LockEventArguments(context, key, lease.token, hold_duration=held)
-            )
+            self._emit("OnLockReleased", Severity.DEBUG, context, key, token=lease.token, hold_duration=held)
 
     def lost(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockLost` (Error), with the hold time until the loss was handled."""
+        self.held.discard(lease)
         held = self._time_provider.monotonic() - lease.acquired_at
-        self._emit("OnLockLost", Severity.ERROR, LockEventArguments(context, key, lease.token, hold_duration=held))
+        self._emit("OnLockLost", Severity.ERROR, context, key, token=lease.token, hold_duration=held)
 
     def renewal_failed(self, context: ResilienceContext | None, key: str, token: int, error: Exception) -> None:
         """`OnLockRenewalFailed` (Warning), with the renewal's error."""
-        self._emit("OnLockRenewalFailed", Severity.WARNING, LockEventArguments(context, key, token, error=error))
+        self._emit("OnLockRenewalFailed", Severity.WARNING, context, key, token=token, error=error)
+
+
+def _held_count(events: LockEvents) -> int:
+    return len(events.held)
 
 
 _TOLD = threading.Lock()
@@ -396,7 +407,7 @@ class LockStrategy:
         held: frozenset[tuple[int, str]],
     ) -> ResilienceContext:
         key = run.key
-        self._events.acquired(context, key, lease.token, started)
+        self._events.acquired(context, key, lease, started)
         held |= {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, _HELD: held})
         run.inner = inner
