@@ -27,7 +27,6 @@ from resilience._context import (
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import traits_of
-from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity
 from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
 
@@ -400,7 +399,7 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
+            or (_OTEL in _MODULES and self._source.otel_active())
         ):
             if self._source.options.trace_executions:
                 return self._execute_observed(plan, context, fn)
@@ -426,9 +425,7 @@ class ResiliencePipeline:
 
     def _span(self, context: ResilienceContext) -> Any:
         """The execution span's context manager when `trace_executions` is on and a tracer records."""
-        options = self._source.options
-        tracer = _otel.tracer(options) if options.trace_executions else None
-        if tracer is None:
+        if not self._source.options.trace_executions:
             return contextlib.nullcontext()
         attributes: dict[str, str] = {}
         if self.name is not None:
@@ -437,7 +434,8 @@ class ResiliencePipeline:
             attributes["pipeline.instance"] = self.instance_name
         if context.operation_key is not None:
             attributes["operation.key"] = context.operation_key
-        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+        span = self._source.execution_span(attributes)
+        return contextlib.nullcontext() if span is None else span
 
     def _execute_observed(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         with self._span(context):
@@ -502,7 +500,7 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
+            or (_OTEL in _MODULES and self._source.otel_active())
         ):
             if self._source.options.trace_executions:
                 return await self._execute_observed_async(plan, context, fn)
