@@ -121,7 +121,15 @@ def test_an_abandoned_launch_no_longer_runs() -> None:
 
 @pytest.mark.parametrize(
     ("generated", "expected"),
-    [(None, 2.0), (0.5, 0.5), (dt.timedelta(milliseconds=20), 0.02), (-1, 0.0), (math.inf, math.inf), (3, 3.0)],
+    [
+        (None, 2.0),
+        (0.5, 0.5),
+        (dt.timedelta(milliseconds=20), 0.02),
+        (-1, math.inf),
+        (dt.timedelta(seconds=-1), math.inf),
+        (math.inf, math.inf),
+        (3, 3.0),
+    ],
 )
 def test_generated_delays(generated: object, expected: float) -> None:
     """None keeps the default; negative is 0; a timedelta and infinity are accepted."""

@@ -143,10 +143,10 @@ def hedging_strategy(
     A hedged attempt starts when the previous one has not finished within `delay`, or ended
     with a handled outcome (`handle`/`handle_result` as in retry). `delay=0` starts them all at
     once; `delay=math.inf` only after a handled outcome. `delay_generator` may choose each delay
-    (None: `delay`); `action_generator` may give a hedged attempt another callable, called with
+    (None: `delay`; negative: fallback mode); `action_generator` may give a hedged attempt another callable, called with
     the same arguments (None: the original). The other attempts are aborted, and in async
     cancelled and awaited, before the execution returns. When every attempt is handled, the
-    last outcome is returned or raised. Sync executions run hedged attempts on a small shared
+    original call's outcome is returned or raised (as in Polly). Sync executions run hedged attempts on a small shared
     thread pool: see `docs/hedging.md`.
     """
     return HedgingStrategyOptions(
@@ -172,6 +172,7 @@ class HedgingStrategy:
         "_delay_generator",
         "_handler",
         "_heard",
+        "_last_wins",
         "_max",
         "_on_hedging",
         "_telemetry",
@@ -189,6 +190,16 @@ class HedgingStrategy:
         self._telemetry: TelemetrySource = context.telemetry
         options_ = context.telemetry.options
         self._heard = bool(options_.listeners or options_.severity_provider)
+        self._last_wins = False
+
+    def last_outcome_wins(self) -> HedgingStrategy:
+        """Answer with the attempt that ended last when every attempt is handled, not the original's.
+
+        For HTTP: each attempt closes the responses the attempts before it left on its thread
+        (one connection at a time), so the original call's response is gone by then.
+        """
+        self._last_wins = True
+        return self
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
@@ -261,7 +272,7 @@ class _Run:
         self.strategy = strategy
         self.callback = callback
         self.context = context
-        self.state = HedgingState(strategy._max)
+        self.state = HedgingState(strategy._max, last_wins=strategy._last_wins)
         self._lock = threading.Lock()  # attempts end on pool threads; timers fire on others
         self.contexts: dict[int, ResilienceContext] = {}
         self.starts: dict[int, float] = {}
