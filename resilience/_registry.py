@@ -101,20 +101,40 @@ class ResiliencePipelineRegistry:
         """Configure `key`'s pipeline anew; the same pipeline object runs it from now on.
 
         Raises `KeyError` if the key is absent. If `configure` or `build()` raises, the
-        pipeline keeps its current configuration and the error propagates.
+        pipeline keeps its current configuration, `OnPipelineReloadFailed` (Error) is emitted
+        and the error propagates; otherwise `OnPipelineReloaded` (Information). The replaced
+        configuration's background work stops once its executions in flight have ended.
         """
         pipeline = self._pipelines[key]
         entry = self._entries[key]
         with self._building(entry, key):
             configure = entry.configure
             assert configure is not None
-            pipeline._adopt(self._build(key, configure))
+            try:
+                replacement = self._build(key, configure)
+            except Exception as exc:
+                pipeline._reload_failed(exc)
+                raise
+            pipeline._adopt(replacement)
 
     def clear(self) -> None:
         """Forget every pipeline; pipelines already given out keep working as they are."""
         with self._lock:
             self._pipelines = {}
             self._entries = {}
+
+    def close(self) -> None:
+        """Close every pipeline the registry built (`ResiliencePipeline.close`) and forget them.
+
+        Pipelines given out refuse executions from now on; the registry itself can still
+        build new ones.
+        """
+        with self._lock:
+            pipelines = list(self._pipelines.values())
+            self._pipelines = {}
+            self._entries = {}
+        for pipeline in pipelines:
+            pipeline.close()
 
     def _add(self, key: Hashable, configure: Callable[[ResiliencePipelineBuilder, Any], object]) -> ResiliencePipeline:
         with self._lock:
