@@ -1,6 +1,6 @@
 """The hedging strategy: more attempts of the same call, the first acceptable outcome wins.
 
-`HedgingState` (`_hedging_core.py`) decides; the shells here start attempts, arm the delays
+`HedgingState` (`_core.py`) decides; the shells here start attempts, arm the delays
 and report. Each attempt runs under its own derived context (own child signal, `attempt` set
 to its number: 0 for the original, 1, 2, ... for the hedged ones).
 
@@ -10,7 +10,7 @@ Who runs an attempt:
   own attempts ends with a handled outcome (so Polly's fallback mode, `delay=math.inf`, never
   uses another thread or task);
 - an attempt whose delay passed while the others run starts elsewhere: a task of the caller's
-  loop (async) or a thread of the small shared pool (sync, `_hedging_pool.py`); that runner, in
+  loop (async) or a thread of the small shared pool (sync, `_pool.py`); that runner, in
   turn, runs the next attempt made due by its own attempt's handled end.
 
 When the execution finishes (a winner, or the last handled outcome), every other attempt's

@@ -1,7 +1,7 @@
 """The retry strategy's decisions, as pure code: no clock, no sleep, no I/O.
 
 `RetryCore.next_delay(outcome handled?, attempt, aborted?)` says whether to retry and the
-backoff before it; the sync and async shells in `_retry.py` only call, sleep and report.
+backoff before it; the sync and async shells in `_strategy.py` only call, sleep and report.
 Delays follow Polly v8 (`RetryHelper`): constant `delay`, linear `delay * (attempt + 1)`,
 exponential `delay * 2**attempt`; jitter is ±25% for constant and linear, and Polly's
 decorrelated jitter (`DecorrelatedJitterBackoffV2`) for exponential.
