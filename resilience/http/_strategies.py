@@ -27,7 +27,7 @@ from resilience.http._classify import (
     parse_retry_after,
     retry_allowed,
 )
-from resilience.http._transport import DEADLINE, discard, discard_async
+from resilience.http._transport import DEADLINE, discard, release, release_async
 from resilience.strategies.circuit._core import CircuitState
 from resilience.strategies.circuit._strategy import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
 from resilience.strategies.retry._strategy import RetryStrategyOptions
@@ -121,12 +121,22 @@ class HttpRetryStrategyOptions:
         return [*self._retry(context.time_provider).validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
-        """A retry strategy configured for HTTP."""
-        return self._retry(context.time_provider).create(context)
+        """A retry strategy configured for HTTP, that never waits past the nearest HTTP deadline."""
+        clock = context.time_provider
+
+        def time_left() -> float | None:
+            deadline = DEADLINE.get()
+            return None if deadline is None else deadline - clock.monotonic()
+
+        return self._retry(clock).create(context, time_left=time_left)
 
 
 def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[[OnRetryArguments], object]:
-    """An `on_retry` that runs the user's, then discards the response given up on (before the delay)."""
+    """An `on_retry` that runs the user's, then releases the response given up on (before the delay).
+
+    A small body is read into the response: if the wait is cut short (the caller's signal),
+    the retry returns that response and it must still be readable.
+    """
 
     def close(args: OnRetryArguments) -> object:
         result = None if on_retry is None else on_retry(args)
@@ -136,7 +146,7 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
                 discard(response)
             return result
         if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
-            discard(response)
+            release(response)
             return result
         return _close_after(result, response)  # an async-only stream: an async execution awaits it
 
@@ -148,7 +158,7 @@ async def _close_after(result: object, response: httpx.Response) -> object:
         if inspect.isawaitable(result):
             result = await result
     finally:
-        await discard_async(response)
+        await release_async(response)
     return result
 
 
@@ -171,8 +181,11 @@ def http_retry_strategy(
     timeouts, 408, 429 and 5xx). Only idempotent methods are retried unless
     `retry_unsafe_methods`, an `Idempotency-Key` header or the request's `RETRY_EXTENSION` says
     otherwise. A `Retry-After` header (seconds or HTTP-date) replaces the backoff delay
-    (`use_retry_after`), capped by `max_delay`. The response given up on is closed before the
-    delay, after `on_retry` ran.
+    (`use_retry_after`), capped by `max_delay` (and by `MAX_DURATION`). A delay that reaches
+    the nearest deadline of an enclosing HTTP timeout is not waited: the last outcome is the
+    result at once, its response untouched. The response given up on is released before the
+    delay, after `on_retry` ran (a small body read into it, so that it stays readable if the
+    wait is cut short; a large one closed).
     """
     return HttpRetryStrategyOptions(
         max_retries=max_retries,

@@ -1,0 +1,149 @@
+"""Edges of the resilient transports against a real local server: delays that outlast every
+deadline, one-shot request bodies, many authorities. Sync and async alike."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from resilience import ResiliencePipelineBuilder, TimeoutRejectedError
+from resilience._validation import MAX_DURATION
+from resilience.http import http_retry_strategy, standard_pipeline
+from resilience.testing import FakeTimeProvider
+from tests.http.conftest import Client
+from tests.http_support import Reply, ScriptedServer
+
+if TYPE_CHECKING:
+    from resilience import ResiliencePipeline
+    from resilience.strategies import OnRetryArguments
+
+START = 1_800_000_000.0
+
+
+def make(clients: list[Client], kind: str, pipeline: ResiliencePipeline) -> Client:
+    client = Client(kind, pipeline)
+    clients.append(client)
+    return client
+
+
+# -- delays beyond every bound ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retry_after", ["1e10", "1e308", "Fri, 31 Dec 9999 23:59:59 GMT"])
+async def test_a_huge_retry_after_returns_the_response_within_the_total_timeout(
+    server: ScriptedServer, kind: str, clients: list[Client], retry_after: str
+) -> None:
+    """The server asks for centuries: the 503 comes back at once, readable, sent once."""
+    url = server.script("/later", default=Reply(503, {"Retry-After": retry_after}, body=b"come back"))
+    client = make(clients, kind, standard_pipeline(total_timeout=5, attempt_timeout=4))
+    started = time.monotonic()
+    response = await client.request("GET", url)
+    assert (response.status_code, response.content) == (503, b"come back")
+    assert time.monotonic() - started < 4  # not the total timeout: nothing to wait for
+    assert len(server.requests_to("/later")) == 1
+
+
+async def test_a_huge_retry_after_without_a_deadline_is_capped_to_the_longest_duration(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """With no timeout around it, the HTTP retry waits at most `MAX_DURATION` (fake clock)."""
+    url = server.script("/later", Reply(503, {"Retry-After": "1e308"}), Reply(200))
+    delays: list[float] = []
+    clock = FakeTimeProvider(START, auto_advance=True)
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=clock)
+        .add(http_retry_strategy(on_retry=lambda args: delays.append(args.delay)))
+        .build()
+    )
+    client = make(clients, kind, pipeline)
+    assert (await client.request("GET", url)).status_code == 200
+    assert delays == [MAX_DURATION]
+
+
+def _failing(*_args: Any) -> None:
+    msg = "down"
+    raise ConnectionError(msg)
+
+
+async def _failing_async(*_args: Any) -> None:
+    _failing()
+
+
+def test_a_generated_delay_above_the_longest_duration_is_capped_sync() -> None:
+    """`delay_generator` returning 1e10 waits (is cut by the timeout), never OverflowError."""
+    pipeline = ResiliencePipelineBuilder().add_timeout(0.3).add_retry(delay_generator=lambda _args: 1e10).build()
+    started = time.monotonic()
+    with pytest.raises(TimeoutRejectedError):
+        pipeline.execute(_failing)
+    assert time.monotonic() - started < 5
+
+
+async def test_a_generated_delay_above_the_longest_duration_is_capped_async() -> None:
+    pipeline = ResiliencePipelineBuilder().add_timeout(0.3).add_retry(delay_generator=lambda _args: 1e10).build()
+    started = time.monotonic()
+    with pytest.raises(TimeoutRejectedError):
+        await pipeline.execute_async(_failing_async)
+    assert time.monotonic() - started < 5
+
+
+def test_a_generated_delay_is_reported_capped() -> None:
+    """What `on_retry` sees is the delay waited: `MAX_DURATION` (fake clock)."""
+    delays: list[float] = []
+    clock = FakeTimeProvider(auto_advance=True)
+
+    def on_retry(args: OnRetryArguments) -> None:
+        delays.append(args.delay)
+
+    pipeline = (
+        ResiliencePipelineBuilder(time_provider=clock)
+        .add_retry(max_retries=1, delay_generator=lambda _args: 1e10, on_retry=on_retry)
+        .build()
+    )
+    with pytest.raises(ConnectionError):
+        pipeline.execute(_failing)
+    assert delays == [MAX_DURATION]
+
+
+# -- a total timeout shorter than Retry-After -------------------------------------------------
+
+
+async def test_a_retry_after_beyond_the_total_timeout_returns_the_response_readable(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """Retry-After 3 s with 0.5 s of total timeout: the 503 at once, its body readable."""
+    url = server.script("/busy", default=Reply(503, {"Retry-After": "3"}, body=b"busy"))
+    client = make(clients, kind, standard_pipeline(total_timeout=0.5, attempt_timeout=0.4))
+    started = time.monotonic()
+    response = await client.request("GET", url)
+    assert (response.status_code, response.content) == (503, b"busy")
+    assert time.monotonic() - started < 2.5  # well short of the 3 s asked for
+    assert len(server.requests_to("/busy")) == 1
+
+
+async def test_a_retry_wait_cut_by_a_plain_timeout_returns_the_response_readable(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """A timeout that publishes no deadline cuts the wait: the 503 given back is still readable."""
+    url = server.script("/busy", default=Reply(503, {"Retry-After": "3"}, body=b"busy"))
+    pipeline = ResiliencePipelineBuilder().add_timeout(0.5).add(http_retry_strategy()).build()
+    client = make(clients, kind, pipeline)
+    try:
+        response = await client.request("GET", url)
+    except TimeoutRejectedError:
+        pass  # a timeout error is an answer too
+    else:
+        assert (response.status_code, response.content) == (503, b"busy")
+    assert len(server.requests_to("/busy")) == 1
+
+
+async def test_a_retry_after_within_the_total_timeout_is_still_waited(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """The rule only drops waits that cannot end in time: a short one is waited and retried."""
+    url = server.script("/busy", Reply(503, {"Retry-After": "0.1"}), Reply(200, body=b"done"))
+    client = make(clients, kind, standard_pipeline(total_timeout=10, attempt_timeout=5))
+    response = await client.request("GET", url)
+    assert (response.status_code, response.content) == (200, b"done")
+    assert len(server.requests_to("/busy")) == 2
