@@ -10,7 +10,7 @@ import pytest
 
 from resilience import ResiliencePipelineBuilder, TimeoutRejectedError
 from resilience._validation import MAX_DURATION
-from resilience.http import http_retry_strategy, standard_pipeline
+from resilience.http import RETRY_EXTENSION, http_retry_strategy, standard_pipeline
 from resilience.testing import FakeTimeProvider
 from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer
@@ -147,3 +147,58 @@ async def test_a_retry_after_within_the_total_timeout_is_still_waited(
     response = await client.request("GET", url)
     assert (response.status_code, response.content) == (200, b"done")
     assert len(server.requests_to("/busy")) == 2
+
+
+# -- one-shot request bodies ------------------------------------------------------------------
+
+
+def _chunks() -> Any:
+    yield b"part one, "
+    yield b"part two"
+
+
+async def _chunks_async() -> Any:
+    for chunk in _chunks():
+        yield chunk
+
+
+async def test_a_streamed_request_body_is_not_retried(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+    """A PUT with a generator body answered 503: that 503 is the answer; one request, whole."""
+    url = server.script("/upload", Reply(503, body=b"try later"), Reply(200))
+    client = make(clients, kind, standard_pipeline(total_timeout=10, retry_delay=0.01))
+    body = _chunks() if kind == "sync" else _chunks_async()
+    response = await client.request("PUT", url, content=body)
+    assert (response.status_code, response.content) == (503, b"try later")
+    assert [seen.body for seen in server.requests_to("/upload")] == [b"part one, part two"]
+
+
+async def test_a_streamed_request_body_is_not_retried_even_when_allowed(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """`RETRY_EXTENSION: True` cannot make a consumed body whole again: still one request."""
+    url = server.script("/upload", Reply(503, body=b"try later"), Reply(200))
+    client = make(clients, kind, standard_pipeline(total_timeout=10, retry_delay=0.01))
+    body = _chunks() if kind == "sync" else _chunks_async()
+    response = await client.request("POST", url, content=body, extensions={RETRY_EXTENSION: True})
+    assert response.status_code == 503
+    assert len(server.requests_to("/upload")) == 1
+
+
+async def test_an_in_memory_body_is_still_retried(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+    """Bytes, JSON and form bodies can be sent again: the PUT is retried, whole each time."""
+    url = server.script("/upload", Reply(503), Reply(200))
+    client = make(clients, kind, standard_pipeline(total_timeout=10, retry_delay=0.01))
+    response = await client.request("PUT", url, json={"a": 1})
+    assert response.status_code == 200
+    assert [seen.body for seen in server.requests_to("/upload")] == [b'{"a":1}'] * 2
+
+
+async def test_a_multipart_body_is_still_retried(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+    """httpx renders a multipart body afresh for each send: retried, whole each time."""
+    url = server.script("/upload", Reply(503), Reply(200))
+    client = make(clients, kind, standard_pipeline(total_timeout=10, retry_delay=0.01))
+    response = await client.request("PUT", url, files={"f": ("a.txt", b"content")})
+    assert response.status_code == 200
+    first, second = (seen.body for seen in server.requests_to("/upload"))
+    assert b"content" in first
+    assert first == second
