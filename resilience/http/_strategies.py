@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -337,7 +338,8 @@ class AuthorityCircuitBreaker:
 
     The authority is that of the request the transport is sending (`current_request()`); an
     execution without one uses a shared circuit under the key `""`. Beyond 1024 authorities
-    the oldest closed circuit is forgotten for each new one (an open circuit is never dropped).
+    the least recently used closed circuit is forgotten for each new one (an open circuit is
+    never dropped): the busy hosts keep theirs.
     """
 
     __slots__ = ("_build", "_circuits", "_lock", "_options")
@@ -345,7 +347,8 @@ class AuthorityCircuitBreaker:
     def __init__(self, options: CircuitBreakerStrategyOptions, build: StrategyBuildContext) -> None:
         self._options = options
         self._build = build
-        self._circuits: dict[str, CircuitBreakerStrategy] = {}
+        # Least recently used first: each execution moves its authority to the end.
+        self._circuits: OrderedDict[str, CircuitBreakerStrategy] = OrderedDict()
         self._lock = threading.Lock()
 
     def circuit(self, key: str) -> CircuitBreakerStrategy:
@@ -362,9 +365,10 @@ class AuthorityCircuitBreaker:
         return circuit
 
     def _forget_one_closed(self) -> None:
-        for key, circuit in self._circuits.items():
+        # A snapshot: executions reorder the dict meanwhile (without the lock).
+        for key, circuit in list(self._circuits.items()):
             if circuit.state is CircuitState.CLOSED:
-                del self._circuits[key]
+                self._circuits.pop(key, None)
                 return
 
     @property
@@ -375,8 +379,15 @@ class AuthorityCircuitBreaker:
     def _current(self) -> CircuitBreakerStrategy:
         sending = REQUEST.get()
         key = "" if sending is None else sending[1]
-        circuit = self._circuits.get(key)
-        return self.circuit(key) if circuit is None else circuit
+        circuits = self._circuits
+        circuit = circuits.get(key)
+        if circuit is None:
+            return self.circuit(key)
+        try:  # noqa: SIM105 - the hot path: no context manager per request
+            circuits.move_to_end(key)
+        except KeyError:  # forgotten just now by another thread: this execution still uses it
+            pass
+        return circuit
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` through the circuit of the request's authority (sync)."""

@@ -6,11 +6,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 from resilience import ResiliencePipelineBuilder, TimeoutRejectedError
 from resilience._validation import MAX_DURATION
-from resilience.http import RETRY_EXTENSION, http_retry_strategy, standard_pipeline
+from resilience.http import (
+    RETRY_EXTENSION,
+    AuthorityCircuitBreaker,
+    http_circuit_breaker_strategy,
+    http_retry_strategy,
+    standard_pipeline,
+)
 from resilience.testing import FakeTimeProvider
 from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer
@@ -202,3 +209,30 @@ async def test_a_multipart_body_is_still_retried(server: ScriptedServer, kind: s
     first, second = (seen.body for seen in server.requests_to("/upload"))
     assert b"content" in first
     assert first == second
+
+
+# -- many authorities -------------------------------------------------------------------------
+
+
+async def test_past_1024_authorities_the_least_recently_used_circuit_is_forgotten(
+    server: ScriptedServer, kind: str, clients: list[Client]
+) -> None:
+    """The busiest host, first seen, keeps its circuit while 1,100 other hosts come and go.
+
+    The others are loopback addresses nobody listens on (refused at once, one failure each:
+    their circuits stay closed and are forgotten least recently used first).
+    """
+    busy = server.script("/api", default=Reply(200))
+    pipeline = ResiliencePipelineBuilder().add(http_circuit_breaker_strategy()).build()
+    breaker = next(s for s in pipeline.strategies if isinstance(s, AuthorityCircuitBreaker))
+    client = make(clients, kind, pipeline)
+    assert (await client.request("GET", busy)).status_code == 200
+    for i in range(1100):
+        with pytest.raises(httpx.ConnectError):
+            await client.request("GET", f"http://127.0.{i // 200 + 1}.{i % 200 + 2}:{server.port}/")
+        if i % 100 == 0:
+            assert (await client.request("GET", busy)).status_code == 200
+    circuits = breaker.circuits
+    assert len(circuits) == 1024
+    assert f"http://127.0.0.1:{server.port}" in circuits
+    assert "http://127.0.1.2:" + str(server.port) not in circuits  # the least recently used went first
