@@ -184,10 +184,10 @@ def replayable(request: AnyRequest) -> bool:
 def retry_allowed(request: AnyRequest | None, *, unsafe_methods: bool = False) -> bool:
     """Whether sending `request` again is allowed.
 
-    Never for a one-shot body (`replayable`), whatever else says so.
-    The request's `RETRY_EXTENSION` extension decides when present; otherwise idempotent
-    methods are, and so are the others when `unsafe_methods` is true or the request carries an
-    `Idempotency-Key` header (the server then deduplicates it). Unknown request: allowed.
+    Never for a one-shot body (`replayable`). Otherwise the request's `RETRY_EXTENSION`
+    extension decides when present; else idempotent methods are, and so are the others when
+    `unsafe_methods` is true or the request carries an `Idempotency-Key` header (the server
+    then deduplicates it). Unknown request: allowed.
     A `requests` request has no extensions: the method and the header decide.
     """
     if request is None:

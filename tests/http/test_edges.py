@@ -16,9 +16,10 @@ from resilience.http import (
     AuthorityCircuitBreaker,
     http_circuit_breaker_strategy,
     http_retry_strategy,
+    standard_hedging_pipeline,
     standard_pipeline,
 )
-from resilience.testing import FakeTimeProvider
+from resilience.testing import FakeTimeProvider, capture_events
 from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer
 
@@ -240,3 +241,15 @@ async def test_past_1024_authorities_the_least_recently_used_circuit_is_forgotte
     assert len(circuits) == 1024
     assert f"http://127.0.0.1:{server.port}" in circuits
     assert "http://127.0.1.2:" + str(server.port) not in circuits  # the least recently used went first
+
+
+async def test_a_streamed_request_body_is_not_hedged(server: ScriptedServer, kind: str, clients: list[Client]) -> None:
+    """A slow answer would start a hedged attempt after 50 ms: not with a one-shot body."""
+    url = server.script("/upload", Reply(200, body=b"stored", delay=0.4))
+    client = make(clients, kind, standard_hedging_pipeline(total_timeout=10, hedging_delay=0.05))
+    body = _chunks() if kind == "sync" else _chunks_async()
+    with capture_events() as events:
+        response = await client.request("PUT", url, content=body)
+    assert (response.status_code, response.content) == (200, b"stored")
+    assert [seen.body for seen in server.requests_to("/upload")] == [b"part one, part two"]
+    assert [e.name for e in events if e.name == "OnHedging"] == []  # no second attempt even started
