@@ -56,6 +56,8 @@ __all__ = [
     "ResilientTransport",
     "discard",
     "discard_async",
+    "release",
+    "release_async",
     "send_abortable",
 ]
 
@@ -117,6 +119,34 @@ def discard(response: Any) -> None:
     finally:
         with contextlib.suppress(Exception):
             response.close()
+
+
+def release(response: httpx.Response) -> None:
+    """Free a response's connection while keeping it readable when its body is small (read into it).
+
+    For a response given up on that may still be returned (a retry's wait cut short); a large
+    or unannounced body is discarded.
+    """
+    if not _drainable(response):
+        discard(response)
+        return
+    try:
+        response.read()
+    except Exception:  # unreadable after all: closing is what matters
+        _logger.debug("reading a released response failed", exc_info=True)
+        discard(response)
+
+
+async def release_async(response: httpx.Response) -> None:
+    """`release` for a response of an async transport."""
+    if not _drainable(response):
+        await discard_async(response)
+        return
+    try:
+        await response.aread()
+    except Exception:  # unreadable after all: closing is what matters
+        _logger.debug("reading a released response failed", exc_info=True)
+        await discard_async(response)
 
 
 async def discard_async(response: httpx.Response) -> None:
