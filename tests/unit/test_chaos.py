@@ -39,11 +39,10 @@ from resilience.strategies import (
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 from resilience.testing import FakeTimeProvider
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-MODES = ["sync", "async"]
 
 
 class Calls:
@@ -55,17 +54,6 @@ class Calls:
     def __call__(self) -> str:
         self.count += 1
         return "ok"
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 def build(clock: FakeTimeProvider, *options: Any, events: list[TelemetryEvent] | None = None) -> ResiliencePipeline:

@@ -10,11 +10,10 @@ import pytest
 from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder, ValidationError
 from resilience.strategies import CircuitState, OnCircuitOpenedArguments
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from resilience.testing import FakeTimeProvider
-
-MODES = ["sync", "async"]
 
 
 def build(clock: FakeTimeProvider, events: list[TelemetryEvent] | None = None, **options: Any) -> ResiliencePipeline:
@@ -33,16 +32,6 @@ def fail() -> None:
 
 def ok() -> str:
     return "ok"
-
-
-async def run(pipeline: ResiliencePipeline, fn: Any, mode: str) -> Any:
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 def state(pipeline: ResiliencePipeline) -> CircuitState:

@@ -22,23 +22,12 @@ from resilience import (
 )
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
 from resilience.testing import FakeTimeProvider
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Hashable
 
-MODES = ["sync", "async"]
 SEEN: ResiliencePropertyKey[list[int]] = ResiliencePropertyKey("seen")
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 class Stamp:
