@@ -159,7 +159,10 @@ def current_request(outcome: Outcome[Any] | None = None) -> Any:
         return sending[0]
     value = None if outcome is None else outcome.value
     if isinstance(value, httpx.Response):
-        return value._request
+        try:
+            return value.request
+        except RuntimeError:  # a response built by hand, with no request
+            return None
     if isinstance(value, _RESPONSES):
         return getattr(value, "request", None)
     return None

@@ -214,9 +214,10 @@ class _Exchange:
         others may be preparing theirs (they would overwrite each other's extensions).
         """
         request = self.request
-        if own_copy:
-            request = httpx.Request.__new__(httpx.Request)
-            request.__dict__.update(self.request.__dict__)  # copy.copy would drop the stream (__getstate__)
+        if own_copy:  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
+            original = request
+            request = httpx.Request(original.method, original.url, headers=original.headers, stream=original.stream)
+            request.extensions = original.extensions
         deadline = DEADLINE.get()
         if deadline is None:
             request.extensions = self.extensions
