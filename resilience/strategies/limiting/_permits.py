@@ -121,7 +121,7 @@ class LocalPermits:
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal.add_callback(lambda _reason: woken.set())
+            remove = signal._add_wakeup(lambda _reason: woken.set())
             try:
                 clock = self._time
                 if type(clock) is SystemTimeProvider:
@@ -157,7 +157,7 @@ class LocalPermits:
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal.add_callback(lambda _reason: wake())
+            remove = signal._add_wakeup(lambda _reason: wake())
             clock = self._time
             timer = None
             try:
