@@ -456,13 +456,13 @@ class _SyncRun(_Run):
                     self._waiter = threading.Event()
                 waiter = self._waiter
                 waiter.clear()
-            attempt = self.take_queued()
-            if attempt is None:
+            queued = self.take_queued()
+            if queued is None:
                 waiter.wait()
             elif self.aborted:
-                self.abandon(attempt)  # launched before the abort: it never starts
+                self.abandon(queued[0])  # launched before the abort: it never starts
             else:
-                self.run_from(attempt)
+                queued[1]()  # here, as a pool thread would run it (in the run's contextvars)
 
     def new_context(self, attempt: int) -> ResilienceContext:
         return self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
@@ -525,8 +525,8 @@ class _SyncRun(_Run):
         if waiter is not None:
             waiter.set()  # the caller waits: it may take the job back and run it itself
 
-    def take_queued(self) -> int | None:
-        """An attempt of ours that no pool thread took, withdrawn from the pool (None if none)."""
+    def take_queued(self) -> tuple[int, Callable[[], object]] | None:
+        """An attempt of ours that no pool thread took and its job, withdrawn from the pool (None if none)."""
         while True:
             with self._lock:
                 if not self._jobs:
@@ -534,7 +534,7 @@ class _SyncRun(_Run):
                 attempt, job = next(iter(self._jobs.items()))
                 del self._jobs[attempt]
             if POOL.withdraw(job):
-                return attempt
+                return attempt, job
             # A pool thread took it meanwhile: it runs there; look at the next one.
 
     def _job(self, attempt: int) -> None:
