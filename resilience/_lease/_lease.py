@@ -685,7 +685,7 @@ def _sync_wait(
     timer = (
         None if isinstance(time_provider, SystemTimeProvider) else sync_call_later(time_provider, seconds, woken.set)
     )
-    remove_signal = signal.add_callback(lambda _reason: woken.set())
+    remove_signal = signal._add_wakeup(lambda _reason: woken.set())
     remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
     try:
         woken.wait(seconds if timer is None else None)

@@ -7,11 +7,15 @@ The timer thread only decides and enqueues. The work it hands on runs here:
   fire on the timer;
 - user code (signal callbacks, `on_lock_lost`, `on_renew_error`, telemetry listeners) on the
   shared `CALLBACKS` pool, each lease's callbacks in order on its own `Strand`: a slow callback
-  holds one thread, and the next lease's callbacks start on another.
+  holds one thread, and the next lease's callbacks start on another. The library's own
+  wake-ups never run here (they run where the signal aborts: `Signal._add_wakeup`), so user
+  callbacks that never return cannot keep a timeout, a retry sleep or a wait from ending.
 
-A pool has one thread while its jobs flow. When jobs wait and no job started or ended for
-its `stall` time (a call that hangs: `STORE_STALL`; callbacks: at once), it adds a
-thread, up to its bound; a thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000
+A pool has one thread while its jobs flow. When jobs wait, it starts threads at once up to
+its `eager` count (callbacks: `CALLBACK_THREADS`; a store: one), and beyond that one more each
+time no job started or ended for its `stall` time (a store call that hangs: `STORE_STALL`;
+callbacks that block: `CALLBACK_STALL`), up to its bound; a thread that stays idle for
+`IDLE_EXIT` seconds ends. Holding 10,000
 leases on one store thus costs the timer thread, one store thread and (once a callback runs)
 one callback thread while nothing is slow. Every job's exceptions, including
 `SystemExit` and `KeyboardInterrupt`, are logged: a pool thread never dies of a job.
@@ -48,16 +52,20 @@ _logger = logging.getLogger("resilience")
 IDLE_EXIT = 30.0
 """Seconds a pool thread waits for work before it ends."""
 STALL = 0.0
-"""Seconds without progress while callbacks wait before the callback pool adds a thread: none
-(callbacks are rare, a loss or a failed renewal; one that waits behind a slow one would delay
-its lease's news)."""
+"""The default stall: none (every thread up to the bound starts as soon as jobs wait)."""
 STORE_STALL = 0.05
 """The same for a store's pool: a batch of renewals may take a few milliseconds (one thread
 serves thousands of leases while the store answers); a call that hangs adds a thread soon."""
 STORE_THREADS = 4
 """Threads at most per store (calls that hang beyond that queue behind them)."""
 CALLBACK_THREADS = 16
-"""Threads at most running user callbacks (beyond that, callbacks queue)."""
+"""Threads the callback pool starts as soon as callbacks wait (callbacks are rare, a loss or a
+failed renewal; one that waits behind a slow one would delay its lease's news)."""
+CALLBACK_STALL = 0.5
+"""With every callback thread busy and callbacks waiting, seconds without one ending before a
+spare thread starts: callbacks that block (a bug in user code) delay the others this long."""
+CALLBACK_THREADS_MAX = 64
+"""Threads at most running user callbacks, spares included (beyond that, callbacks queue)."""
 
 
 def run_logged(job: Callable[[], object], what: str) -> None:
@@ -71,10 +79,12 @@ def run_logged(job: Callable[[], object], what: str) -> None:
 class Pool:
     """Up to `size` daemon threads running queued jobs; threads start on demand and end when idle."""
 
-    def __init__(self, name: str, size: int, stall: float = STALL) -> None:
+    def __init__(self, name: str, size: int, stall: float = STALL, *, eager: int | None = None) -> None:
         self.name = name
         self.size = size
         self.stall = stall
+        self.eager = (size if stall <= 0 else 1) if eager is None else eager
+        """Threads started as soon as jobs wait; beyond them, one per `stall` without progress."""
         self._reset()
 
     def _reset(self) -> None:
@@ -105,7 +115,7 @@ class Pool:
             if self._idle > len(self._jobs) - 1:
                 self._cond.notify()
                 return
-            if self._threads == 0 or (self.stall <= 0 and self._threads < self.size):
+            if self._threads < self.eager:
                 self._start()
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
@@ -116,7 +126,8 @@ class Pool:
         # Under the condition's lock.
         self._threads += 1
         self._progress = TIMER_THREAD.monotonic()
-        threading.Thread(target=self._serve, name=f"resilience-{self.name}", daemon=True).start()
+        spare = self._threads if self._threads > self.eager > 1 else 0
+        threading.Thread(target=self._serve, args=(spare,), name=f"resilience-{self.name}", daemon=True).start()
 
     def _check_stall(self) -> None:
         """On the timer thread: jobs still wait and nothing moved for `stall` seconds: add a thread."""
@@ -136,7 +147,16 @@ class Pool:
         with self._quiet:
             return self._quiet.wait_for(lambda: not self._jobs and not self._busy, timeout)
 
-    def _serve(self) -> None:
+    def _serve(self, spare: int = 0) -> None:
+        if spare:  # said here, not on the timer thread: a log handler is user code
+            _logger.warning(
+                "every thread of %s is busy for %.1f s and jobs wait: spare thread %d of %d started"
+                " (a callback that never returns holds its thread for ever)",
+                self.name,
+                self.stall,
+                spare,
+                self.size,
+            )
         cond = self._cond
         jobs = self._jobs
         while True:
@@ -191,7 +211,7 @@ class Strand:
             run_logged(job, "a lease callback")
 
 
-CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS)
+CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS_MAX, CALLBACK_STALL, eager=CALLBACK_THREADS)
 """Where user callbacks of sync leases run (never on the timer thread nor a store's thread)."""
 
 

@@ -215,9 +215,9 @@ class _Exchange:
         """
         request = self.request
         if own_copy:  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
-            original = request
-            request = httpx.Request(original.method, original.url, headers=original.headers, stream=original.stream)
-            request.extensions = original.extensions
+            shared = request
+            request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
+            request.extensions = shared.extensions
         deadline = DEADLINE.get()
         if deadline is None:
             request.extensions = self.extensions
@@ -375,7 +375,7 @@ def send_abortable(send: Callable[[], R]) -> R:
     """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
     job = _Send(send)
-    remove = signal.add_callback(job.abandon)
+    remove = signal._add_wakeup(job.abandon)
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
         _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))

@@ -119,6 +119,18 @@ def test_an_abandoned_launch_no_longer_runs() -> None:
     assert state.settled
 
 
+def test_the_last_abandoned_launch_of_an_aborted_execution_finishes_it() -> None:
+    """The caller aborted after its attempt's handled end: the queued hedge never starts, the last outcome is the answer."""
+    state = started()
+    state.delay_passed(1, aborted=False)
+    assert state.take_due() == 1  # launched: queued for a pool thread
+    assert not state.ended(0, FAILED, handled=True, aborted=True)
+    assert state.take_due() is None
+    assert state.abandoned(1)
+    assert state.settled
+    assert state.final is FAILED
+
+
 @pytest.mark.parametrize(
     ("generated", "expected"),
     [

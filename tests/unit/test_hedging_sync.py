@@ -320,6 +320,51 @@ def test_a_hedge_still_queued_when_the_execution_ends_never_runs(
         release.set()
 
 
+def test_a_hedge_queued_behind_a_saturated_pool_runs_on_the_waiting_caller(
+    clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 0 failed while the hedge waits for a pool thread: the idle caller runs it itself."""
+    pool = HedgingPool(size=1)
+    monkeypatch.setattr(hedging_module, "POOL", pool)
+    busy, release = threading.Event(), threading.Event()
+    pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT)))
+    assert busy.wait(REAL_WAIT)
+    try:
+        replicas = Replicas(clock, {0: ConnectionError("primary down"), 1: "hedge"}, advance=1)
+        assert build(clock, delay=1).execute(replicas) == "hedge"
+        assert replicas.threads[1] == threading.get_ident()
+    finally:
+        release.set()
+
+
+def test_an_aborted_execution_withdraws_its_queued_hedge(
+    clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outer timeout fires while the hedge waits for a pool thread: it never starts, nothing waits for it."""
+    pool = HedgingPool(size=1)
+    monkeypatch.setattr(hedging_module, "POOL", pool)
+    busy, release, freed = threading.Event(), threading.Event(), threading.Event()
+    pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT), freed.set()))
+    assert busy.wait(REAL_WAIT)
+
+    def times_out(context: ResilienceContext) -> str:
+        clock.advance(2)  # the outer deadline, 3 s after the start; the hedge is queued since 1 s
+        assert context.signal.wait(REAL_WAIT)
+        context.signal.raise_if_aborted()
+        return "never"
+
+    replicas = Replicas(clock, {0: times_out}, advance=1)
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_timeout(3).add_hedging(delay=1).build()
+    try:
+        with pytest.raises(TimeoutRejectedError):
+            pipeline.execute(replicas)
+        assert not freed.is_set(), "the execution waited for the pool's thread"
+    finally:
+        release.set()
+    assert replicas.started == [0]
+    assert clock.pending_timers == 0
+
+
 def test_the_pool_is_bounded_and_withdraws_queued_jobs() -> None:
     """At most `size` threads; a queued job can be withdrawn; idle threads end."""
     pool = HedgingPool(size=2, idle_seconds=0.01)

@@ -63,7 +63,7 @@ def background_names() -> set[str]:
     return {thread.name for thread in threading.enumerate() if thread.name.startswith("background-")}
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -214,12 +214,14 @@ def test_reloads_under_load_lose_no_execution_and_leak_no_thread() -> None:
     registry = ResiliencePipelineRegistry()
     pipeline = registry.get_or_add("k", lambda builder, _key: builder.add(BackgroundOptions(stopped, built)))
     done = threading.Event()
+    running = threading.Barrier(9)
     counts = [0] * 8
     errors: list[BaseException] = []
 
     def work(index: int) -> None:
         try:
-            while not done.is_set():
+            running.wait(10)  # every worker executes while the reloads run, however loaded the machine
+            while not counts[index] or not done.is_set():
                 assert pipeline.execute(lambda: index) == index
                 counts[index] += 1
                 time.sleep(0.0005)  # eight busy loops would starve the reloading thread of the GIL
@@ -229,6 +231,7 @@ def test_reloads_under_load_lose_no_execution_and_leak_no_thread() -> None:
     workers = [threading.Thread(target=work, args=(index,)) for index in range(8)]
     for worker in workers:
         worker.start()
+    running.wait(10)
     for _ in range(1000):
         registry.reload("k")
     done.set()

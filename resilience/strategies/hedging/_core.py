@@ -129,9 +129,17 @@ class HedgingState:
         self._finish(None)
         return True
 
-    def abandoned(self, attempt: int) -> None:
-        """A launched attempt never started (the execution finished first)."""
+    def abandoned(self, attempt: int) -> bool:
+        """A launched attempt never started (the execution finished, or the caller aborted, first).
+
+        True if this made the execution finish: nothing runs any more, and the last handled
+        outcome is the answer.
+        """
         self.running.discard(attempt)
+        if self.finished or self.running or self._last is None:
+            return False
+        self._finish(self._last)
+        return True
 
     def _finish(self, outcome: Outcome[Any] | None) -> None:
         self.finished = True

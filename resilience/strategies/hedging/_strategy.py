@@ -11,9 +11,12 @@ Who runs an attempt:
   uses another thread or task);
 - an attempt whose delay passed while the others run starts elsewhere: a task of the caller's
   loop (async) or a thread of the small shared pool (sync, `_pool.py`); that runner, in
-  turn, runs the next attempt made due by its own attempt's handled end.
+  turn, runs the next attempt made due by its own attempt's handled end;
+- a sync caller whose own attempts have ended takes back the attempts still queued in the pool
+  and runs them itself (or, once its signal aborted, drops them unstarted): it never waits for
+  a pool thread, so nested hedging and a saturated pool cannot deadlock it.
 
-When the execution finishes (a winner, or the last handled outcome), every other attempt's
+When the execution finishes (a winner, or every attempt handled), every other attempt's
 signal aborts with `OperationAbortedError`: an async attempt is cancelled (its scope turns our
 cancellation into that error), a sync one sees its signal (cooperative), and an attempt still
 queued in the pool is withdrawn. The execution returns only once no attempt runs any more, so
@@ -387,12 +390,14 @@ class _Run:
         """The context `attempt` runs under, or None if the execution finished before it started."""
         context = self.new_context(attempt)
         with self._lock:  # atomic with abort_others' snapshot: either it sees us, or we see it
-            if not self.state.finished:
+            if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
-            self.state.abandoned(attempt)
+            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
             settled = self.state.settled
         self.end_scope(context)
+        if finished:
+            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
         if settled:
             self.wake()
         return None
@@ -440,19 +445,35 @@ class _SyncRun(_Run):
     def execute(self) -> Any:
         try:
             self.run_from(self.first())
+            self.wait()
         except BaseException:
-            self.abort_all()  # interrupted on the caller's own attempt: leave at once
+            self.abort_all()  # interrupted (on an attempt of its own, or waiting): leave at once
             raise
-        with self._lock:
-            if not self.state.settled:
-                self._waiter = threading.Event()
-        if self._waiter is not None:
-            try:
-                self._waiter.wait()
-            except BaseException:
-                self.abort_all()
-                raise
         return self.result()
+
+    def wait(self) -> None:
+        """Wait until the execution settles, never for an attempt that no thread has taken.
+
+        Invariant: while the caller waits, every attempt of this execution still queued in the
+        pool is one it is about to take back (`take_queued`), so it only ever waits for attempts
+        a thread is running; nested hedging and a saturated pool cannot leave it waiting for a
+        thread that never comes.
+        """
+        while True:
+            with self._lock:
+                if self.state.settled:
+                    return
+                if self._waiter is None:
+                    self._waiter = threading.Event()
+                waiter = self._waiter
+                waiter.clear()
+            queued = self.take_queued()
+            if queued is None:
+                waiter.wait()
+            elif self.aborted:
+                self.abandon(queued[0])  # launched before the abort: it never starts
+            else:
+                queued[1]()  # here, as a pool thread would run it (in the run's contextvars)
 
     def new_context(self, attempt: int) -> ResilienceContext:
         return self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
@@ -510,7 +531,22 @@ class _SyncRun(_Run):
         job = functools.partial(self.vars.copy().run, self._job, attempt)
         with self._lock:
             self._jobs[attempt] = job
+            waiter = self._waiter
         POOL.submit(job)
+        if waiter is not None:
+            waiter.set()  # the caller waits: it may take the job back and run it itself
+
+    def take_queued(self) -> tuple[int, Callable[[], object]] | None:
+        """An attempt of ours that no pool thread took and its job, withdrawn from the pool (None if none)."""
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return None
+                attempt, job = next(iter(self._jobs.items()))
+                del self._jobs[attempt]
+            if POOL.withdraw(job):
+                return attempt, job
+            # A pool thread took it meanwhile: it runs there; look at the next one.
 
     def _job(self, attempt: int) -> None:
         with self._lock:
@@ -524,11 +560,17 @@ class _SyncRun(_Run):
         with self._lock:
             job = self._jobs.pop(attempt, None)
         if job is not None and POOL.withdraw(job):
-            with self._lock:
-                self.state.abandoned(attempt)
-                settled = self.state.settled
-            if settled:
-                self.wake()
+            self.abandon(attempt)
+
+    def abandon(self, attempt: int) -> None:
+        """`attempt` was launched and will never start."""
+        with self._lock:
+            finished = self.state.abandoned(attempt)
+            settled = self.state.settled
+        if finished:
+            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
+        if settled:
+            self.wake()
 
     def wake(self) -> None:
         with self._lock:
