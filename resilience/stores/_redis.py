@@ -117,7 +117,7 @@ def _wait_ms(timeout: float) -> int:
 
 
 def _answer(reply: Any) -> tuple[int | None, float | None]:
-    """An acquire script's reply: a token (> 0), -remaining ms (< 0) or 0 (held, time unknown)."""
+    """An acquire script's reply: a token (> 0), -ms until it may be free (< 0) or 0 (time unknown)."""
     value = int(reply)
     if value > 0:
         return value, None
