@@ -17,6 +17,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
+import redis.asyncio
 
 from resilience.primitives import lock
 from resilience.stores import RedisLockStore
@@ -76,8 +78,6 @@ def test_a_waiter_takes_an_expired_lease_within_50_ms(deployment: Deployment) ->
 
 
 async def test_an_async_waiter_takes_an_expired_lease_within_50_ms(redis_server: Any) -> None:
-    import redis.asyncio  # noqa: PLC0415 - only this test needs it
-
     client = redis.asyncio.Redis(host=redis_server.host, port=redis_server.port)
     store = RedisLockStore(async_client=client)
     locks = lock(client, ttl=5)
@@ -103,8 +103,6 @@ def test_a_crashed_queue_head_delays_the_next_waiter_only_by_its_entry_life(redi
     The release announces the head's turn, which nobody takes; the live waiter behind it is told
     how long the dead entry lives and acquires within 50 ms of its expiry (server clock).
     """
-    import redis  # noqa: PLC0415
-
     client = redis.Redis(host=redis_server.host, port=redis_server.port)
     store = RedisLockStore(client)
     locks = lock(client, ttl=5)
