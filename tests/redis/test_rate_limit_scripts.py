@@ -104,6 +104,15 @@ def test_every_accepted_limit_runs_its_script_cleanly(
     problem = check_take(key, limit, per, burst, algorithm, permits)
     client.slowlog_reset()
     event(f"{algorithm}: {'refused' if problem else 'accepted'}")
+    if permits == 1:  # the strategy (permits are always 1 there) takes exactly what the store takes
+        options: dict[str, Any] = {"per": per, "algorithm": algorithm, "store": store}
+        if burst is not None:
+            options["burst"] = burst
+        if problem is None:
+            ResiliencePipelineBuilder().add_rate_limiter(limit, **options).build()
+        else:
+            with pytest.raises(ValidationError, match=problem.split(":")[0]):
+                ResiliencePipelineBuilder().add_rate_limiter(limit, **options).build()
     if problem is not None:
         with pytest.raises(ValidationError):
             store.take(key, limit, per, burst, algorithm, permits)  # type: ignore[arg-type]
@@ -115,12 +124,6 @@ def test_every_accepted_limit_runs_its_script_cleanly(
         assert math.isfinite(wait)
     assert client.pttl(redis_key) != -1, "a key without expiry"
     assert _slow_calls(client) == [], (algorithm, limit, per, burst, permits)
-    # The strategy takes exactly what the store takes (permits are always 1 there).
-    if permits == 1:
-        options: dict[str, Any] = {"per": per, "algorithm": algorithm, "store": store}
-        if burst is not None:
-            options["burst"] = burst
-        ResiliencePipelineBuilder().add_rate_limiter(limit, **options).build()
 
 
 def test_a_full_sliding_window_trims_and_fills_within_10_ms(client: Any) -> None:
