@@ -643,7 +643,11 @@ class RedisLockStore(_RedisStore):
         return token if token > 0 else None
 
     def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """`(token, None)` when acquired; `(None, remaining seconds)` when held by another."""
+        """`(token, None)` when acquired; `(None, seconds until it may be free)` when held by another.
+
+        The seconds are the lease's remaining life (at least 1 ms), or, for a free key promised
+        to the head of its waiter queue, the life left in the head's queue entry.
+        """
         keys, args = self._acquire_args(key, owner, ttl)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
 
