@@ -77,8 +77,8 @@ def test_a_waiter_takes_an_expired_lease_within_50_ms(deployment: Deployment) ->
     _check(f"sync, {deployment.name}", late)
 
 
-async def test_an_async_waiter_takes_an_expired_lease_within_50_ms(redis_server: Any) -> None:
-    client = redis.asyncio.Redis(host=redis_server.host, port=redis_server.port)
+async def test_an_async_waiter_takes_an_expired_lease_within_50_ms(deployment: Deployment) -> None:
+    client = deployment.async_client()
     store = RedisLockStore(async_client=client)
     locks = lock(client, ttl=5)
     late: list[float] = []
@@ -94,7 +94,7 @@ async def test_an_async_waiter_takes_an_expired_lease_within_50_ms(redis_server:
     finally:
         await store.aclose()
         await client.aclose()
-    _check("async, standalone", late)
+    _check(f"async, {deployment.name}", late)
 
 
 def test_a_crashed_queue_head_delays_the_next_waiter_only_by_its_entry_life(redis_server: Any) -> None:
@@ -109,7 +109,7 @@ def test_a_crashed_queue_head_delays_the_next_waiter_only_by_its_entry_life(redi
     rng = random.Random(3)
     late: list[float] = []
     try:
-        for n in range(8):
+        for n in range(10):
             key = f"dead-head:{n}:{time.monotonic_ns()}"
             assert store.acquire(key, "holder", 5) is not None
             queue = companions(store.key(key))
@@ -128,4 +128,4 @@ def test_a_crashed_queue_head_delays_the_next_waiter_only_by_its_entry_life(redi
     finally:
         store.close()
         client.close()
-    _check("behind a crashed head", late, allowed=1)
+    _check("behind a crashed head", late, allowed=2)
