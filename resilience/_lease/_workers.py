@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from resilience._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
 
 __all__ = [
     "CALLBACKS",
@@ -227,29 +227,34 @@ def off_timer_thread(run: Callable[[], object]) -> None:
         run()
 
 
-_STORE_POOLS: weakref.WeakKeyDictionary[object, Pool] = weakref.WeakKeyDictionary()
-_STRONG_POOLS: dict[int, Pool] = {}
+_STORE_POOLS: weakref.WeakKeyDictionary[object, dict[Hashable, Pool]] = weakref.WeakKeyDictionary()
+_STRONG_POOLS: dict[int, dict[Hashable, Pool]] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def store_pool(store: object) -> Pool:
-    """The pool that runs the background calls to `store` (one per store object)."""
+def store_pool(store: object, group: Hashable = None) -> Pool:
+    """The pool that runs the background calls to `store` (one per store object and renewal group).
+
+    A store whose keys live on separate servers (`SupportsRenewalGroups`) has a pool per
+    server: calls that hang on one never hold the threads the others' renewals need.
+    """
     with _POOLS_LOCK:
         try:
-            pool = _STORE_POOLS.get(store)
-            if pool is None:
-                pool = _STORE_POOLS[store] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
+            pools = _STORE_POOLS.get(store)
+            if pools is None:
+                pools = _STORE_POOLS[store] = {}
         except TypeError:  # not weakly referenceable, or unhashable: kept by id for the process
-            pool = _STRONG_POOLS.get(id(store))
-            if pool is None:
-                pool = _STRONG_POOLS[id(store)] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
+            pools = _STRONG_POOLS.setdefault(id(store), {})
+        pool = pools.get(group)
+        if pool is None:
+            pool = pools[group] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
     return pool
 
 
 def all_pools() -> list[Pool]:
     """Every pool of the process."""
     with _POOLS_LOCK:
-        return [*_STORE_POOLS.values(), *_STRONG_POOLS.values(), CALLBACKS]
+        return [*(p for pools in (*_STORE_POOLS.values(), *_STRONG_POOLS.values()) for p in pools.values()), CALLBACKS]
 
 
 def wait_idle(timeout: float = 5.0) -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
-from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm
+from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, check_rate
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
 from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
@@ -122,6 +122,10 @@ class RateLimiterStrategyOptions:
             problems.integer("burst", self.burst, minimum=1)
             if algorithm in ALGORITHMS and algorithm != "token_bucket":
                 problems.add("burst", f"applies to the token bucket only; the {algorithm} grants `limit` per window")
+        if not problems.items and algorithm in ALGORITHMS:
+            per = to_seconds(self.per)
+            if (rate := check_rate(self.limit, per, self.burst, self.algorithm)) is not None:
+                problems.add(*rate)
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:
