@@ -187,7 +187,7 @@ def test_one_probe_at_a_time_for_the_whole_fleet(
         fleet.start("hammer", duration=duration, break_duration=0.3, hold=0.05)
     fleet.ready(3, client)
     states = {line.split()[1] for line in client.lrange(f"{fleet.log}:ready", 0, -1)}
-    assert states == {"OPEN"}
+    assert states <= {"OPEN", "HALF_OPEN"}  # the break is over: one of them may hold the probe already
     client.set(f"{fleet.log}:go", 1)
     fleet.wait()
     calls = sorted(json.loads(line) for line in client.lrange(f"{fleet.log}:dependency", 0, -1))

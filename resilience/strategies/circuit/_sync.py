@@ -36,7 +36,7 @@ from resilience._outcome import Err
 from resilience._timers import TIMER_THREAD
 from resilience.strategies.circuit._controller import CircuitController
 from resilience.strategies.circuit._core import CircuitState, Transition
-from resilience.strategies.circuit._fleet import SharedCircuitCore, StateCode
+from resilience.strategies.circuit._fleet import Command, SharedCircuitCore, StateCode
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ class CircuitSync:
         core = controller.core
         now = controller._time.monotonic()
         with controller.lock:
-            successes, failures, command, command_epoch, remaining = core.take_batch()
+            successes, failures, command, command_epoch, remaining = core.take_batch(now, self.interval)
             state, left = core.known(now)
             epoch = core.remote_epoch
         options = controller._options
@@ -194,7 +194,8 @@ class CircuitSync:
             command_epoch,
             epoch,
             state,
-            remaining if command else left,
+            remaining if command is Command.OPEN else left,
+            self.interval,
         )
 
     def answered(self, reply: CircuitReply) -> None:
@@ -215,6 +216,7 @@ class CircuitSync:
                 reply.remaining,
                 manual=reply.manual,
                 granted=reply.granted,
+                wait=reply.wait,
             )
             again = bool(core.outbox)
         if transition is not None:
