@@ -6,6 +6,10 @@ tests/reliability/test_fleet_circuit.py).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -16,6 +20,7 @@ import redis
 from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder
 from resilience.stores import RedisCircuitStateStore
 from resilience.strategies import CircuitBreakerManualControl, CircuitBreakerStateProvider, CircuitState
+from resilience.testing import capture_events
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -109,3 +114,71 @@ def test_the_first_call_after_the_break_is_the_probe(client: Any, key: str) -> N
     time.sleep(0.5 + 0.05)  # the break, and one sync interval of slack
     assert pipeline.execute(lambda: "probe") == "probe"
     assert provider.state is CircuitState.CLOSED
+
+
+@contextlib.contextmanager
+def frozen(server: RedisServer) -> Iterator[None]:
+    """The server stopped with SIGSTOP (it accepts nothing, answers nothing) until the block ends."""
+    pid = server._process.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_hung_redis_puts_every_circuit_of_the_store_on_local_state(fresh_redis_server: RedisServer) -> None:
+    """SIGSTOP, a client without socket timeout: each of five circuits goes local and opens on
+    its own rule within `max(1 s, 10 x sync_interval)` (+ slack), with one event each."""
+    client = redis.Redis(port=fresh_redis_server.port)  # no socket timeout, as the quick start builds it
+    store = RedisCircuitStateStore(client)
+    keys = [f"hung-{n}-{uuid.uuid4().hex[:6]}" for n in range(5)]
+    providers = [CircuitBreakerStateProvider() for _ in keys]
+    with capture_events() as events:
+        pipelines = [shared(store, key, provider=provider) for key, provider in zip(keys, providers, strict=True)]
+        time.sleep(0.2)
+        with frozen(fresh_redis_server):
+            start = time.monotonic()
+
+            def all_open() -> bool:
+                for pipeline in pipelines:
+                    pipeline.settle(fail)
+                time.sleep(0.01)
+                return all(provider.state is CircuitState.OPEN for provider in providers)
+
+            waited = until(all_open, timeout=8)
+            print(f"\nfive circuits open {waited:.2f}s after the hang")  # noqa: T201
+            assert waited < 1.0 + 1.5, waited  # stall_after (1 s) and slack for a loaded machine
+            assert time.monotonic() - start < 3
+        failed = {event.arguments.circuit_key for event in events if event.name == "OnCircuitStateSyncFailed"}  # type: ignore[union-attr]
+    assert set(keys) <= failed
+    with contextlib.suppress(Exception):
+        client.connection_pool.disconnect()
+
+
+def test_failures_counted_before_the_first_failed_sync_open_the_local_circuit() -> None:
+    """Redis unreachable from the start: `minimum_throughput` handled failures open the circuit."""
+    with socket.socket() as closed_port:
+        closed_port.bind(("127.0.0.1", 0))
+        port = closed_port.getsockname()[1]
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    provider = CircuitBreakerStateProvider()
+    with capture_events() as events:
+        pipeline = shared(RedisCircuitStateStore(client), f"down-{uuid.uuid4().hex[:6]}", provider=provider)
+        for _ in range(4):
+            pipeline.settle(fail)
+        until(lambda: any(event.name == "OnCircuitStateSyncFailed" for event in events))
+        until(lambda: provider.state is CircuitState.OPEN, timeout=2)
+    with pytest.raises(BrokenCircuitError):
+        pipeline.execute(lambda: "rejected")
+
+
+def test_a_circuit_built_while_the_fleet_is_open_rejects_its_first_call(client: Any, key: str) -> None:
+    """A new member learns the fleet's state when it is built: no call passes an open circuit."""
+    provider = CircuitBreakerStateProvider()
+    opener = shared(RedisCircuitStateStore(client), key, provider=provider, brk=30)
+    open_it(opener, provider)
+    for _ in range(5):
+        newcomer = shared(RedisCircuitStateStore(client), key, brk=30)
+        with pytest.raises(BrokenCircuitError):
+            newcomer.execute(lambda: "passed an open circuit")

@@ -301,3 +301,16 @@ def test_an_answer_at_the_same_epoch_in_another_state_wins() -> None:
     assert transition is not None
     assert transition.state is CircuitState.OPEN
     assert circuit.take_batch(0.3, 0.1)[2] is Command.CLAIM_PROBE  # and asks for a probe at once
+
+
+def test_going_local_opens_at_once_on_what_was_counted_while_shared() -> None:
+    """Failures counted before the store was found unreachable are not forgotten."""
+    circuit = core(throughput=4)
+    for _ in range(4):
+        call(circuit, 0.0, handled=True)
+    assert circuit.state is CircuitState.CLOSED  # shared: the fleet decides
+    transition = circuit.go_local(0.1)
+    assert transition is not None
+    assert (transition.state, transition.break_duration) == (CircuitState.OPEN, 5.0)
+    assert circuit.outbox == [(Command.OPEN, 0, 5.0)]
+    assert core().go_local(0.0) is None  # nothing counted: stays closed

@@ -323,14 +323,26 @@ class SharedCircuitCore(CircuitCore):
         target = _TO_STATE[code]
         return target is state or (target is _HALF_OPEN and state is _OPEN and self._granted_until is not None)
 
-    def go_local(self, now: float) -> None:
-        """The store is unreachable: decide alone until `go_shared()`."""
+    def go_local(self, now: float) -> Transition | None:
+        """The store is unreachable: decide alone until `go_shared()`.
+
+        What the window counted while shared counts now: the opening, if it meets the rule.
+        """
         if not self.shared:
-            return
+            return None
         self.shared = False
         self.probe_wanted = False
         self._granted_until = None
         self._probe_mine = False
+        if self.state is not _CLOSED:
+            return None
+        total, failures = self.window.health(now)
+        if not total or total < self._minimum_throughput or failures / total < self._failure_ratio:
+            return None
+        transition = self._open(now, pending=False)
+        transition.break_duration = self._break_duration
+        self._send(Command.OPEN, self._break_duration)
+        return transition
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""

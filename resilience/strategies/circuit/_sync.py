@@ -7,14 +7,17 @@ one circuit and applies the answer; it is run
 
 - with a sync client, by one `SyncWorker` thread per store, shared by every circuit of that
   store (a heap of due times, like the timer thread), each exchange guarded by a watchdog on
-  the shared timer thread: a store that does not answer within `stall_after` puts the circuit
-  on local state, although the worker is still waiting for the reply;
+  the shared timer thread: while one exchange has not answered, every circuit of the store
+  whose `stall_after` has passed goes on local state (the others wait behind it), although
+  the worker is still waiting for the reply;
 - with only an asyncio client, by one task per circuit on the loop of its async executions,
   each exchange under `asyncio.timeout(stall_after)`.
 
 The store being unreachable emits `OnCircuitStateSyncFailed` (Warning) once per outage, puts
-the circuit on local decisions, and retries with a backoff up to `_MAX_BACKOFF`; the first
-answer after that hands the decisions back to the fleet.
+the circuit on local decisions (opening at once if what it counted meanwhile meets its rule),
+and retries with a backoff up to `_MAX_BACKOFF`; the first answer after that hands the
+decisions back to the fleet. A circuit is built only once its first exchange has answered or
+failed (at most `stall_after`), so that a new process never calls through an open circuit.
 """
 
 from __future__ import annotations
@@ -125,9 +128,11 @@ class CircuitSync:
         "_task",
         "_worker",
         "due",
+        "heard",
         "interval",
         "key",
         "stall_after",
+        "stalled_for",
     )
 
     def __init__(
@@ -142,6 +147,9 @@ class CircuitSync:
         self.stall_after = max(1.0, 10 * interval)
         """How long an exchange may take before the circuit goes on local state meanwhile."""
         self._failing = 0  # failed exchanges in a row
+        self.heard = threading.Event()
+        """Set once the store answered, or the first exchange failed."""
+        self.stalled_for = 0.0  # the start of the hung exchange this circuit went local for
         self.due = 0.0
         self._task: asyncio.Task[None] | None = None
         self._worker: SyncWorker | None = None
@@ -205,6 +213,7 @@ class CircuitSync:
             return
         core = controller.core
         now = controller._time.monotonic()
+        self.heard.set()
         with controller.lock:
             if self._failing or not core.shared:
                 core.go_shared()
@@ -233,31 +242,30 @@ class CircuitSync:
         with controller.lock:
             first = self._failing == 0 and controller.core.shared
             self._failing += 1
-            controller.core.go_local(now)
+            transition = controller.core.go_local(now)
+        self.heard.set()
         if first:
             arguments = OnCircuitStateSyncFailedArguments(self.key, error)
             controller._telemetry.emit(
                 "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
             )
+        if transition is not None:
+            _report_remote(controller, transition)
 
     def stalled(self) -> None:
         """The store has not answered within `stall_after`: go on local state meanwhile."""
         self.failed(TimeoutError(f"the circuit state store did not answer within {self.stall_after:g}s"))
 
     def run_once(self) -> None:
-        """One exchange through the sync client (on the worker thread)."""
+        """One exchange through the sync client (on the worker thread, under its watchdog)."""
         exchange = self._prepare()
         if exchange is None:
             return
-        # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
-        watchdog = TIMER_THREAD.call_later(self.stall_after, lambda: off_timer_thread(self.stalled))
         try:
             reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
-            watchdog.cancel()
             self.failed(exc)
             return
-        watchdog.cancel()
         self.answered(reply)
 
     async def run_once_async(self) -> None:
@@ -294,7 +302,10 @@ class CircuitSync:
             return
         now = controller._time.monotonic()
         with controller.lock:
-            controller.core.go_local(now)
+            transition = controller.core.go_local(now)
+        self.heard.set()
+        if transition is not None:
+            _report_remote(controller, transition)
 
 
 async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
@@ -333,6 +344,43 @@ class SyncWorker:
         self._heap: list[tuple[float, int, weakref.ref[CircuitSync]]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._running: CircuitSync | None = None  # the exchange in flight
+        self._started = 0.0  # when it started (0.0: none in flight)
+        self._watching = False  # a watchdog is armed for it
+
+    def _circuits(self) -> list[CircuitSync]:
+        """The exchange in flight and every circuit waiting behind it (under the condition)."""
+        found = [] if self._running is None else [self._running]
+        for _, _, ref in self._heap:
+            sync = ref()
+            if sync is not None and sync not in found:
+                found.append(sync)
+        return found
+
+    def _arm(self, delay: float) -> None:
+        """Check for a hung exchange after `delay` (under the condition)."""
+        self._watching = True
+        # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
+        TIMER_THREAD.call_later(delay, lambda: off_timer_thread(self._watch))
+
+    def _watch(self) -> None:
+        """Every circuit that waited `stall_after` for the exchange in flight goes on local state."""
+        now = time.monotonic()
+        with self._cond:
+            self._watching = False
+            started = self._started
+            if not started:
+                return
+            stuck = now - started
+            due = [sync for sync in self._circuits() if sync.stalled_for != started and sync.alive]
+            late = [sync for sync in due if stuck >= sync.stall_after]
+            for sync in late:
+                sync.stalled_for = started
+            waiting = [sync.stall_after - stuck for sync in due if stuck < sync.stall_after]
+            if waiting:
+                self._arm(min(waiting))
+        for sync in late:
+            sync.stalled()
 
     def schedule(self, sync: CircuitSync, delay: float) -> None:
         """Run `sync` after `delay` seconds (sooner wins over a later time already set)."""
@@ -342,6 +390,8 @@ class SyncWorker:
                 return
             sync.due = due
             heapq.heappush(self._heap, (due, next(self._seq), weakref.ref(sync)))
+            if self._started and not self._watching:  # a circuit joins the queue behind a hung exchange
+                self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
@@ -378,7 +428,14 @@ class SyncWorker:
             if sync._store.closed:
                 sync.detach()  # and no longer scheduled
             else:
-                sync.run_once()
+                with self._cond:
+                    self._running, self._started = sync, time.monotonic()
+                    self._arm(sync.stall_after)
+                try:
+                    sync.run_once()
+                finally:
+                    with self._cond:
+                        self._running, self._started = None, 0.0
                 self.schedule(sync, sync.next_delay())
             del sync
 
@@ -424,5 +481,8 @@ def shared_controller(
 ) -> SharedCircuitController:
     """A shared circuit's controller, its sync already scheduled."""
     controller = SharedCircuitController(core, options, time_provider=time_provider, telemetry=telemetry)
-    controller.sync = CircuitSync(controller, store, key, interval)
+    sync = controller.sync = CircuitSync(controller, store, key, interval)
+    # The first exchange before the first call (bounded: the watchdog ends a hung one).
+    if sync._worker is not None and not sync.heard.wait(sync.stall_after + 2 * interval):
+        sync.stalled()
     return controller
