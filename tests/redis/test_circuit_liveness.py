@@ -182,3 +182,36 @@ def test_a_circuit_built_while_the_fleet_is_open_rejects_its_first_call(client: 
         newcomer = shared(RedisCircuitStateStore(client), key, brk=30)
         with pytest.raises(BrokenCircuitError):
             newcomer.execute(lambda: "passed an open circuit")
+
+
+@pytest.mark.parametrize("loss", ["flushall", "restart"])
+def test_losing_redis_during_a_probe_never_leaves_a_process_unable_to_open(
+    fresh_redis_server: RedisServer, key: str, loss: str
+) -> None:
+    """The store loses the circuit while our probe runs: afterwards failures open it again
+    within one `sampling_duration` (+ slack), for this process and in the store."""
+    sampling = 1.0
+    client = redis.Redis(port=fresh_redis_server.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    provider = CircuitBreakerStateProvider()
+    pipeline = shared(RedisCircuitStateStore(client), key, provider=provider, sampling=sampling)
+    open_it(pipeline, provider)
+    time.sleep(0.3 + 0.05)
+
+    def probe() -> str:
+        getattr(fresh_redis_server, loss)()
+        time.sleep(0.3)  # several syncs while half-open, against the emptied store
+        return "recovered"
+
+    until(lambda: pipeline.settle(probe).is_ok)  # the probe (the first call here, see above)
+    assert provider.state is CircuitState.CLOSED
+    start = time.monotonic()
+
+    def opened() -> bool:
+        pipeline.settle(fail)
+        time.sleep(0.01)
+        return provider.state is CircuitState.OPEN and client.hget(f"circuit:{key}", "st") == b"1"
+
+    waited = until(opened, timeout=10)
+    assert waited < sampling + 1.0, waited
+    assert time.monotonic() - start < sampling + 1.0
+    client.close()
