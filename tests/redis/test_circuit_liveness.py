@@ -215,3 +215,27 @@ def test_losing_redis_during_a_probe_never_leaves_a_process_unable_to_open(
     assert waited < sampling + 1.0, waited
     assert time.monotonic() - start < sampling + 1.0
     client.close()
+
+
+def test_a_control_follows_a_close_made_elsewhere_and_a_rebuild_does_not_isolate_again(
+    client: Any, key: str
+) -> None:
+    """A isolates, B closes: A's control is no longer isolated, and a pipeline A builds with it
+    starts closed and leaves the fleet closed."""
+    control_a, control_b = CircuitBreakerManualControl(), CircuitBreakerManualControl()
+    provider_a, provider_b = CircuitBreakerStateProvider(), CircuitBreakerStateProvider()
+    shared(RedisCircuitStateStore(client), key, control=control_a, provider=provider_a)
+    shared(RedisCircuitStateStore(client), key, control=control_b, provider=provider_b)
+    control_a.isolate()
+    until(lambda: provider_b.state is CircuitState.ISOLATED)
+    assert control_b.is_isolated  # B's control shows the fleet's isolation too
+    control_b.close()
+    until(lambda: provider_a.state is CircuitState.CLOSED)
+    until(lambda: not control_a.is_isolated, timeout=1)
+    provider = CircuitBreakerStateProvider()
+    rebuilt = shared(RedisCircuitStateStore(client), key, control=control_a, provider=provider)
+    assert provider.state is CircuitState.CLOSED
+    time.sleep(0.2)  # a few syncs
+    assert client.hget(f"circuit:{key}", "st") == b"0"
+    assert provider_b.state is CircuitState.CLOSED
+    assert rebuilt.execute(lambda: "flows") == "flows"

@@ -325,6 +325,9 @@ async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
 
 def _report_remote(controller: CircuitController, transition: Transition) -> None:
     """The event of a transition learned from the fleet (no execution runs: no callback)."""
+    control = controller._options.manual_control
+    if control is not None and transition.is_manual:
+        control._follow(isolated=transition.state is CircuitState.ISOLATED)
     context = new_context()
     if transition.state is CircuitState.HALF_OPEN:
         controller.half_opened(context)
