@@ -99,6 +99,12 @@ class CircuitBreakerStrategyOptions:
         problem = check_state_store(self.state_store)
         if problem is not None:
             problems.add("state_store", problem)
+        if self.state_store is not None and self.break_duration_generator is not None:
+            # The fleet's break is decided in the store, for every process alike.
+            problems.add(
+                "break_duration_generator",
+                "cannot be used with a state_store: a shared circuit's break is break_duration, for the whole fleet",
+            )
         problems.duration("sync_interval", self.sync_interval, positive=True)
         key: object = self.circuit_key
         if key is not None and (not isinstance(key, str) or not key):

@@ -91,9 +91,7 @@ class SharedCircuitController(CircuitController):
         now = self._time.monotonic()
         core = self.core
         with self.lock:
-            transition = core.record(
-                now, ticket, handled=handled, pending_break=self._generator is not None and not core.shared
-            )
+            transition = core.record(now, ticket, handled=handled)  # no generator: refused with a store
             urgent = bool(core.outbox)
         if urgent:
             self.sync.wake()
