@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from resilience.stores._redis import _check_str, _RedisStore
+from resilience.stores._redis import _AsyncClient, _check_str, _is_client, _RedisStore
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -244,7 +245,9 @@ class RedisCircuitStateStore(_RedisStore):
         client: a sync client (`redis.Redis`, `redis.cluster.RedisCluster`, valkey alike) or a
             zero-argument factory of one; the background sync runs on one shared thread.
         async_client: an asyncio client, an awaitable of one, or a factory of one; without a sync
-            client the sync runs as a task on the event loop of the async executions.
+            client the sync runs as a task on the event loop of the async executions. A factory
+            is called once per event loop (an asyncio client serves one loop): the store closes
+            the client it made when that loop's sync task ends (`asyncio.run()` per job works).
         prefix: the key namespace: keys are `<prefix>:<circuit key>`.
 
     Every circuit built with this store and the same `circuit_key` is one circuit for the
@@ -261,6 +264,12 @@ class RedisCircuitStateStore(_RedisStore):
         super().__init__(client, async_client, prefix)
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
+        factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
+        self._factory: Any = async_client if factory else None
+        # With a factory: this store's own client of each event loop, closed with its sync task.
+        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def closed(self) -> bool:
@@ -295,7 +304,20 @@ class RedisCircuitStateStore(_RedisStore):
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
         runner = self._async_client("exchange_async")
+        if self._factory is not None:
+            loop = asyncio.get_running_loop()
+            runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(
+                loop, _AsyncClient(self._factory, self._kind)
+            )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
+
+    async def release_loop_client(self) -> None:
+        """Close the client this store made for the running loop (with a factory; else nothing)."""
+        runner = self._loop_clients.pop(asyncio.get_running_loop(), None)
+        client = None if runner is None else runner._client  # None: the factory was never called
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
 def check_state_store(value: object) -> str | None:

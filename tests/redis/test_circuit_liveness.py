@@ -6,16 +6,19 @@ tests/reliability/test_fleet_circuit.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder
 from resilience.stores import RedisCircuitStateStore
@@ -23,7 +26,7 @@ from resilience.strategies import CircuitBreakerManualControl, CircuitBreakerSta
 from resilience.testing import capture_events
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from tests.redis_support import RedisServer
 
@@ -164,10 +167,11 @@ def test_failures_counted_before_the_first_failed_sync_open_the_local_circuit() 
     client = redis.Redis(port=port, socket_connect_timeout=0.2)
     provider = CircuitBreakerStateProvider()
     with capture_events() as events:
-        pipeline = shared(RedisCircuitStateStore(client), f"down-{uuid.uuid4().hex[:6]}", provider=provider)
+        down = f"down-{uuid.uuid4().hex[:6]}"
+        pipeline = shared(RedisCircuitStateStore(client), down, provider=provider)
         for _ in range(4):
             pipeline.settle(fail)
-        until(lambda: any(event.name == "OnCircuitStateSyncFailed" for event in events))
+        until(lambda: any(getattr(event.arguments, "circuit_key", None) == down for event in events))
         until(lambda: provider.state is CircuitState.OPEN, timeout=2)
     with pytest.raises(BrokenCircuitError):
         pipeline.execute(lambda: "rejected")
@@ -217,9 +221,7 @@ def test_losing_redis_during_a_probe_never_leaves_a_process_unable_to_open(
     client.close()
 
 
-def test_a_control_follows_a_close_made_elsewhere_and_a_rebuild_does_not_isolate_again(
-    client: Any, key: str
-) -> None:
+def test_a_control_follows_a_close_made_elsewhere_and_a_rebuild_does_not_isolate_again(client: Any, key: str) -> None:
     """A isolates, B closes: A's control is no longer isolated, and a pipeline A builds with it
     starts closed and leaves the fleet closed."""
     control_a, control_b = CircuitBreakerManualControl(), CircuitBreakerManualControl()
@@ -239,3 +241,42 @@ def test_a_control_follows_a_close_made_elsewhere_and_a_rebuild_does_not_isolate
     assert client.hget(f"circuit:{key}", "st") == b"0"
     assert provider_b.state is CircuitState.CLOSED
     assert rebuilt.execute(lambda: "flows") == "flows"
+
+
+def bounded_run(job: Callable[[], Awaitable[object]], timeout: float = 10.0) -> object:
+    """`asyncio.run(job())` in a thread; fails if it has not returned within `timeout`."""
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(asyncio.run(job())), daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "asyncio.run() did not return"
+    return result[0]
+
+
+@pytest.mark.parametrize("hold", [0.0, 0.15])
+def test_one_event_loop_per_call_syncs_and_every_run_returns(redis_server: RedisServer, key: str, hold: float) -> None:
+    """A CLI's `asyncio.run` per job with an asyncio-only store (a client factory): fast or slow
+    calls, the fleet's circuit opens on their failures, no exchange fails, and every run returns."""
+
+    async def failing() -> None:
+        await asyncio.sleep(hold)
+        raise ConnectionError("dependency down")
+
+    store = RedisCircuitStateStore(async_client=lambda: redis.asyncio.Redis(port=redis_server.port))
+    provider = CircuitBreakerStateProvider()
+    pipeline = shared(store, key, provider=provider)
+    with capture_events() as events:
+        fates = [type(bounded_run(lambda: pipeline.settle_async(failing)).error).__name__ for _ in range(8)]  # type: ignore[attr-defined]
+    assert fates[:4] == ["ConnectionError"] * 4
+    assert fates[-1] == "BrokenCircuitError", fates
+    assert provider.state is CircuitState.OPEN
+    check = redis.Redis(port=redis_server.port)
+    assert check.hget(f"circuit:{key}", "st") == b"1"  # opened for the fleet, not only here
+    check.close()
+    # Only this test's circuit: circuits of earlier tests may still be syncing with servers that are gone.
+    failed = [
+        event
+        for event in events
+        if event.name == "OnCircuitStateSyncFailed" and event.arguments.circuit_key == key  # type: ignore[union-attr]
+    ]
+    assert not failed, [event.arguments.error for event in failed]  # type: ignore[union-attr]

@@ -361,4 +361,4 @@ async def test_a_sync_outliving_its_circuit_does_nothing(client: Any, key: str) 
     sync.answered(CircuitReply(1, 9, 1.0, False, False))
     sync.failed(ConnectionError("gone"))
     sync.detach()
-    await _serve_async(weakref.ref(sync))  # returns at once
+    await _serve_async(weakref.ref(sync), asyncio.Event())  # returns at once

@@ -74,7 +74,8 @@ def test_a_break_duration_generator_is_refused_with_a_state_store() -> None:
     builder = ResiliencePipelineBuilder(name="p").add_circuit_breaker(
         state_store=_store(), break_duration_generator=lambda _arguments: 0.3
     )
-    assert problems(builder) == [
+    expected = (
         "CircuitBreaker.break_duration_generator: cannot be used with a state_store: "
         "a shared circuit's break is break_duration, for the whole fleet"
-    ]
+    )
+    assert problems(builder) == [expected]

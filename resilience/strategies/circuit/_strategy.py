@@ -310,7 +310,10 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
-        """Start the circuit's sync on this loop if needed, then as `CircuitBreakerStrategy`."""
+        """Start the circuit's sync on this loop if needed, then as `CircuitBreakerStrategy`.
+
+        The first call on a loop waits (bounded) for that loop's first exchange.
+        """
         sync: CircuitSync = self._controller.sync  # type: ignore[attr-defined]
-        sync.ensure_task()
+        await sync.first_exchange()
         return await super().execute_async(callback, context)

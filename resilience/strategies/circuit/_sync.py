@@ -11,7 +11,8 @@ one circuit and applies the answer; it is run
   whose `stall_after` has passed goes on local state (the others wait behind it), although
   the worker is still waiting for the reply;
 - with only an asyncio client, by one task per circuit on the loop of its async executions,
-  each exchange under `asyncio.timeout(stall_after)`.
+  each exchange under `asyncio.timeout(stall_after)`; the first call on a loop waits for that
+  task's first exchange (one loop per call, as `asyncio.run()` per job, syncs at every call).
 
 The store being unreachable emits `OnCircuitStateSyncFailed` (Warning) once per outage, puts
 the circuit on local decisions (opening at once if what it counted meanwhile meets its rule),
@@ -121,6 +122,7 @@ class CircuitSync:
     __slots__ = (
         "__weakref__",
         "_failing",
+        "_ready",
         "_ref",
         "_store",
         "_task",
@@ -150,6 +152,7 @@ class CircuitSync:
         self.stalled_for = 0.0  # the start of the hung exchange this circuit went local for
         self.due = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None  # set once the task answered or failed once
         self._worker: SyncWorker | None = None
         if store.has_sync_client:
             self._worker = _worker_of(store)
@@ -281,17 +284,30 @@ class CircuitSync:
 
     # -- asyncio-only stores ---------------------------------------------------------------------
 
-    def ensure_task(self) -> None:
-        """Start this circuit's sync task on the running loop if it has none there."""
+    def ensure_task(self) -> asyncio.Event | None:
+        """Start this circuit's sync task on the running loop if it has none there.
+
+        The event is set once that task's first exchange answered or failed.
+        """
         task = self._task
         if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
             if self._store.closed:
                 self.detach()
-                return
+                return None
+            self._ready = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(
-                _serve_async(weakref.ref(self)), name=f"resilience-circuit-sync-{self.key}"
+                _serve_async(weakref.ref(self), self._ready), name=f"resilience-circuit-sync-{self.key}"
             )
             self._store._tasks.add(self._task)
+        return self._ready
+
+    async def first_exchange(self) -> None:
+        """Wait (bounded) for the first exchange of this loop's sync task."""
+        ready = self.ensure_task()
+        if ready is not None and not ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.stall_after + 2 * self.interval):
+                    await ready.wait()
 
     def detach(self) -> None:
         """The store was closed: this circuit decides alone from now on."""
@@ -306,19 +322,32 @@ class CircuitSync:
             _report_remote(controller, transition)
 
 
-async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
-    """Exchange every interval while the circuit lives (a task holds it weakly)."""
-    while True:
-        sync = ref()
-        if sync is None or not sync.alive:
-            return
-        if sync._store.closed:
-            sync.detach()
-            return
-        await sync.run_once_async()
-        delay = sync.next_delay()
-        del sync
-        await asyncio.sleep(delay)
+async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> None:
+    """Exchange every interval while the circuit lives (a task holds it weakly).
+
+    Ends when cancelled even if a client swallowed the cancellation (`cancelling()`), and
+    closes the client the store made for this loop.
+    """
+    task = asyncio.current_task()
+    sync = ref()
+    store = None if sync is None else sync._store
+    try:
+        while sync is not None and sync.alive:
+            if sync._store.closed:
+                sync.detach()
+                return
+            await sync.run_once_async()
+            ready.set()
+            if task is not None and task.cancelling():
+                return
+            delay = sync.next_delay()
+            del sync
+            await asyncio.sleep(delay)
+            sync = ref()
+    finally:
+        ready.set()
+        if store is not None:
+            await store.release_loop_client()
 
 
 def _report_remote(controller: CircuitController, transition: Transition) -> None:
