@@ -273,3 +273,18 @@ def test_a_redis_restart_keeps_the_fleet_open(
     late_record = json.loads(client.lrange(f"{fleet.log}:{late.pid}", 0, -1)[0])
     assert late_record["passed"] == 0
     client.close()
+
+
+def test_a_process_started_while_the_fleet_is_open_rejects_its_first_call(
+    redis_server: RedisServer, client: Any, uid: str, fleet_factory: list[Fleet]
+) -> None:
+    """Three processes start while the fleet's circuit is open: each one's very first call is rejected."""
+    fleet = make_fleet(fleet_factory, redis_server, uid)
+    provider = CircuitBreakerStateProvider()
+    pipeline = member(redis_server, fleet.key, provider=provider, break_duration=60)
+    fail_until_open(pipeline, lambda: provider.state is CircuitState.OPEN)
+    for _ in range(3):
+        fleet.start("first", break_duration=60)
+    fleet.wait()
+    fates = client.lrange(f"{fleet.log}:first", 0, -1)
+    assert fates == ["BrokenCircuitError"] * 3, fates
