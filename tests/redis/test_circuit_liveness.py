@@ -22,6 +22,7 @@ import redis.asyncio
 
 from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder
 from resilience.stores import RedisCircuitStateStore
+from resilience.stores._redis_circuit import CircuitExchange
 from resilience.strategies import CircuitBreakerManualControl, CircuitBreakerStateProvider, CircuitState
 from resilience.testing import capture_events
 
@@ -130,10 +131,14 @@ def frozen(server: RedisServer) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def test_a_hung_redis_puts_every_circuit_of_the_store_on_local_state(fresh_redis_server: RedisServer) -> None:
-    """SIGSTOP, a client without socket timeout: each of five circuits goes local and opens on
-    its own rule within `max(1 s, 10 x sync_interval)` (+ slack), with one event each."""
-    client = redis.Redis(port=fresh_redis_server.port)  # no socket timeout, as the quick start builds it
+@pytest.mark.parametrize("socket_timeout", [None, 2.0])
+def test_a_hung_redis_puts_every_circuit_of_the_store_on_local_state(
+    fresh_redis_server: RedisServer, socket_timeout: float | None
+) -> None:
+    """SIGSTOP, a client without socket timeout (as the quick start builds it) or with one longer
+    than the watchdog: each of five circuits goes local and opens on its own rule within
+    `max(1 s, 10 x sync_interval)` (+ slack), with one event each."""
+    client = redis.Redis(port=fresh_redis_server.port, socket_timeout=socket_timeout)
     store = RedisCircuitStateStore(client)
     keys = [f"hung-{n}-{uuid.uuid4().hex[:6]}" for n in range(5)]
     providers = [CircuitBreakerStateProvider() for _ in keys]
@@ -280,3 +285,27 @@ def test_one_event_loop_per_call_syncs_and_every_run_returns(redis_server: Redis
         if event.name == "OnCircuitStateSyncFailed" and event.arguments.circuit_key == key  # type: ignore[union-attr]
     ]
     assert not failed, [event.arguments.error for event in failed]  # type: ignore[union-attr]
+
+
+async def test_an_asyncio_circuit_learns_the_fleets_state_before_its_first_call(
+    redis_server: RedisServer, client: Any, key: str
+) -> None:
+    """Asyncio-only store: the first call on the loop waits for the first exchange, so it is
+    rejected by an open fleet circuit; and after the break the first call is the probe."""
+    opened = RedisCircuitStateStore(client).exchange(key, CircuitExchange(0, 4, 0.5, 4, 30.0, 0.3, 0, 0, 0, 0, 0.0))
+    assert opened.state == 1  # open for 0.3 s, by no member of the fleet that is still alive
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    store = RedisCircuitStateStore(async_client=async_client)
+    newcomer_provider = CircuitBreakerStateProvider()
+    newcomer = shared(store, key, provider=newcomer_provider)
+
+    async def call() -> str:
+        return "probe"
+
+    with pytest.raises(BrokenCircuitError):
+        await newcomer.execute_async(call)
+    await asyncio.sleep(1.0)  # calls far apart after the break
+    assert await newcomer.execute_async(call) == "probe"
+    assert newcomer_provider.state is CircuitState.CLOSED
+    await store.aclose()
+    await async_client.aclose()
