@@ -45,6 +45,7 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     from resilience._time import TimeProvider
+    from resilience._timers import ThreadTimerHandle
     from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
@@ -376,7 +377,7 @@ class SyncWorker:
         self._thread: threading.Thread | None = None
         self._running: CircuitSync | None = None  # the exchange in flight
         self._started = 0.0  # when it started (0.0: none in flight)
-        self._watching = False  # a watchdog is armed for it
+        self._watchdog: ThreadTimerHandle | None = None  # armed while an exchange is in flight
 
     def _circuits(self) -> list[CircuitSync]:
         """The exchange in flight and every circuit waiting behind it (under the condition)."""
@@ -387,17 +388,20 @@ class SyncWorker:
                 found.append(sync)
         return found
 
-    def _arm(self, delay: float) -> None:
-        """Check for a hung exchange after `delay` (under the condition)."""
-        self._watching = True
-        # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
-        TIMER_THREAD.call_later(delay, lambda: off_timer_thread(self._watch))
+    def _arm(self, delay: float | None) -> None:
+        """Check for a hung exchange after `delay`; None: no check (under the condition)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = None
+        if delay is not None:
+            # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
+            self._watchdog = TIMER_THREAD.call_later(delay, lambda: off_timer_thread(self._watch))
 
     def _watch(self) -> None:
         """Every circuit that waited `stall_after` for the exchange in flight goes on local state."""
         now = time.monotonic()
         with self._cond:
-            self._watching = False
+            self._watchdog = None
             started = self._started
             if not started:
                 return
@@ -420,7 +424,7 @@ class SyncWorker:
                 return
             sync.due = due
             heapq.heappush(self._heap, (due, next(self._seq), weakref.ref(sync)))
-            if self._started and not self._watching:  # a circuit joins the queue behind a hung exchange
+            if self._started and self._watchdog is None:  # a circuit joins the queue behind a hung exchange
                 self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
@@ -466,6 +470,7 @@ class SyncWorker:
                 finally:
                     with self._cond:
                         self._running, self._started = None, 0.0
+                        self._arm(None)
                 self.schedule(sync, sync.next_delay())
             del sync
 
