@@ -475,9 +475,11 @@ class SyncWorker:
             del sync
 
     def _after_fork_in_child(self) -> None:
-        # The thread did not survive the fork; the circuits did: serve them again.
+        # The thread did not survive the fork (nor its exchange in flight); the circuits did:
+        # serve them again.
         self._cond = threading.Condition()
         self._thread = None
+        self._running, self._started, self._watchdog = None, 0.0, None
         if self._heap:
             self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
             self._thread.start()
