@@ -309,3 +309,24 @@ async def test_an_asyncio_circuit_learns_the_fleets_state_before_its_first_call(
     assert newcomer_provider.state is CircuitState.CLOSED
     await store.aclose()
     await async_client.aclose()
+
+
+def test_an_idle_member_cannot_keep_the_probe_from_a_member_with_calls(client: Any, key: str) -> None:
+    """Two members, the one holding the probe never called: the other, calling every 0.5 s, gets
+    the probe by its second call (the first one asks for it)."""
+    RedisCircuitStateStore(client).exchange(key, CircuitExchange(0, 4, 0.5, 4, 30.0, 0.3, 0, 0, 0, 0, 0.0))
+    idle = shared(RedisCircuitStateStore(client), key)  # a store of its own: another member
+    until(lambda: client.hget(f"circuit:{key}", "st") == b"2")  # the idle member claimed the probe
+    provider = CircuitBreakerStateProvider()
+    busy = shared(RedisCircuitStateStore(client), key, provider=provider)
+    assert provider.state is CircuitState.HALF_OPEN  # someone else's probe
+    fates: list[str] = []
+    for _ in range(3):
+        time.sleep(0.5)
+        outcome = busy.settle(lambda: "probe")
+        fates.append("ok" if outcome.is_ok else type(outcome.error).__name__)  # type: ignore[attr-defined]
+        if outcome.is_ok:
+            break
+    assert "ok" in fates[:2], fates
+    assert provider.state is CircuitState.CLOSED
+    until(lambda: idle.settle(lambda: "flows").is_ok, timeout=2)  # the fleet's close reaches it

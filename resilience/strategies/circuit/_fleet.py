@@ -81,6 +81,7 @@ class SharedCircuitCore(CircuitCore):
 
     __slots__ = (
         "_granted_until",
+        "_interested",
         "_last_command",
         "_probe_mine",
         "_resync",
@@ -114,6 +115,8 @@ class SharedCircuitCore(CircuitCore):
         self._probe_mine = False
         self._resync = False  # the next answer wins over whatever was decided locally meanwhile
         self._last_command = Command.NONE  # what the exchange being answered carried
+        # A call was rejected here since the last grant: this process has traffic to probe with.
+        self._interested = False
 
     # -- what the sync sends ---------------------------------------------------------------------
 
@@ -147,9 +150,13 @@ class SharedCircuitCore(CircuitCore):
             blocked_until = self._blocked_until
             due = blocked_until is not None and now >= blocked_until - interval
             return Command.CLAIM_PROBE if due or self.probe_wanted else Command.NONE
-        if state is _HALF_OPEN and self.probe_wanted:
-            return Command.CLAIM_PROBE
-        return Command.NONE
+        if state is _HALF_OPEN and not self._probe_mine:
+            # Another process holds the probe: claim when asked by a call, and again once its
+            # lease has run out if calls were rejected here (an idle holder gave it up).
+            probe_until = self._probe_until
+            over = probe_until is None or now >= probe_until
+            return Command.CLAIM_PROBE if self.probe_wanted or (over and self._interested) else Command.NONE
+        return Command.CLAIM_PROBE if state is _HALF_OPEN and self.probe_wanted else Command.NONE
 
     def known(self, now: float) -> tuple[StateCode, float]:
         """What this process believes, so that a store that lost its data gets it back."""
@@ -180,13 +187,14 @@ class SharedCircuitCore(CircuitCore):
         if state is _OPEN:
             blocked_until = self._blocked_until
             if blocked_until is not None and now < blocked_until:
+                self._interested = True
                 raise BrokenCircuitError(retry_after=blocked_until - now)
             if mine:
                 generation = self._move(_HALF_OPEN)
                 self._probe_until = granted
                 self._probe_mine = True
                 return generation, Transition(_HALF_OPEN, generation)
-            self.probe_wanted = True  # the break is over: ask the fleet for the probe
+            self.probe_wanted = self._interested = True  # the break is over: ask the fleet for the probe
             raise BrokenCircuitError(retry_after=None)
         probe_until = self._probe_until
         if self._probe_mine and mine and probe_until is None:  # our probe's slot was freed
@@ -197,6 +205,7 @@ class SharedCircuitCore(CircuitCore):
             # Ask: a lease that ran out is granted again, and a holder without traffic cannot
             # keep the fleet's probe once another process has asked for it.
             self.probe_wanted = True
+        self._interested = True
         raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=left)
 
     def record(self, now: float, ticket: int, *, handled: bool, pending_break: bool = False) -> Transition | None:
@@ -283,6 +292,7 @@ class SharedCircuitCore(CircuitCore):
             return None if state is _ISOLATED else self._open(now, pending=False, manual=True)
         if target is _HALF_OPEN and granted:
             self._granted_until = now + remaining  # the next call is the fleet's probe
+            self._interested = False
             if state is _HALF_OPEN:  # the previous probe's lease ran out: a new one, ours
                 self._probe_mine = True
                 self._probe_until = None
