@@ -133,7 +133,7 @@ class SharedCircuitCore(CircuitCore):
             command, epoch, seconds = self.outbox.pop(0)
         elif self.shared:
             command = self._probe_command(now, interval)
-        self.probe_wanted = False
+            self.probe_wanted = False
         self._last_command = command
         return successes, failures, command, epoch, seconds
 

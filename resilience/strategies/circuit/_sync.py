@@ -303,9 +303,9 @@ class CircuitSync:
         return self._ready
 
     async def first_exchange(self) -> None:
-        """Wait (bounded) for the first exchange of this loop's sync task."""
+        """Wait (bounded) for the first exchange of this loop's sync task (not while failing)."""
         ready = self.ensure_task()
-        if ready is not None and not ready.is_set():
+        if ready is not None and not ready.is_set() and not self._failing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.stall_after + 2 * self.interval):
                     await ready.wait()
