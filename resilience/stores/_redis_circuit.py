@@ -9,7 +9,8 @@ Key `<prefix>:<circuit key>`, a hash:
 
 - `st` state (0 closed, 1 open, 2 half-open, 3 isolated), `ep` epoch (bumped by every
   transition), `un` server milliseconds until the break (open) or the probe's lease
-  (half-open) ends, `mn` 1 when the last transition was made by hand;
+  (half-open) ends, `mn` 1 when the last transition was made by hand, `wq` 1 when another
+  process asked for the probe while it was granted (the holder may then no longer renew it);
 - a ring of ten buckets over `sampling_duration`: `s<i>`/`f<i>` successes and handled
   failures, `i<i>` which bucket of server time the slot holds.
 
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from resilience.stores._redis import _check_str, _RedisStore
+from resilience.stores._redis import _AsyncClient, _check_str, _is_client, _RedisStore
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -44,39 +46,58 @@ CIRCUIT_EXCHANGE = LuaScript(
 -- ARGV[1] successes, ARGV[2] handled failures (counted under epoch ARGV[9]);
 -- ARGV[3] failure ratio; ARGV[4] minimum throughput; ARGV[5] sampling (ms); ARGV[6] break (ms);
 -- ARGV[7] command (0 none, 1 claim the probe, 2 probe succeeded, 3 probe failed, 4 isolate,
--- 5 close by hand, 6 opened alone); ARGV[8] the epoch the command applies to;
+-- 5 close by hand, 6 opened alone, 7 renew an unused probe); ARGV[8] the epoch the command
+-- applies to;
 -- ARGV[9] the caller's epoch; ARGV[10] the caller's state; ARGV[11] ms of break the caller
--- knows is left (or, for command 6, its break); ARGV[12] expiry (ms).
--- Returns {{state, epoch, ms left, manual, granted}}.
+-- knows is left (or, for command 6, its break); ARGV[12] expiry (ms); ARGV[13] the caller's
+-- sync interval (ms).
+-- Returns {{state, epoch, ms left, manual, granted, ms until a granted probe may start}}.
 local RING = {{{_RING}}}
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local head = redis.call('HMGET', KEYS[1], 'st', 'ep', 'un', 'mn')
+local head = redis.call('HMGET', KEYS[1], 'st', 'ep', 'un', 'mn', 'wq')
 local st, ep = tonumber(head[1]), tonumber(head[2])
-local un, mn = tonumber(head[3]) or 0, tonumber(head[4]) or 0
+local un, mn, wq = tonumber(head[3]) or 0, tonumber(head[4]) or 0, tonumber(head[5]) or 0
 local known = tonumber(ARGV[9])
-local dirty, reset, granted, restored = false, false, 0, false
+local dirty, reset, granted, restored, wait = false, false, 0, false, 0
+local brk, interval = tonumber(ARGV[6]), tonumber(ARGV[13])
+-- An unused probe is held this long past its grant or last renewal.
+local lease = math.max(brk, 3 * interval)
 if not ep or known > ep then
   -- Lost (expiry, a restart without persistence, a flush) or never written: a caller that
-  -- knows a later epoch writes back what it knows, so an open circuit stays open.
+  -- knows a later epoch writes back what it knows, so an open circuit stays open and a
+  -- probe under way keeps its epoch (its outcome still lands).
   if ep then
     redis.call('HDEL', KEYS[1], unpack(RING))  -- counts of an older epoch
   end
-  ep, st, mn, un = known, tonumber(ARGV[10]), 0, 0
-  if st == 1 or st == 2 then
-    st, un = 1, now_ms + tonumber(ARGV[11])
+  ep, st, mn, un, wq = known, tonumber(ARGV[10]), 0, 0, 0
+  if st == 1 then
+    un = now_ms + tonumber(ARGV[11])
+  elseif st == 2 then
+    un = now_ms + lease
   end
   dirty, restored = true, true
 end
-local brk = tonumber(ARGV[6])
 local function move(state, until_ms, manual)
-  st, ep, un, mn, dirty = state, ep + 1, until_ms, manual, true
+  st, ep, un, mn, wq, dirty = state, ep + 1, until_ms, manual, 0, true
 end
 local command, about = tonumber(ARGV[7]), tonumber(ARGV[8])
 if command == 1 then
-  if (st == 1 or st == 2) and now_ms >= un then
-    move(2, now_ms + brk, 0)
+  -- Claimed up to two intervals before the break ends, so that the first call after the
+  -- break is the probe; the grant says how long to wait before using it.
+  if (st == 1 and now_ms + 2 * interval >= un) or (st == 2 and now_ms >= un) then
+    if st == 1 and un > now_ms then
+      wait = un - now_ms
+    end
+    move(2, math.max(un, now_ms) + lease, 0)
     granted = 1
+  elseif st == 2 and wq == 0 then
+    wq, dirty = 1, true
+  end
+elseif command == 7 then
+  -- The holder of an unused probe keeps it while nobody else asks for it.
+  if st == 2 and ep == about and wq == 0 then
+    un, dirty, granted = math.max(un, now_ms + lease), true, 1
   end
 elseif command == 2 or command == 3 then
   if st == 2 and ep == about then
@@ -140,7 +161,7 @@ if reset then
   redis.call('HDEL', KEYS[1], unpack(RING))
 end
 if dirty then
-  redis.call('HSET', KEYS[1], 'st', st, 'ep', ep, 'un', un, 'mn', mn)
+  redis.call('HSET', KEYS[1], 'st', st, 'ep', ep, 'un', un, 'mn', mn, 'wq', wq)
 end
 if dirty or wrote then
   redis.call('PEXPIRE', KEYS[1], ARGV[12])
@@ -149,7 +170,7 @@ local left = 0
 if un > now_ms then
   left = un - now_ms
 end
-return {{st, ep, left, mn, granted}}
+return {{st, ep, left, mn, granted, wait}}
 """,
 )
 
@@ -169,6 +190,8 @@ class CircuitExchange(NamedTuple):
     state: int
     remaining: float
     """Seconds of break the caller knows are left (for command 6: the break it opened for)."""
+    interval: float = 0.1
+    """The caller's `sync_interval`: how early a probe may be claimed, how long an unused one is held."""
 
 
 class CircuitReply(NamedTuple):
@@ -181,6 +204,8 @@ class CircuitReply(NamedTuple):
     manual: bool
     granted: bool
     """The command took effect (for a probe claim: the probe is the caller's)."""
+    wait: float = 0.0
+    """Seconds until a probe granted before the break's end may start."""
 
 
 def _ms(seconds: float) -> int:
@@ -204,12 +229,13 @@ def _arguments(exchange: CircuitExchange) -> list[object]:
         int(exchange.state),
         _ms(exchange.remaining),
         expiry,
+        max(1, _ms(exchange.interval)),
     ]
 
 
 def _reply(raw: Sequence[Any]) -> CircuitReply:
-    state, epoch, left, manual, granted = (int(value) for value in raw)
-    return CircuitReply(state, epoch, left / 1000, bool(manual), bool(granted))
+    state, epoch, left, manual, granted, wait = (int(value) for value in raw)
+    return CircuitReply(state, epoch, left / 1000, bool(manual), bool(granted), wait / 1000)
 
 
 class RedisCircuitStateStore(_RedisStore):
@@ -219,7 +245,9 @@ class RedisCircuitStateStore(_RedisStore):
         client: a sync client (`redis.Redis`, `redis.cluster.RedisCluster`, valkey alike) or a
             zero-argument factory of one; the background sync runs on one shared thread.
         async_client: an asyncio client, an awaitable of one, or a factory of one; without a sync
-            client the sync runs as a task on the event loop of the async executions.
+            client the sync runs as a task on the event loop of the async executions. A factory
+            is called once per event loop (an asyncio client serves one loop): the store closes
+            the client it made when that loop's sync task ends (`asyncio.run()` per job works).
         prefix: the key namespace: keys are `<prefix>:<circuit key>`.
 
     Every circuit built with this store and the same `circuit_key` is one circuit for the
@@ -236,6 +264,12 @@ class RedisCircuitStateStore(_RedisStore):
         super().__init__(client, async_client, prefix)
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
+        factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
+        self._factory: Any = async_client if factory else None
+        # With a factory: this store's own client of each event loop, closed with its sync task.
+        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def closed(self) -> bool:
@@ -270,7 +304,20 @@ class RedisCircuitStateStore(_RedisStore):
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
         runner = self._async_client("exchange_async")
+        if self._factory is not None:
+            loop = asyncio.get_running_loop()
+            runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(
+                loop, _AsyncClient(self._factory, self._kind)
+            )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
+
+    async def release_loop_client(self) -> None:
+        """Close the client this store made for the running loop (with a factory; else nothing)."""
+        runner = self._loop_clients.pop(asyncio.get_running_loop(), None)
+        client = None if runner is None else runner._client  # None: the factory was never called
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
 def check_state_store(value: object) -> str | None:

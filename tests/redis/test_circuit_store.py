@@ -32,9 +32,10 @@ def batch(
     throughput: int = 10,
     sampling: float = 30.0,
     brk: float = 5.0,
+    interval: float = 0.01,
 ) -> CircuitExchange:
     return CircuitExchange(
-        successes, failures, ratio, throughput, sampling, brk, command, about, epoch, state, remaining
+        successes, failures, ratio, throughput, sampling, brk, command, about, epoch, state, remaining, interval
     )
 
 
@@ -109,6 +110,35 @@ def test_a_probe_lease_that_ran_out_is_granted_again(store: RedisCircuitStateSto
     assert (again.granted, again.epoch) == (True, 3)
 
 
+def test_a_probe_claimed_just_before_the_break_ends_waits_for_it(store: RedisCircuitStateStore, key: str) -> None:
+    """Up to two intervals early the probe is granted, with the wait until the break's end."""
+    store.exchange(key, batch(0, 10, brk=0.3, interval=0.1))
+    assert not store.exchange(key, batch(command=Command.CLAIM_PROBE, epoch=1, brk=0.3, interval=0.1)).granted
+    time.sleep(0.15)
+    early = store.exchange(key, batch(command=Command.CLAIM_PROBE, epoch=1, brk=0.3, interval=0.1))
+    assert (early.granted, early.state, early.epoch) == (True, StateCode.HALF_OPEN, 2)
+    assert 0.0 < early.wait <= 0.15
+    assert early.remaining > early.wait + 0.29  # the lease starts at the break's end
+
+
+def test_an_unused_probe_is_renewed_until_another_process_asks(store: RedisCircuitStateStore, key: str) -> None:
+    """The holder keeps its probe past the lease while alone; one claim from elsewhere ends that."""
+    store.exchange(key, batch(0, 10, brk=0.1))
+    time.sleep(0.15)
+    assert store.exchange(key, batch(command=Command.CLAIM_PROBE, epoch=1, brk=0.1)).granted
+    for _ in range(3):
+        time.sleep(0.06)
+        renewed = store.exchange(key, batch(command=Command.RENEW_PROBE, about=2, epoch=2, brk=0.1))
+        assert (renewed.granted, renewed.epoch) == (True, 2)
+        assert renewed.remaining > 0.09
+    assert not store.exchange(key, batch(command=Command.CLAIM_PROBE, epoch=2, brk=0.1)).granted  # wanted elsewhere
+    assert not store.exchange(key, batch(command=Command.RENEW_PROBE, about=2, epoch=2, brk=0.1)).granted
+    time.sleep(0.12)
+    taken = store.exchange(key, batch(command=Command.CLAIM_PROBE, epoch=2, brk=0.1))
+    assert (taken.granted, taken.epoch) == (True, 3)
+    assert not store.exchange(key, batch(command=Command.RENEW_PROBE, about=2, epoch=3, brk=0.1)).granted
+
+
 def test_isolation_and_closing_by_hand(store: RedisCircuitStateStore, key: str, sync_redis: Any) -> None:
     """Manual moves are manual for every reader and always answer granted."""
     isolated = store.exchange(key, batch(command=Command.ISOLATE))
@@ -141,7 +171,9 @@ def test_lost_data_comes_back_from_the_callers_memory(
     deployment.flushall()
     store.exchange(key, batch())  # a newcomer writes closed at epoch 0 first ...
     later = store.exchange(key, batch(epoch=1, state=StateCode.HALF_OPEN))  # ... a later epoch wins
-    assert (later.state, later.epoch, later.remaining) == (StateCode.OPEN, 1, 0.0)
+    # A probe under way keeps its epoch and a lease, so that its outcome still lands.
+    assert (later.state, later.epoch, later.remaining) == (StateCode.HALF_OPEN, 1, 5.0)
+    assert store.exchange(key, batch(command=Command.PROBE_SUCCEEDED, about=1, epoch=1)).state == StateCode.CLOSED
     deployment.flushall()
     isolated = store.exchange(key, batch(epoch=7, state=StateCode.ISOLATED))
     assert (isolated.state, isolated.epoch) == (StateCode.ISOLATED, 7)

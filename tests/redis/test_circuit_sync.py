@@ -240,8 +240,8 @@ def test_a_store_that_does_not_answer_is_left_behind_by_the_watchdog(key: str) -
         silent.listen(8)
         client = redis.Redis(port=silent.getsockname()[1], socket_timeout=30)
         with capture_events() as events:
-            pipeline = shared(RedisCircuitStateStore(client), key, interval=0.1)
             start = time.monotonic()
+            pipeline = shared(RedisCircuitStateStore(client), key, interval=0.1)  # waits for the first sync
             until(lambda: bool(named(events, "OnCircuitStateSyncFailed", key)), timeout=10)
             waited = time.monotonic() - start
             assert pipeline.execute(lambda: "works") == "works"
@@ -361,4 +361,4 @@ async def test_a_sync_outliving_its_circuit_does_nothing(client: Any, key: str) 
     sync.answered(CircuitReply(1, 9, 1.0, False, False))
     sync.failed(ConnectionError("gone"))
     sync.detach()
-    await _serve_async(weakref.ref(sync))  # returns at once
+    await _serve_async(weakref.ref(sync), asyncio.Event())  # returns at once

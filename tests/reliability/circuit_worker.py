@@ -7,6 +7,8 @@ first sync has answered, pushes `ready` to `<log>:ready`. Then:
   and records each change of what it sees — the state provider's state and the call's fate
   (`ok`, `BrokenCircuitError`, `IsolatedCircuitError`) — with `time.time()`. It keeps the record
   in memory (the server may be restarting) and pushes it to `<log>:<pid>` as JSON at the end.
+- `first` makes its first call as soon as the pipeline is built (no waiting for a sync) and
+  pushes that call's fate to `<log>:first`.
 - `hammer` waits for `<log>:go`, then calls the dependency for `--duration` seconds. The
   dependency logs its own start and end (`time.time()`) to `<log>:dependency`, takes
   `--hold` seconds and always fails: every call that reaches it is a probe.
@@ -103,6 +105,12 @@ def observe(args: argparse.Namespace, control: redis.Redis) -> None:
             time.sleep(0.1)
 
 
+def first(args: argparse.Namespace, control: redis.Redis) -> None:
+    pipeline = build(args, CircuitBreakerStateProvider())
+    outcome = pipeline.settle(lambda: None)
+    control.rpush(f"{args.log}:first", "ok" if outcome.is_ok else type(outcome.error).__name__)
+
+
 def hammer(args: argparse.Namespace, control: redis.Redis) -> None:
     provider = CircuitBreakerStateProvider()
     pipeline = build(args, provider)
@@ -124,7 +132,7 @@ def hammer(args: argparse.Namespace, control: redis.Redis) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["observe", "hammer"])
+    parser.add_argument("mode", choices=["observe", "hammer", "first"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--log", required=True)
@@ -136,7 +144,7 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.05)
     args = parser.parse_args()
     control = redis.Redis(port=args.port, socket_timeout=2)
-    {"observe": observe, "hammer": hammer}[args.mode](args, control)
+    {"observe": observe, "hammer": hammer, "first": first}[args.mode](args, control)
 
 
 if __name__ == "__main__":

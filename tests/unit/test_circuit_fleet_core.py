@@ -32,8 +32,8 @@ def test_closed_counts_without_opening_and_hands_the_batch_over_once() -> None:
     for handled in (True, True, True, True, False):
         assert call(circuit, 0.0, handled=handled) is None
     assert circuit.state is CircuitState.CLOSED
-    assert circuit.take_batch() == (1, 4, Command.NONE, 0, 0.0)
-    assert circuit.take_batch() == (0, 0, Command.NONE, 0, 0.0)
+    assert circuit.take_batch(0.0, 0.1) == (1, 4, Command.NONE, 0, 0.0)
+    assert circuit.take_batch(0.0, 0.1) == (0, 0, Command.NONE, 0, 0.0)
     assert circuit.window.health(0.0) == (5, 4)  # kept for the day the store is unreachable
 
 
@@ -47,6 +47,7 @@ def test_an_opening_learned_from_the_fleet_rejects_with_its_time_left() -> None:
         circuit.admit(2.0)
     assert caught.value.retry_after == pytest.approx(1.5)
     assert not circuit.probe_wanted
+    assert circuit.take_batch(2.0, 0.1)[2] is Command.NONE  # the break is not nearly over
     assert circuit.apply(2.0, StateCode.OPEN, 3, 1.0) is None  # same epoch: only the time left moves
     with pytest.raises(BrokenCircuitError) as caught:
         circuit.admit(2.5)
@@ -65,7 +66,7 @@ def test_after_the_break_a_rejection_asks_the_fleet_for_the_probe() -> None:
         circuit.admit(1.0)
     assert caught.value.retry_after is None
     assert circuit.probe_wanted
-    assert circuit.take_batch()[2:] == (Command.CLAIM_PROBE, 1, 0.0)
+    assert circuit.take_batch(0.0, 0.1)[2:] == (Command.CLAIM_PROBE, 1, 0.0)
     assert not circuit.probe_wanted
 
 
@@ -82,7 +83,7 @@ def test_the_granted_probe_is_one_call_and_its_success_closes_for_the_fleet() ->
     closed = circuit.record(1.3, ticket, handled=False)
     assert closed is not None
     assert closed.state is CircuitState.CLOSED
-    assert circuit.take_batch()[2:] == (Command.PROBE_SUCCEEDED, 2, 0.0)
+    assert circuit.take_batch(0.0, 0.1)[2:] == (Command.PROBE_SUCCEEDED, 2, 0.0)
     assert circuit.apply(1.4, StateCode.CLOSED, 3, 0.0) is None  # the fleet agrees: nothing new here
 
 
@@ -95,7 +96,7 @@ def test_a_failed_probe_reopens_with_the_fleets_break_and_no_generator() -> None
     transition = circuit.record(0.5, ticket, handled=True)
     assert transition is not None
     assert (transition.state, transition.break_duration) == (CircuitState.OPEN, 4.0)
-    assert circuit.take_batch()[2] is Command.PROBE_FAILED
+    assert circuit.take_batch(0.0, 0.1)[2] is Command.PROBE_FAILED
     with pytest.raises(BrokenCircuitError) as caught:
         circuit.admit(1.0)
     assert caught.value.retry_after == pytest.approx(3.5)
@@ -137,7 +138,8 @@ def test_someone_elses_probe_half_opens_here_and_rejects_until_its_lease_ends() 
     with pytest.raises(BrokenCircuitError) as caught:
         circuit.admit(1.0)
     assert caught.value.retry_after == pytest.approx(1.0)
-    assert not circuit.probe_wanted
+    assert circuit.probe_wanted  # asked for, so that a holder without traffic cannot keep it
+    assert circuit.take_batch(1.0, 0.1)[2] is Command.CLAIM_PROBE
     with pytest.raises(BrokenCircuitError):
         circuit.admit(2.0)
     assert circuit.probe_wanted
@@ -180,7 +182,7 @@ def test_a_fleet_cycle_missed_while_closed_restarts_the_window() -> None:
     call(circuit, 0.0, handled=True)
     assert circuit.apply(0.0, StateCode.CLOSED, 2, 0.0) is None
     assert circuit.window.health(0.0) == (0, 0)
-    assert circuit.take_batch()[:2] == (0, 0)  # counted under the epoch that is over
+    assert circuit.take_batch(0.0, 0.1)[:2] == (0, 0)  # counted under the epoch that is over
 
 
 def test_manual_moves_are_sent_and_only_the_last_one_counts() -> None:
@@ -191,8 +193,8 @@ def test_manual_moves_are_sent_and_only_the_last_one_counts() -> None:
     assert circuit.outbox == [(Command.CLOSE, 0, 0.0)]
     assert circuit.apply(0.0, StateCode.OPEN, 5, 1.0) is None  # our command is on its way
     assert circuit.state is CircuitState.CLOSED
-    assert circuit.take_batch()[2] is Command.CLOSE
-    assert circuit.take_batch()[2] is Command.NONE
+    assert circuit.take_batch(0.0, 0.1)[2] is Command.CLOSE
+    assert circuit.take_batch(0.0, 0.1)[2] is Command.NONE
 
 
 def test_stale_outcomes_do_not_count() -> None:
@@ -201,7 +203,7 @@ def test_stale_outcomes_do_not_count() -> None:
     ticket, _ = circuit.admit(0.0)
     opened(circuit)
     assert circuit.record(0.0, ticket, handled=True) is None
-    assert circuit.take_batch()[:2] == (0, 0)
+    assert circuit.take_batch(0.0, 0.1)[:2] == (0, 0)
 
 
 def test_unreachable_store_makes_it_a_local_circuit_that_tells_the_fleet_later() -> None:
@@ -219,7 +221,7 @@ def test_unreachable_store_makes_it_a_local_circuit_that_tells_the_fleet_later()
     ticket, half = circuit.admit(5.0)  # a local probe, as in a local circuit
     assert half is not None
     assert circuit.record(5.0, ticket, handled=False) is not None
-    assert circuit.take_batch()[2] is Command.OPEN  # no probe command while local
+    assert circuit.take_batch(0.0, 0.1)[2] is Command.OPEN  # no probe command while local
 
 
 def test_going_local_with_a_grant_probes_locally() -> None:
@@ -254,3 +256,61 @@ def test_known_state_for_a_store_that_lost_its_data() -> None:
     assert circuit.known(3.0) == (StateCode.OPEN, 0.0)
     circuit.apply(3.0, StateCode.HALF_OPEN, 2, 1.0)
     assert circuit.known(3.0) == (StateCode.HALF_OPEN, 0.0)
+
+
+def test_the_probe_is_claimed_before_the_break_ends_without_a_call() -> None:
+    """Sparse traffic: the sync claims the probe one interval before the break ends, unasked."""
+    circuit = core()
+    opened(circuit, remaining=1.0)
+    assert circuit.take_batch(0.5, 0.1)[2] is Command.NONE
+    assert circuit.take_batch(0.95, 0.1)[2:] == (Command.CLAIM_PROBE, 1, 0.0)
+    assert circuit.apply(0.96, StateCode.HALF_OPEN, 2, 5.04, granted=True, wait=0.04) is None
+    assert circuit.known(0.97) == (StateCode.HALF_OPEN, 0.0)  # the fleet's probe is ours
+    with pytest.raises(BrokenCircuitError) as caught:
+        circuit.admit(0.98)  # still within the break
+    assert caught.value.retry_after == pytest.approx(0.02)
+    assert circuit.take_batch(0.99, 0.1)[2:] == (Command.RENEW_PROBE, 2, 0.0)  # unused: keep it
+    assert circuit.apply(0.99, StateCode.HALF_OPEN, 2, 5.0, granted=True) is None
+    _, transition = circuit.admit(5.9)  # the first call after the break, however late
+    assert transition is not None
+    assert transition.state is CircuitState.HALF_OPEN
+    assert circuit.take_batch(5.9, 0.1)[2] is Command.NONE  # a running probe is not renewed
+
+
+def test_a_refused_renewal_gives_the_probe_up() -> None:
+    """Another process asked for the probe: the renewal is refused and the grant is no longer ours."""
+    circuit = core()
+    opened(circuit, remaining=0.0)
+    circuit.apply(0.0, StateCode.HALF_OPEN, 2, 1.0, granted=True)
+    assert circuit.take_batch(0.1, 0.1)[2] is Command.RENEW_PROBE
+    assert circuit.apply(0.1, StateCode.HALF_OPEN, 2, 0.9, granted=False) is not None  # half-open, not ours
+    assert circuit.state is CircuitState.HALF_OPEN
+    with pytest.raises(BrokenCircuitError):
+        circuit.admit(0.2)
+
+
+def test_an_answer_at_the_same_epoch_in_another_state_wins() -> None:
+    """Our probe's success was refused (the store lost the probe): the fleet's OPEN is adopted."""
+    circuit = core()
+    opened(circuit, remaining=0.0)
+    circuit.apply(0.0, StateCode.HALF_OPEN, 2, 5.0, granted=True)
+    ticket, _ = circuit.admit(0.0)
+    assert circuit.record(0.1, ticket, handled=False) is not None  # closed here
+    assert circuit.take_batch(0.2, 0.1)[2] is Command.PROBE_SUCCEEDED
+    transition = circuit.apply(0.2, StateCode.OPEN, 2, 0.0)  # refused: the store has it open
+    assert transition is not None
+    assert transition.state is CircuitState.OPEN
+    assert circuit.take_batch(0.3, 0.1)[2] is Command.CLAIM_PROBE  # and asks for a probe at once
+
+
+def test_going_local_opens_at_once_on_what_was_counted_while_shared() -> None:
+    """Failures counted before the store was found unreachable are not forgotten."""
+    circuit = core(throughput=4)
+    for _ in range(4):
+        call(circuit, 0.0, handled=True)
+    assert circuit.state is CircuitState.CLOSED  # shared: the fleet decides
+    transition = circuit.go_local(0.1)
+    assert transition is not None
+    assert (transition.state, transition.break_duration) == (CircuitState.OPEN, 5.0)
+    assert circuit.outbox == [(Command.OPEN, 0, 5.0)]
+    assert core().go_local(0.0) is None  # nothing counted: stays closed

@@ -67,3 +67,15 @@ def test_the_default_key_is_pipeline_slash_strategy_name() -> None:
     )
     assert list(options.validate(context)) == []
     assert options.shared_key(context) == "orders/cb"
+
+
+def test_a_break_duration_generator_is_refused_with_a_state_store() -> None:
+    """The fleet's break is `break_duration`: a generator would only apply while Redis is down."""
+    builder = ResiliencePipelineBuilder(name="p").add_circuit_breaker(
+        state_store=_store(), break_duration_generator=lambda _arguments: 0.3
+    )
+    expected = (
+        "CircuitBreaker.break_duration_generator: cannot be used with a state_store: "
+        "a shared circuit's break is break_duration, for the whole fleet"
+    )
+    assert problems(builder) == [expected]

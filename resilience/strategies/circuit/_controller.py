@@ -102,7 +102,9 @@ class CircuitBreakerStateProvider:
 class CircuitBreakerManualControl:
     """Isolates (holds open) and closes circuits by hand; one control may drive several circuits.
 
-    A circuit built while the control is isolated starts isolated.
+    A circuit built while the control is isolated starts isolated. A control of a shared
+    circuit follows the manual moves the fleet makes elsewhere: closed by hand in another
+    process, it is no longer isolated here (and isolated there, it is isolated here).
     """
 
     __slots__ = ("_circuits", "_isolated", "_lock")
@@ -125,6 +127,11 @@ class CircuitBreakerManualControl:
             # Built while isolated: start isolated. No execution runs (build() may be sync or
             # async), so only the OnCircuitOpened event reports it, not on_opened.
             controller.start_isolated()
+
+    def _follow(self, *, isolated: bool) -> None:
+        """A shared circuit of this control learned a manual move made elsewhere in the fleet."""
+        with self._lock:
+            self._isolated = isolated
 
     def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition]]:
         with self._lock:

@@ -6,9 +6,13 @@ shared state (a Redis hash, `resilience.stores.RedisCircuitStateStore`), not by 
 - Closed, it counts outcomes in its own window (for the day the store is unreachable) and in
   `unsent_successes`/`unsent_failures`, which the background sync sends in one batch; the
   store adds every process's batches to one window and opens the circuit for the fleet.
-- Open, it rejects until the fleet grants this process the probe. A call rejected once the
-  break is over sets `probe_wanted`; the sync asks the store, and only the process the store
-  grants it to lets one call through (`HALF_OPEN`). The probe's outcome goes back as a command.
+- Open, it rejects until the fleet grants this process the probe. The sync claims the probe
+  shortly before the break ends (the store grants it to one process, usable from the break's
+  end), and the holder renews an unused grant while no other process asks for it: the first
+  call after the break is the probe, however sparse the traffic. A call rejected while another
+  process holds the probe sets `probe_wanted`, which the sync sends as a claim: the holder may
+  then no longer renew, so a process without traffic cannot keep the fleet's probe. The probe's
+  outcome goes back as a command.
 - Manual `isolate()`/`close()` and the probe's outcome are queued in `outbox` for the sync.
 - `apply(...)` takes the store's answer and returns the transition this process sees (one
   event per transition learned); `go_local()` makes it a plain local circuit while the store
@@ -58,6 +62,8 @@ class Command(enum.IntEnum):
     """Closed by hand."""
     OPEN = 6
     """This process opened the circuit on its own while the store was unreachable."""
+    RENEW_PROBE = 7
+    """We hold the fleet's probe and have not used it yet: keep it (unless someone else asked)."""
 
 
 _TO_STATE = {
@@ -76,6 +82,8 @@ class SharedCircuitCore(CircuitCore):
     __slots__ = (
         "_counts_shared",
         "_granted_until",
+        "_interested",
+        "_last_command",
         "_probe_mine",
         "_resync",
         "outbox",
@@ -116,28 +124,56 @@ class SharedCircuitCore(CircuitCore):
         self._granted_until: float | None = None  # the fleet's probe is ours until then
         self._probe_mine = False
         self._resync = False  # the next answer wins over whatever was decided locally meanwhile
+        self._last_command = Command.NONE  # what the exchange being answered carried
+        # A call was rejected here since the last grant: this process has traffic to probe with.
+        self._interested = False
 
     # -- what the sync sends ---------------------------------------------------------------------
 
-    def take_batch(self) -> tuple[int, int, Command, int, float]:
+    def take_batch(self, now: float, interval: float) -> tuple[int, int, Command, int, float]:
         """Counts and one command to send now: `(successes, failures, command, epoch, seconds)`.
 
         The counts are reset (a failed send loses them: they are not worth a second trip).
+        `interval`: the sync's; a probe is claimed when the break ends before the next sync.
         """
         successes, failures = self.unsent_successes, self.unsent_failures
         self.unsent_successes = self.unsent_failures = 0
+        command, epoch, seconds = Command.NONE, self.remote_epoch, 0.0
         if self.outbox:
             command, epoch, seconds = self.outbox.pop(0)
-            return successes, failures, command, epoch, seconds
-        if self.probe_wanted and self.shared and self.state in (_OPEN, _HALF_OPEN):
+        elif self.shared:
+            command = self._probe_command(now, interval)
             self.probe_wanted = False
-            return successes, failures, Command.CLAIM_PROBE, self.remote_epoch, 0.0
-        return successes, failures, Command.NONE, self.remote_epoch, 0.0
+        self._last_command = command
+        return successes, failures, command, epoch, seconds
+
+    def _probe_command(self, now: float, interval: float) -> Command:
+        """Claim the fleet's probe when due (or wanted), renew it while it is ours and unused."""
+        state = self.state
+        granted = self._granted_until
+        if granted is not None and now >= granted:
+            granted = self._granted_until = None
+        if granted is not None:
+            unused = state is _OPEN or (state is _HALF_OPEN and self._probe_mine and self._probe_until is None)
+            return Command.RENEW_PROBE if unused else Command.NONE
+        if state is _OPEN:
+            blocked_until = self._blocked_until
+            due = blocked_until is not None and now >= blocked_until - interval
+            return Command.CLAIM_PROBE if due or self.probe_wanted else Command.NONE
+        if state is _HALF_OPEN and not self._probe_mine:
+            # Another process holds the probe: claim when asked by a call, and again once its
+            # lease has run out if calls were rejected here (an idle holder gave it up).
+            probe_until = self._probe_until
+            over = probe_until is None or now >= probe_until
+            return Command.CLAIM_PROBE if self.probe_wanted or (over and self._interested) else Command.NONE
+        return Command.CLAIM_PROBE if state is _HALF_OPEN and self.probe_wanted else Command.NONE
 
     def known(self, now: float) -> tuple[StateCode, float]:
         """What this process believes, so that a store that lost its data gets it back."""
         state = self.state
         remaining = 0.0
+        if state is _OPEN and self._granted_until is not None and now < self._granted_until:
+            return StateCode.HALF_OPEN, 0.0  # the fleet's probe is ours
         if state is _OPEN and self._blocked_until is not None:
             remaining = max(0.0, self._blocked_until - now)
         return _TO_CODE[state], remaining
@@ -159,24 +195,28 @@ class SharedCircuitCore(CircuitCore):
         granted = self._granted_until
         mine = granted is not None and now < granted
         if state is _OPEN:
+            blocked_until = self._blocked_until
+            if blocked_until is not None and now < blocked_until:
+                self._interested = True
+                raise BrokenCircuitError(retry_after=blocked_until - now)
             if mine:
                 generation = self._move(_HALF_OPEN)
                 self._probe_until = granted
                 self._probe_mine = True
                 return generation, Transition(_HALF_OPEN, generation)
-            blocked_until = self._blocked_until
-            if blocked_until is None or now >= blocked_until:
-                self.probe_wanted = True  # the break is over: ask the fleet for the probe
-                raise BrokenCircuitError(retry_after=None)
-            raise BrokenCircuitError(retry_after=blocked_until - now)
+            self.probe_wanted = self._interested = True  # the break is over: ask the fleet for the probe
+            raise BrokenCircuitError(retry_after=None)
         probe_until = self._probe_until
         if self._probe_mine and mine and probe_until is None:  # our probe's slot was freed
             self._probe_until = granted
             return self.generation, None
-        if probe_until is None or now >= probe_until:
-            self.probe_wanted = True  # the fleet's probe outlived its lease: ask for another
-            raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=None)
-        raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=probe_until - now)
+        left = None if probe_until is None or now >= probe_until else probe_until - now
+        if left is None or not self._probe_mine:
+            # Ask: a lease that ran out is granted again, and a holder without traffic cannot
+            # keep the fleet's probe once another process has asked for it.
+            self.probe_wanted = True
+        self._interested = True
+        raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=left)
 
     def record(self, now: float, ticket: int, *, handled: bool, pending_break: bool = False) -> Transition | None:
         """Count an outcome; shared, the window only counts (the fleet decides openings)."""
@@ -233,18 +273,21 @@ class SharedCircuitCore(CircuitCore):
         *,
         manual: bool = False,
         granted: bool = False,
+        wait: float = 0.0,
     ) -> Transition | None:
         """The store's state after a sync; the transition this process now sees, if any.
 
-        `remaining`: seconds until the break ends (open) or the probe's lease ends (half-open).
+        `remaining`: seconds until the break ends (open) or the probe's lease ends (half-open);
+        `wait`: seconds until a probe granted before the break's end may start.
+
+        Invariant: after an answer with nothing left to send, this process's state is the
+        fleet's (an unused probe of ours counts as the fleet's half-open).
         """
         if self.outbox or not self.shared:
             return None  # our own command is still on its way: its answer will be the truth
         resync, self._resync = self._resync, False
         state = self.state
-        if epoch == self.remote_epoch and not resync:
-            if code is StateCode.OPEN and state is _OPEN:
-                self._blocked_until = now + remaining
+        if epoch == self.remote_epoch and not resync and self._agrees(now, code, remaining, granted=granted):
             return None
         self.remote_epoch = epoch
         self.unsent_successes = self.unsent_failures = 0  # counted under an epoch that is over
@@ -260,12 +303,13 @@ class SharedCircuitCore(CircuitCore):
             return None if state is _ISOLATED else self._open(now, pending=False, manual=True)
         if target is _HALF_OPEN and granted:
             self._granted_until = now + remaining  # the next call is the fleet's probe
+            self._interested = False
             if state is _HALF_OPEN:  # the previous probe's lease ran out: a new one, ours
                 self._probe_mine = True
                 self._probe_until = None
                 return None
             transition = None if state is _OPEN else self._open(now, pending=False)
-            self._blocked_until = now
+            self._blocked_until = now + wait
             if transition is not None:
                 transition.break_duration = 0.0
             return transition
@@ -284,16 +328,41 @@ class SharedCircuitCore(CircuitCore):
         transition.break_duration = remaining
         return transition
 
-    def go_local(self, now: float) -> None:
-        """The store is unreachable: decide alone until `go_shared()`."""
+    def _agrees(self, now: float, code: StateCode, remaining: float, *, granted: bool) -> bool:
+        """An answer at the epoch we know: take its times; False if its state is not ours.
+
+        The same epoch in another state means a command of ours was refused (a probe's outcome
+        after the store lost the probe, say): then the fleet's state wins.
+        """
+        state = self.state
+        if self._last_command is Command.RENEW_PROBE and self._granted_until is not None:
+            self._granted_until = now + remaining if granted else None
+        if code is StateCode.OPEN and state is _OPEN:
+            self._blocked_until = now + remaining
+        elif code is StateCode.HALF_OPEN and state is _HALF_OPEN and not self._probe_mine:
+            self._probe_until = now + remaining
+        target = _TO_STATE[code]
+        return target is state or (target is _HALF_OPEN and state is _OPEN and self._granted_until is not None)
+
+    def go_local(self, now: float) -> Transition | None:
+        """The store is unreachable: decide alone until `go_shared()`.
+
+        What the window counted while shared counts now: the opening, if it meets the rule.
+        """
         if not self.shared:
-            return
+            return None
         self.shared = False
         self.probe_wanted = False
-        if self.state is _OPEN and self._granted_until is not None:
-            self._blocked_until = now  # the fleet had granted us the probe: probe locally
         self._granted_until = None
         self._probe_mine = False
+        if self.state is not _CLOSED:
+            return None
+        if not self.window.tripped(now):
+            return None
+        transition = self._open(now, pending=False)
+        transition.break_duration = self._break_duration
+        self._send(Command.OPEN, self._break_duration)
+        return transition
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""

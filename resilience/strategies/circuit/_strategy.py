@@ -111,6 +111,12 @@ class CircuitBreakerStrategyOptions:
         problem = check_state_store(self.state_store)
         if problem is not None:
             problems.add("state_store", problem)
+        if self.state_store is not None and self.break_duration_generator is not None:
+            # The fleet's break is decided in the store, for every process alike.
+            problems.add(
+                "break_duration_generator",
+                "cannot be used with a state_store: a shared circuit's break is break_duration, for the whole fleet",
+            )
         problems.duration("sync_interval", self.sync_interval, positive=True)
         key: object = self.circuit_key
         if key is not None and (not isinstance(key, str) or not key):
@@ -329,7 +335,10 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
-        """Start the circuit's sync on this loop if needed, then as `CircuitBreakerStrategy`."""
+        """Start the circuit's sync on this loop if needed, then as `CircuitBreakerStrategy`.
+
+        The first call on a loop waits (bounded) for that loop's first exchange.
+        """
         sync: CircuitSync = self._controller.sync  # type: ignore[attr-defined]
-        sync.ensure_task()
+        await sync.first_exchange()
         return await super().execute_async(callback, context)

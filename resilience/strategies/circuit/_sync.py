@@ -7,14 +7,18 @@ one circuit and applies the answer; it is run
 
 - with a sync client, by one `SyncWorker` thread per store, shared by every circuit of that
   store (a heap of due times, like the timer thread), each exchange guarded by a watchdog on
-  the shared timer thread: a store that does not answer within `stall_after` puts the circuit
-  on local state, although the worker is still waiting for the reply;
+  the shared timer thread: while one exchange has not answered, every circuit of the store
+  whose `stall_after` has passed goes on local state (the others wait behind it), although
+  the worker is still waiting for the reply;
 - with only an asyncio client, by one task per circuit on the loop of its async executions,
-  each exchange under `asyncio.timeout(stall_after)`.
+  each exchange under `asyncio.timeout(stall_after)`; the first call on a loop waits for that
+  task's first exchange (one loop per call, as `asyncio.run()` per job, syncs at every call).
 
 The store being unreachable emits `OnCircuitStateSyncFailed` (Warning) once per outage, puts
-the circuit on local decisions, and retries with a backoff up to `_MAX_BACKOFF`; the first
-answer after that hands the decisions back to the fleet.
+the circuit on local decisions (opening at once if what it counted meanwhile meets its rule),
+and retries with a backoff up to `_MAX_BACKOFF`; the first answer after that hands the
+decisions back to the fleet. A circuit is built only once its first exchange has answered or
+failed (at most `stall_after`), so that a new process never calls through an open circuit.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ from resilience._timers import TIMER_THREAD
 from resilience._validation import to_seconds
 from resilience.strategies.circuit._controller import CircuitController
 from resilience.strategies.circuit._core import CircuitState, Transition
-from resilience.strategies.circuit._fleet import SharedCircuitCore, StateCode
+from resilience.strategies.circuit._fleet import Command, SharedCircuitCore, StateCode
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     from resilience._time import TimeProvider
+    from resilience._timers import ThreadTimerHandle
     from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
@@ -89,9 +94,7 @@ class SharedCircuitController(CircuitController):
         now = self._time.monotonic()
         core = self.core
         with self.lock:
-            transition = core.record(
-                now, ticket, handled=handled, pending_break=self._generator is not None and not core.shared
-            )
+            transition = core.record(now, ticket, handled=handled)  # no generator: refused with a store
             urgent = bool(core.outbox)
         if urgent:
             self.sync.wake()
@@ -121,14 +124,17 @@ class CircuitSync:
     __slots__ = (
         "__weakref__",
         "_failing",
+        "_ready",
         "_ref",
         "_store",
         "_task",
         "_worker",
         "due",
+        "heard",
         "interval",
         "key",
         "stall_after",
+        "stalled_for",
     )
 
     def __init__(
@@ -143,8 +149,12 @@ class CircuitSync:
         self.stall_after = max(1.0, 10 * interval)
         """How long an exchange may take before the circuit goes on local state meanwhile."""
         self._failing = 0  # failed exchanges in a row
+        self.heard = threading.Event()
+        """Set once the store answered, or the first exchange failed."""
+        self.stalled_for = 0.0  # the start of the hung exchange this circuit went local for
         self.due = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None  # set once the task answered or failed once
         self._worker: SyncWorker | None = None
         if store.has_sync_client:
             self._worker = _worker_of(store)
@@ -180,7 +190,7 @@ class CircuitSync:
         core = controller.core
         now = controller._time.monotonic()
         with controller.lock:
-            successes, failures, command, command_epoch, remaining = core.take_batch()
+            successes, failures, command, command_epoch, remaining = core.take_batch(now, self.interval)
             state, left = core.known(now)
             epoch = core.remote_epoch
         options = controller._options
@@ -195,7 +205,8 @@ class CircuitSync:
             command_epoch,
             epoch,
             state,
-            remaining if command else left,
+            remaining if command is Command.OPEN else left,
+            self.interval,
         )
 
     def answered(self, reply: CircuitReply) -> None:
@@ -205,6 +216,7 @@ class CircuitSync:
             return
         core = controller.core
         now = controller._time.monotonic()
+        self.heard.set()
         with controller.lock:
             if self._failing or not core.shared:
                 core.go_shared()
@@ -216,6 +228,7 @@ class CircuitSync:
                 reply.remaining,
                 manual=reply.manual,
                 granted=reply.granted,
+                wait=reply.wait,
             )
             again = bool(core.outbox)
         if transition is not None:
@@ -232,31 +245,30 @@ class CircuitSync:
         with controller.lock:
             first = self._failing == 0 and controller.core.shared
             self._failing += 1
-            controller.core.go_local(now)
+            transition = controller.core.go_local(now)
+        self.heard.set()
         if first:
             arguments = OnCircuitStateSyncFailedArguments(self.key, error)
             controller._telemetry.emit(
                 "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
             )
+        if transition is not None:
+            _report_remote(controller, transition)
 
     def stalled(self) -> None:
         """The store has not answered within `stall_after`: go on local state meanwhile."""
         self.failed(TimeoutError(f"the circuit state store did not answer within {self.stall_after:g}s"))
 
     def run_once(self) -> None:
-        """One exchange through the sync client (on the worker thread)."""
+        """One exchange through the sync client (on the worker thread, under its watchdog)."""
         exchange = self._prepare()
         if exchange is None:
             return
-        # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
-        watchdog = TIMER_THREAD.call_later(self.stall_after, lambda: off_timer_thread(self.stalled))
         try:
             reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
-            watchdog.cancel()
             self.failed(exc)
             return
-        watchdog.cancel()
         self.answered(reply)
 
     async def run_once_async(self) -> None:
@@ -274,17 +286,30 @@ class CircuitSync:
 
     # -- asyncio-only stores ---------------------------------------------------------------------
 
-    def ensure_task(self) -> None:
-        """Start this circuit's sync task on the running loop if it has none there."""
+    def ensure_task(self) -> asyncio.Event | None:
+        """Start this circuit's sync task on the running loop if it has none there.
+
+        The event is set once that task's first exchange answered or failed.
+        """
         task = self._task
         if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
             if self._store.closed:
                 self.detach()
-                return
+                return None
+            self._ready = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(
-                _serve_async(weakref.ref(self)), name=f"resilience-circuit-sync-{self.key}"
+                _serve_async(weakref.ref(self), self._ready), name=f"resilience-circuit-sync-{self.key}"
             )
             self._store._tasks.add(self._task)
+        return self._ready
+
+    async def first_exchange(self) -> None:
+        """Wait (bounded) for the first exchange of this loop's sync task (not while failing)."""
+        ready = self.ensure_task()
+        if ready is not None and not ready.is_set() and not self._failing:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.stall_after + 2 * self.interval):
+                    await ready.wait()
 
     def detach(self) -> None:
         """The store was closed: this circuit decides alone from now on."""
@@ -293,26 +318,45 @@ class CircuitSync:
             return
         now = controller._time.monotonic()
         with controller.lock:
-            controller.core.go_local(now)
+            transition = controller.core.go_local(now)
+        self.heard.set()
+        if transition is not None:
+            _report_remote(controller, transition)
 
 
-async def _serve_async(ref: weakref.ref[CircuitSync]) -> None:
-    """Exchange every interval while the circuit lives (a task holds it weakly)."""
-    while True:
-        sync = ref()
-        if sync is None or not sync.alive:
-            return
-        if sync._store.closed:
-            sync.detach()
-            return
-        await sync.run_once_async()
-        delay = sync.next_delay()
-        del sync
-        await asyncio.sleep(delay)
+async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> None:
+    """Exchange every interval while the circuit lives (a task holds it weakly).
+
+    Ends when cancelled even if a client swallowed the cancellation (`cancelling()`), and
+    closes the client the store made for this loop.
+    """
+    task = asyncio.current_task()
+    sync = ref()
+    store = None if sync is None else sync._store
+    try:
+        while sync is not None and sync.alive:
+            if sync._store.closed:
+                sync.detach()
+                return
+            await sync.run_once_async()
+            ready.set()
+            if task is not None and task.cancelling():
+                return
+            delay = sync.next_delay()
+            del sync
+            await asyncio.sleep(delay)
+            sync = ref()
+    finally:
+        ready.set()
+        if store is not None:
+            await store.release_loop_client()
 
 
 def _report_remote(controller: CircuitController, transition: Transition) -> None:
     """The event of a transition learned from the fleet (no execution runs: no callback)."""
+    control = controller._options.manual_control
+    if control is not None and transition.is_manual:
+        control._follow(isolated=transition.state is CircuitState.ISOLATED)
     context = new_context()
     if transition.state is CircuitState.HALF_OPEN:
         controller.half_opened(context)
@@ -332,6 +376,46 @@ class SyncWorker:
         self._heap: list[tuple[float, int, weakref.ref[CircuitSync]]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._running: CircuitSync | None = None  # the exchange in flight
+        self._started = 0.0  # when it started (0.0: none in flight)
+        self._watchdog: ThreadTimerHandle | None = None  # armed while an exchange is in flight
+
+    def _circuits(self) -> list[CircuitSync]:
+        """The exchange in flight and every circuit waiting behind it (under the condition)."""
+        found = [] if self._running is None else [self._running]
+        for _, _, ref in self._heap:
+            sync = ref()
+            if sync is not None and sync not in found:
+                found.append(sync)
+        return found
+
+    def _arm(self, delay: float | None) -> None:
+        """Check for a hung exchange after `delay`; None: no check (under the condition)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = None
+        if delay is not None:
+            # `stalled` emits telemetry (listeners are user code): never on the shared timer thread.
+            self._watchdog = TIMER_THREAD.call_later(delay, lambda: off_timer_thread(self._watch))
+
+    def _watch(self) -> None:
+        """Every circuit that waited `stall_after` for the exchange in flight goes on local state."""
+        now = time.monotonic()
+        with self._cond:
+            self._watchdog = None
+            started = self._started
+            if not started:
+                return
+            stuck = now - started
+            due = [sync for sync in self._circuits() if sync.stalled_for != started and sync.alive]
+            late = [sync for sync in due if stuck >= sync.stall_after]
+            for sync in late:
+                sync.stalled_for = started
+            waiting = [sync.stall_after - stuck for sync in due if stuck < sync.stall_after]
+            if waiting:
+                self._arm(min(waiting))
+        for sync in late:
+            sync.stalled()
 
     def schedule(self, sync: CircuitSync, delay: float) -> None:
         """Run `sync` after `delay` seconds (sooner wins over a later time already set)."""
@@ -341,6 +425,8 @@ class SyncWorker:
                 return
             sync.due = due
             heapq.heappush(self._heap, (due, next(self._seq), weakref.ref(sync)))
+            if self._started and self._watchdog is None:  # a circuit joins the queue behind a hung exchange
+                self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
@@ -377,14 +463,24 @@ class SyncWorker:
             if sync._store.closed:
                 sync.detach()  # and no longer scheduled
             else:
-                sync.run_once()
+                with self._cond:
+                    self._running, self._started = sync, time.monotonic()
+                    self._arm(sync.stall_after)
+                try:
+                    sync.run_once()
+                finally:
+                    with self._cond:
+                        self._running, self._started = None, 0.0
+                        self._arm(None)
                 self.schedule(sync, sync.next_delay())
             del sync
 
     def _after_fork_in_child(self) -> None:
-        # The thread did not survive the fork; the circuits did: serve them again.
+        # The thread did not survive the fork (nor its exchange in flight); the circuits did:
+        # serve them again.
         self._cond = threading.Condition()
         self._thread = None
+        self._running, self._started, self._watchdog = None, 0.0, None
         if self._heap:
             self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
             self._thread.start()
@@ -423,5 +519,8 @@ def shared_controller(
 ) -> SharedCircuitController:
     """A shared circuit's controller, its sync already scheduled."""
     controller = SharedCircuitController(core, options, time_provider=time_provider, telemetry=telemetry)
-    controller.sync = CircuitSync(controller, store, key, interval)
+    sync = controller.sync = CircuitSync(controller, store, key, interval)
+    # The first exchange before the first call (bounded: the watchdog ends a hung one).
+    if sync._worker is not None and not sync.heard.wait(sync.stall_after + 2 * interval):
+        sync.stalled()
     return controller
