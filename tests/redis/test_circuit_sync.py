@@ -362,3 +362,41 @@ async def test_a_sync_outliving_its_circuit_does_nothing(client: Any, key: str) 
     sync.failed(ConnectionError("gone"))
     sync.detach()
     await _serve_async(weakref.ref(sync), asyncio.Event())  # returns at once
+
+
+def test_closing_the_pipeline_stops_its_sync(client: Any, key: str) -> None:
+    """`close()` stops the circuit's exchanges; the store's thread ends with its last circuit,
+    and a circuit of another pipeline on the same store keeps syncing until it closes too."""
+    store = RedisCircuitStateStore(client)
+    kept, closed = shared(store, f"{key}-kept"), shared(store, key)
+    assert closed.execute(lambda: "ok") == "ok"
+    worker = _WORKERS[store]
+    closed.close()
+    before = client.hget(f"circuit:{key}", "ep"), client.pttl(f"circuit:{key}")
+    time.sleep(0.3)  # six intervals: an exchange would have refreshed the key's expiry
+    assert client.pttl(f"circuit:{key}") <= before[1]
+    until(lambda: client.exists(f"circuit:{key}-kept") == 1)
+    assert worker._thread is not None  # still serving the other pipeline's circuit
+    kept.close()
+    until(lambda: worker._thread is None)
+    with pytest.raises(ValidationError, match="pipeline closed"):
+        kept.execute(lambda: "ok")
+
+
+async def test_closing_stops_the_sync_task_of_an_asyncio_only_store(redis_server: RedisServer, key: str) -> None:
+    async_client = redis.asyncio.Redis(port=redis_server.port)
+    pipeline = shared(RedisCircuitStateStore(async_client=async_client), key)
+
+    async def ok() -> str:
+        return "ok"
+
+    assert await pipeline.execute_async(ok) == "ok"
+    sync = pipeline.strategies[0]._controller.sync  # type: ignore[attr-defined]
+    task = sync._task
+    assert task is not None
+    assert not task.done()
+    async with pipeline:
+        pass
+    await asyncio.wait({task}, timeout=2)
+    assert task.cancelled()
+    await async_client.aclose()

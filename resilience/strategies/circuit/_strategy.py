@@ -149,7 +149,7 @@ class CircuitBreakerStrategyOptions:
             from resilience.strategies.circuit._fleet import SharedCircuitCore
             from resilience.strategies.circuit._sync import shared_controller
 
-            controller = shared_controller(
+            controller = shared = shared_controller(
                 self,
                 SharedCircuitCore(**parameters),
                 store,
@@ -158,8 +158,9 @@ class CircuitBreakerStrategyOptions:
                 time_provider=context.time_provider,
                 telemetry=context.telemetry,
             )
-        shared = {} if store is None else {"circuit.key": self.shared_key(context)}
-        context.telemetry.observe("resilience.circuit.state", controller, _state_number, shared)
+            context.on_close(shared.sync.close)  # the sync stops with the pipeline
+        tags = {} if store is None else {"circuit.key": self.shared_key(context)}
+        context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
         if self.state_provider is not None:
             self.state_provider._controller = controller
         if self.manual_control is not None:

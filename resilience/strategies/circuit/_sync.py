@@ -56,10 +56,6 @@ __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitCon
 _CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
-_IDLE = 5.0
-"""A store's sync thread ends after this long without a circuit to serve (seconds)."""
-
-
 @dataclass(frozen=True, slots=True)
 class OnCircuitStateSyncFailedArguments:
     """What the `OnCircuitStateSyncFailed` event carries: the circuit and why it runs on local state."""
@@ -123,6 +119,7 @@ class CircuitSync:
 
     __slots__ = (
         "__weakref__",
+        "_closed",
         "_failing",
         "_ready",
         "_ref",
@@ -156,9 +153,20 @@ class CircuitSync:
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None  # set once the task answered or failed once
         self._worker: SyncWorker | None = None
+        self._closed = False
         if store.has_sync_client:
             self._worker = _worker_of(store)
             self._worker.schedule(self, 0.0)
+
+    def close(self) -> None:
+        """The pipeline closed: no exchange from now on; the store's thread ends with its last circuit."""
+        self._closed = True
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # its loop is closed: the task is gone with it
+                task.get_loop().call_soon_threadsafe(task.cancel)
+        if self._worker is not None:
+            self._worker.notify()
 
     # -- scheduling ------------------------------------------------------------------------------
 
@@ -178,8 +186,8 @@ class CircuitSync:
 
     @property
     def alive(self) -> bool:
-        """Whether the circuit still exists (its pipeline was not dropped)."""
-        return self._ref() is not None
+        """Whether the circuit still syncs (its pipeline was neither dropped nor closed)."""
+        return not self._closed and self._ref() is not None
 
     def _prepare(self) -> object | None:
         from resilience.stores._redis_circuit import CircuitExchange
@@ -433,15 +441,18 @@ class SyncWorker:
             else:
                 self._cond.notify()
 
+    def notify(self) -> None:
+        """Look at the queue again now (a circuit closed: the thread may have nothing left to serve)."""
+        with self._cond:
+            self._cond.notify()
+
     def _next(self) -> CircuitSync | None:
-        """The next sync when due; None when there was nothing to do for `_IDLE` (the thread ends)."""
+        """The next sync when due; None when no circuit is left to serve (the thread ends)."""
         with self._cond:
             while True:
                 if not self._heap:
-                    if not self._cond.wait(_IDLE) and not self._heap:
-                        self._thread = None  # a schedule() starts a new one
-                        return None
-                    continue
+                    self._thread = None  # a schedule() starts a new one
+                    return None
                 due, _, ref = self._heap[0]
                 sync = ref()
                 if sync is None or sync.due != due or not sync.alive:  # gone, or rescheduled since
