@@ -10,7 +10,7 @@ stores pipeline it) is one task; any other renewal is a task of its own on the l
 (never a step run outside a task). The deadline bounds each: a lease's own task is cancelled
 at its deadline, a batch's at the latest deadline in it (each lease in it is lost at its own).
 The final release runs in its own task, shielded from the caller's cancellation and bounded
-by `RELEASE_TIMEOUT`.
+by `min(RELEASE_TIMEOUT, ttl)`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease
 from resilience._lease._core import LOSE
-from resilience._lease._lease import Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
+from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["RELEASE_TIMEOUT", "AsyncLease", "acquire_lease_async"]
 
 _logger = logging.getLogger("resilience")
-
-RELEASE_TIMEOUT = 5.0
-"""How long an async release may take before it is abandoned (the lease expires anyway)."""
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 """Tasks nobody awaits (notifications, abandoned releases): referenced until done."""
@@ -249,12 +246,15 @@ class AsyncLease(LeaseBase):
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time."""
         if self._ending():
-            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp))
+            bound = self._release_bound()
+            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp, bound))
         return self._detach()
 
 
-async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:
-    """Release, shielded from the caller's cancellation and abandoned after `RELEASE_TIMEOUT`.
+async def _release_bounded(
+    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, bound: float = RELEASE_TIMEOUT
+) -> bool:
+    """Release, shielded from the caller's cancellation and abandoned after `bound` seconds.
 
     An in-process store (`ops.inline`) answers at once: no task, shield or timer. Any other
     release runs whole in a task of its own that the caller awaits through a shield (never a
@@ -273,14 +273,14 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
     task = _spawn(loop, ops.release_async(key, owner))
     thread = threading.get_ident()
 
-    def bound() -> None:
+    def abandon() -> None:
         if threading.get_ident() == thread:
             task.cancel()
         else:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
 
-    timer = time_provider.call_later(RELEASE_TIMEOUT, bound)
+    timer = time_provider.call_later(bound, abandon)
     task.add_done_callback(lambda _task: timer.cancel())
     current = asyncio.current_task()
     baseline = 0 if current is None else current.cancelling()
@@ -288,7 +288,7 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
         return bool(await asyncio.shield(task))
     except asyncio.CancelledError:
         if task.cancelled() and (current is None or current.cancelling() <= baseline):
-            _logger.debug("a lease release took longer than %ss and was abandoned", RELEASE_TIMEOUT)
+            _logger.debug("a lease release took longer than %ss and was abandoned", bound)
             return True
         raise
     except Exception:

@@ -48,7 +48,16 @@ if TYPE_CHECKING:
     from resilience._lease._ops import StoreOps
     from resilience._time import TimeProvider, TimerHandle
 
-__all__ = ["Batch", "Lease", "LeaseBase", "LeaseParams", "Scheduler", "acquire_lease", "new_owner"]
+__all__ = [
+    "RELEASE_TIMEOUT",
+    "Batch",
+    "Lease",
+    "LeaseBase",
+    "LeaseParams",
+    "Scheduler",
+    "acquire_lease",
+    "new_owner",
+]
 
 _logger = logging.getLogger("resilience")
 
@@ -60,6 +69,10 @@ _NEVER = float("inf")
 
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
+
+RELEASE_TIMEOUT = 5.0
+"""The longest a final release may take before it is abandoned (never longer than the lease's ttl:
+by then the lease has expired anyway)."""
 
 BATCH = 512
 """Renewals per store call at most: a larger batch is split, so a pool can run parts side by side."""
@@ -491,6 +504,10 @@ class LeaseBase:
             self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`settle`)
         return flags
 
+    def _release_bound(self) -> float:
+        """How long the final release may take: `min(RELEASE_TIMEOUT, ttl)`."""
+        return min(RELEASE_TIMEOUT, self._machine.ttl)
+
     def _extend_ttl(self, ttl: float | None) -> float | None:
         """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
         machine = self._machine
@@ -618,14 +635,11 @@ class Lease(LeaseBase):
         """End the lease when the body ends; the loss error, if the lease was lost.
 
         Stops renewal (a renewal in flight is ignored), checks the deadline again, sends
-        exactly one release (ignoring its errors; False means lost), and detaches the signal.
+        exactly one release (ignoring its errors; False means lost; abandoned after
+        `min(RELEASE_TIMEOUT, ttl)`), and detaches the signal.
         """
         if self._ending():
-            try:
-                released = self._ops.release(self.key, self.owner)
-            except Exception:  # noqa: BLE001 - a failed release is ignored: the lease expires anyway
-                released = True
-            self._released(released)
+            self._released(_release_within(self._ops, self.key, self.owner, self._tp, self._release_bound()))
         return self._detach()
 
 
@@ -785,11 +799,38 @@ def _attempt(ops: StoreOps, key: str, owner: str, ttl: float, *, queued: bool) -
         raise
 
 
-def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
+def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
+    """`ops.release`; an error counts as released (logged): the lease expires anyway."""
     try:
-        ops.release(key, owner)
+        return ops.release(key, owner)
     except Exception:
-        _logger.debug("best-effort release of an interrupted acquire failed", exc_info=True)
+        _logger.debug("a lease release failed", exc_info=True)
+        return True
+
+
+def _release_within(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, bound: float) -> bool:
+    """The final release, abandoned after `bound` seconds on the lease's clock (then True).
+
+    An in-process store (`ops.inline`) answers at once, here. Any other release runs on the
+    store's pool while the holder waits for its answer or the bound: a store that never answers
+    (a silent connection, a client without socket timeout) keeps the call, never the holder.
+    """
+    if ops.inline:
+        return _release_quietly(ops, key, owner)
+    done = threading.Event()
+    answer = [True]
+
+    def release() -> None:
+        answer[0] = _release_quietly(ops, key, owner)
+        done.set()
+
+    timer = sync_call_later(time_provider, bound, done.set)
+    try:
+        store_pool(ops.pool_owner).submit(release)
+        done.wait()
+    finally:
+        timer.cancel()
+    return answer[0]
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:
