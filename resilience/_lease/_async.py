@@ -177,13 +177,15 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_loop_ref", "_renew_task", "_thread")
+    __slots__ = ("_hook", "_loop_ref", "_renew_task", "_thread", "_waiter")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
         self._loop_ref = weakref.ref(asyncio.get_running_loop())
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
+        self._hook: asyncio.Task[None] | None = None  # the hook task started last
+        self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
         super().__init__(*args, **kwargs)
 
     @property
@@ -229,7 +231,28 @@ class AsyncLease(LeaseBase):
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
         loop = self._loop
         if loop is not None:
-            _on_loop(loop, self._thread, lambda: _spawn(loop, _call_async_hook(hook, *args)))
+            _on_loop(loop, self._thread, lambda: self._start_hook(loop, _call_async_hook(hook, *args)))
+
+    def _start_hook(self, loop: asyncio.AbstractEventLoop, hook: Coroutine[Any, Any, None]) -> None:
+        self._hook = _spawn(loop, hook)
+
+    def _loss_told(self) -> None:
+        _on_loop(self._loop, self._thread, self._after_hook)  # after `_call_hook`'s, in order
+
+    def _after_hook(self) -> None:
+        hook = self._hook
+        if hook is None or hook.done():
+            self._tell()
+        else:
+            hook.add_done_callback(lambda _task: self._tell())
+
+    def _tell(self) -> None:
+        told = self._told
+        if told is not None:
+            told.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`."""
@@ -244,10 +267,18 @@ class AsyncLease(LeaseBase):
         return self._holder_releases() and await self._ops.release_async(self.key, self.owner)
 
     async def finish_async(self) -> LockLostError | None:
-        """See `Lease.finish`; the release is shielded from cancellation and bounded in time."""
+        """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
+
+        A loss's callbacks (`on_lost`) have run when it returns.
+        """
         if self._ending():
             bound = self._release_bound()
             self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp, bound))
+        told = self._told
+        if self._error is not None and told is not None and not told.is_set():
+            # The loss's callbacks run on this loop: the holder returns once they have.
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
         return self._detach()
 
 

@@ -67,6 +67,9 @@ _LIVE: dict[int, LeaseBase] = {}
 
 _NEVER = float("inf")
 
+_HANDING_ON = 1000
+"""Milliseconds a finishing holder waits for a loss another thread recorded to be handed on (it takes microseconds)."""
+
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
 
@@ -348,6 +351,7 @@ class LeaseBase:
         "_params",
         "_queued",
         "_scheduler",
+        "_told",
         "_tp",
         "acquired_at",
         "key",
@@ -390,6 +394,8 @@ class LeaseBase:
         self._scheduler = self._scheduler_for(time_provider)
         self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
+        # Set once the loss's callbacks (signal, `on_lost`) have run; created when they are handed on.
+        self._told: threading.Event | None = None
         self._generation = fork_generation()
         self.acquired_at = now = time_provider.monotonic()
         try:
@@ -480,6 +486,7 @@ class LeaseBase:
         if flags & LOSE:
             error = self._error
             assert error is not None
+            self._told = threading.Event()
             loss = self._loss
             runs = [self.signal._abort_deferred(error)]
             if loss is not None:
@@ -493,6 +500,7 @@ class LeaseBase:
                         self._deliver(run)
             if params.on_lost is not None:
                 self._call_hook(params.on_lost, self)
+            self._loss_told()
         if flags & REPORT and failure is not None and params.on_renew_error is not None:
             self._call_hook(params.on_renew_error, self, failure)
 
@@ -555,6 +563,10 @@ class LeaseBase:
         """
         raise NotImplementedError
 
+    def _loss_told(self) -> None:
+        """Set `_told` once the loss's callbacks, handed on just before, have run."""
+        raise NotImplementedError
+
     def _abandon_in_child(self) -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
         # After os.fork(), in the child: the parent still holds (and renews) this lease.
         self._machine.ended = True
@@ -612,6 +624,34 @@ class Lease(LeaseBase):
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
         self._callbacks().submit(lambda: _call_sync_hook(hook, *args))
 
+    def _loss_told(self) -> None:
+        told = self._told
+        if told is not None:
+            self._callbacks().submit(told.set)  # the strand runs its jobs in order: after the hook
+
+    def _wait_loss_told(self) -> None:
+        """A loss known now has had its callbacks run before the holder returns (DESIGN §2.7 rev. 3 (b)).
+
+        The holder runs what its strand still queues itself (never waiting for a pool thread);
+        a callback already running elsewhere is waited for. A loss recorded by another thread
+        that is handing it on right now is given up to `_HANDING_ON` ms (real time) to get there.
+        """
+        if self._error is None or self._forked():
+            return
+        told = self._told
+        pause = threading.Event()
+        for _ in range(_HANDING_ON):
+            if told is not None:
+                break
+            pause.wait(0.001)
+            told = self._told
+        else:
+            return
+        strand = self._callbacks()
+        while not told.is_set():
+            strand.join()
+            told.wait(0.001)
+
     def extend(self, ttl: float | None = None) -> bool:
         """Push the lease out to now + `ttl` (default: the lease's ttl); False if it is gone.
 
@@ -636,10 +676,12 @@ class Lease(LeaseBase):
 
         Stops renewal (a renewal in flight is ignored), checks the deadline again, sends
         exactly one release (ignoring its errors; False means lost; abandoned after
-        `min(RELEASE_TIMEOUT, ttl)`), and detaches the signal.
+        `min(RELEASE_TIMEOUT, ttl)`), runs what is left of a loss's callbacks, and detaches
+        the signal.
         """
         if self._ending():
             self._released(_release_within(self._ops, self.key, self.owner, self._tp, self._release_bound()))
+        self._wait_loss_told()
         return self._detach()
 
 
