@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
 from resilience._signal import Signal
-from resilience._time import SystemTimeProvider, sync_call_later
+from resilience._time import SystemTimeProvider, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -866,12 +866,8 @@ def _release_within(ops: StoreOps, key: str, owner: str, time_provider: TimeProv
         answer[0] = _release_quietly(ops, key, owner)
         done.set()
 
-    timer = sync_call_later(time_provider, bound, done.set)
-    try:
-        store_pool(ops.pool_owner).submit(release)
-        done.wait()
-    finally:
-        timer.cancel()
+    store_pool(ops.pool_owner).submit(release, eager=True)
+    wait_event(time_provider, done, bound)
     return answer[0]
 
 

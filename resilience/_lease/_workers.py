@@ -97,15 +97,19 @@ class Pool:
         """How many threads the pool has now."""
         return self._threads
 
-    def submit(self, job: Callable[[], object]) -> None:
-        """Run `job()` on a pool thread (its exceptions are logged)."""
+    def submit(self, job: Callable[[], object], *, eager: bool = False) -> None:
+        """Run `job()` on a pool thread (its exceptions are logged).
+
+        `eager`: a caller waits for it (a final release): with no thread idle, one more starts
+        at once (up to the bound), as if the pool had stalled.
+        """
         watch = False
         with self._cond:
             self._jobs.append(job)
             if self._idle > len(self._jobs) - 1:
                 self._cond.notify()
                 return
-            if self._threads == 0 or (self.stall <= 0 and self._threads < self.size):
+            if self._threads == 0 or ((eager or self.stall <= 0) and self._threads < self.size):
                 self._start()
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
