@@ -255,16 +255,26 @@ class AsyncLease(LeaseBase):
             waiter.set_result(None)
 
     async def extend_async(self, ttl: float | None = None) -> bool:
-        """See `Lease.extend`."""
+        """See `Lease.extend`; a cancellation the store swallowed is raised."""
         ttl = self._extend_ttl(ttl)
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, await self._ops.renew_async(self.key, self.owner, ttl))
+        task = asyncio.current_task()
+        baseline = 0 if task is None else task.cancelling()
+        ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        _raise_if_cancelling(task, baseline)
+        return self._extended(sent, ttl, ok)
 
     async def release_async(self) -> bool:
-        """See `Lease.release`."""
-        return self._holder_releases() and await self._ops.release_async(self.key, self.owner)
+        """See `Lease.release`; a cancellation the store swallowed is raised."""
+        if not self._holder_releases():
+            return False
+        task = asyncio.current_task()
+        baseline = 0 if task is None else task.cancelling()
+        released = await self._ops.release_async(self.key, self.owner)
+        _raise_if_cancelling(task, baseline)
+        return released
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
@@ -365,6 +375,8 @@ async def acquire_lease_async(
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
     queued = ops.fair and schedule is not None
+    task = asyncio.current_task()
+    baseline = 0 if task is None else task.cancelling()
     while True:
         if signal is not None:
             signal.raise_if_aborted()
@@ -373,8 +385,10 @@ async def acquire_lease_async(
             token, held_for = await (
                 ops.queue_async(key, owner, params.ttl) if queued else ops.acquire_async(key, owner, params.ttl)
             )
-        except BaseException:
+            _raise_if_cancelling(task, baseline)
+        except BaseException as exc:
             _release_in_background(ops, key, owner, time_provider)
+            _raise_if_cancelling(task, baseline, exc)
             raise
         if token is not None:
             grant = (owner, token, sent, tag)
@@ -386,9 +400,11 @@ async def acquire_lease_async(
             return None, held_for
         try:
             released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
-        except BaseException:
+            _raise_if_cancelling(task, baseline)
+        except BaseException as exc:
             if queued:
                 _release_in_background(ops, key, owner, time_provider)
+            _raise_if_cancelling(task, baseline, exc)
             raise
         if released:
             schedule.woken(time_provider.monotonic())
@@ -397,3 +413,14 @@ async def acquire_lease_async(
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:
     with contextlib.suppress(RuntimeError):  # no running loop any more: nothing to send it on
         _spawn(asyncio.get_running_loop(), _release_bounded(ops, key, owner, time_provider))
+
+
+def _raise_if_cancelling(task: asyncio.Task[Any] | None, baseline: int, cause: BaseException | None = None) -> None:
+    """After a store await: raise `CancelledError` if the task was cancelled meanwhile.
+
+    A client may swallow the cancellation (redis-py's asyncio client on Python 3.11 returns the
+    reply, or raises an error of its own): the task would carry on as if never cancelled.
+    `baseline` is the task's `cancelling()` when the operation began.
+    """
+    if task is not None and task.cancelling() > baseline and not isinstance(cause, asyncio.CancelledError):
+        raise asyncio.CancelledError from cause
