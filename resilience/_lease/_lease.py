@@ -630,7 +630,7 @@ class Lease(LeaseBase):
             self._callbacks().submit(told.set)  # the strand runs its jobs in order: after the hook
 
     def _wait_loss_told(self) -> None:
-        """A loss known now has had its callbacks run before the holder returns (DESIGN §2.7 rev. 3 (b)).
+        """A loss known now has had its callbacks run before the holder returns (a process may exit right after).
 
         The holder runs what its strand still queues itself (never waiting for a pool thread);
         a callback already running elsewhere is waited for. A loss recorded by another thread
