@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,12 +18,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from resilience import ResiliencePipelineBuilder
 from resilience.primitives import lock
 from resilience.stores import RedisLockStore
+from tests.redis_support import RedisCluster
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from tests.redis_support import RedisServer
     from tests.reliability.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.redis
@@ -35,21 +43,21 @@ BODY = 1.5
 """The body's length: past the ttl, so the lease is lost (told on time) before the release."""
 
 
-def _body_sync(proxy: FaultProxy, ended: list[float]) -> None:
+def _body_sync(proxy: Any, ended: list[float]) -> None:
     time.sleep(CUT_AT)
     proxy.mode = "blackhole"
     time.sleep(BODY - CUT_AT)
     ended.append(time.monotonic())
 
 
-async def _body_async(proxy: FaultProxy, ended: list[float]) -> None:
+async def _body_async(proxy: Any, ended: list[float]) -> None:
     await asyncio.sleep(CUT_AT)
     proxy.mode = "blackhole"
     await asyncio.sleep(BODY - CUT_AT)
     ended.append(time.monotonic())
 
 
-def _returned_within_bound(proxy: FaultProxy, run: Any) -> float:
+def _returned_within_bound(proxy: Any, run: Any) -> float:
     """Run `run(ended)` in a thread; the seconds from the body's end to the return (failing past the bound).
 
     `run` returns the time its execution returned (an async one, before its loop closes).
@@ -129,3 +137,76 @@ def test_an_async_execution_returns_within_the_bound_when_redis_goes_silent(
         return asyncio.run(main())
 
     _returned_within_bound(proxy, run)
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
+def _frozen_at(node: RedisServer) -> Iterator[Callable[[], None]]:
+    """A `freeze()` that SIGSTOPs `node` (the key's master); SIGCONT when the test leaves."""
+    process = node._process
+    assert process is not None
+
+    def freeze() -> None:
+        os.kill(process.pid, signal.SIGSTOP)
+
+    try:
+        yield freeze
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_frozen_cluster_master_keeps_no_execution_past_the_bound(
+    own_cluster: RedisCluster, uid: str, flavour: str
+) -> None:
+    """Redis Cluster, the key's master SIGSTOPped 0.3 s into the body, no socket timeout: back in time."""
+    probe = redis.cluster.RedisCluster(host="127.0.0.1", port=own_cluster.port)
+    port = probe.get_node_from_key(f"lock:{uid}").port
+    probe.close()
+    node = next(n for n in own_cluster.nodes if n.port == port)
+    with _frozen_at(node) as freeze:
+        proxy = _Freezer(freeze)
+
+        def run(ended: list[float]) -> float:
+            if flavour == "sync":
+                client = redis.cluster.RedisCluster(host="127.0.0.1", port=own_cluster.port)
+                pipeline = ResiliencePipelineBuilder().add_lock(uid, ttl=TTL, store=RedisLockStore(client)).build()
+                return _returned(lambda: pipeline.execute(lambda: _body_sync(proxy, ended)))
+
+            async def main() -> float:
+                client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=own_cluster.port)
+                store = RedisLockStore(async_client=client)
+                pipeline = ResiliencePipelineBuilder().add_lock(uid, ttl=TTL, store=store).build()
+                return await _returned_async(lambda: pipeline.execute_async(lambda: _body_async(proxy, ended)))
+
+            return asyncio.run(main())
+
+        _returned_within_bound(proxy, run)
+
+
+class _Freezer:
+    """Stands for the proxy in the bodies: setting `mode` to "blackhole" freezes the master."""
+
+    def __init__(self, freeze: Callable[[], None]) -> None:
+        self._freeze = freeze
+        self._mode = "pass"
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        self._mode = mode
+        if mode == "blackhole":
+            self._freeze()
