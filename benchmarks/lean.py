@@ -137,10 +137,7 @@ def breaker_rows(n: int, rounds: int) -> list[Row]:
         n,
         rounds,
     )
-    try:
-        consecutive = ResiliencePipelineBuilder().add_circuit_breaker(consecutive_failures=5).build()  # type: ignore[call-arg]
-    except TypeError:  # not built yet
-        return rows
+    consecutive = ResiliencePipelineBuilder().add_circuit_breaker(consecutive_failures=5).build()
     import circuitbreaker
 
     decorated = circuitbreaker.circuit(failure_threshold=5)(work)

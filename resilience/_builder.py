@@ -78,6 +78,7 @@ class PipelineBuilder:
             telemetry = None
         source = TelemetrySource(telemetry, pipeline_name=self._name, pipeline_instance=self._instance_name)
 
+        closers: list[Callable[[], object]] = []
         planned: list[Strategy | tuple[StrategyOptions, StrategyBuildContext]] = []
         candidates: list[object] = list(self._strategies)  # checked: callers may ignore the types
         for position, item in enumerate(candidates):
@@ -87,6 +88,7 @@ class PipelineBuilder:
                     pipeline_instance=self._instance_name,
                     time_provider=time_provider,
                     telemetry=source.for_strategy(item.name),
+                    closers=closers,
                 )
                 problems.items.extend(f"{item.name}.{problem}" for problem in item.validate(context))
                 planned.append((item, context))
@@ -105,6 +107,7 @@ class PipelineBuilder:
             instance_name=self._instance_name,
             time_provider=time_provider,
             telemetry=source,
+            closers=closers,
         )
 
 

@@ -197,8 +197,21 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
+def _printable(text: str) -> str:
+    r"""`text` safe for a terminal line: unprintable characters and the backslash escaped.
+
+    Keys and owners often carry request data: a newline would forge rows, an ANSI escape would
+    rewrite the operator's terminal, a bidi override would reorder what is shown. Each such
+    character (and `\` itself, so that the escaping is unambiguous) appears as in a Python
+    string literal: `\n`, `\x1b`, `\u202e`, `\\`.
+    """
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(char if char.isprintable() and char != "\\" else repr(char)[1:-1] for char in text)
+
+
 def _suffix(owner: str) -> str:
-    return owner if len(owner) <= 12 else "…" + owner[-11:]
+    return _printable(owner if len(owner) <= 12 else "…" + owner[-11:])
 
 
 def _count(waiters: int | None) -> str:
@@ -221,7 +234,7 @@ def _seconds(left: float | None) -> str:
 def _table(leases: Sequence[Lease]) -> str:
     rows = [("KEY", "TOKEN", "OWNER", "LEFT", "WAITERS")]
     rows += [
-        (lease.key, str(lease.token), _suffix(lease.owner), _seconds(lease.left), _count(lease.waiters))
+        (_printable(lease.key), str(lease.token), _suffix(lease.owner), _seconds(lease.left), _count(lease.waiters))
         for lease in leases
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
@@ -232,7 +245,7 @@ def _table(leases: Sequence[Lease]) -> str:
 def _show(lease: Lease) -> str:
     waiters = "not recorded by this store" if lease.waiters is None else str(lease.waiters)
     return (
-        f"key:     {lease.key}\ntoken:   {lease.token}\nowner:   {lease.owner}\n"
+        f"key:     {_printable(lease.key)}\ntoken:   {lease.token}\nowner:   {_printable(lease.owner)}\n"
         f"left:    {_seconds(lease.left)}\nwaiters: {waiters}\n"
     )
 
@@ -275,7 +288,7 @@ def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> int
     if not inspector.release(key, lease.owner):
         msg = f"{key!r} changed hands while releasing it; nothing was released (run show again)"
         raise CliError(msg)
-    out.write(f"released {key!r} (token {lease.token}, owner {lease.owner}). {_FENCING}\n")
+    out.write(f"released {key!r} (token {lease.token}, owner {_printable(lease.owner)}). {_FENCING}\n")
     return 0
 
 

@@ -13,8 +13,9 @@ import contextlib
 import functools
 import inspect
 import sys
+import threading
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, Self, TypeVar, overload
 
 from resilience._context import (
     ResilienceContext,
@@ -27,7 +28,6 @@ from resilience._context import (
 from resilience._outcome import Err, Ok, Outcome
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import traits_of
-from resilience.telemetry import _otel
 from resilience.telemetry._event import Severity
 from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
 
@@ -47,6 +47,7 @@ T = TypeVar("T")
 _INFO = Severity.INFORMATION.log_level
 # Until some code imports OpenTelemetry no SDK can be installed: one dictionary lookup tells.
 _MODULES = sys.modules
+_CLOSED = "pipeline closed: build a new one (close() stopped this one for good)"
 _OTEL = "opentelemetry"
 
 
@@ -256,9 +257,20 @@ class _Plan:
     never shows it half of one configuration and half of another, and needs no lock.
     """
 
-    __slots__ = ("ambient", "async_problem", "chain", "chain_async", "strategies", "sync_problem")
+    __slots__ = (
+        "_closers",
+        "_in_flight",
+        "_lock",
+        "_retired",
+        "ambient",
+        "async_problem",
+        "chain",
+        "chain_async",
+        "strategies",
+        "sync_problem",
+    )
 
-    def __init__(self, strategies: tuple[Strategy, ...]) -> None:
+    def __init__(self, strategies: tuple[Strategy, ...], closers: Sequence[Callable[[], object]] = ()) -> None:
         self.strategies = strategies
         self.chain: Callable[[ResilienceContext], Any] = _composed(strategies, self._last_step, sync=True)
         self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _composed(
@@ -270,6 +282,65 @@ class _Plan:
         # A strategy that may hand on a context of its own: the execution's context is then
         # the ambient one while the strategies run, where `_target` finds the call.
         self.ambient = not all(t.hands_on_context for t in traits)
+        self._closers = list(closers)
+        self._retired = False
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        if self._closers:  # only a plan with background work to stop counts its executions
+            inner, inner_async = self.chain, self.chain_async
+            self.chain = functools.partial(self._counted, inner)
+            self.chain_async = functools.partial(self._counted_async, inner_async)
+
+    @classmethod
+    def closed(cls) -> _Plan:
+        """The plan of a closed pipeline: every execution is refused before anything runs."""
+        plan = cls(())
+        plan.sync_problem = plan.async_problem = _CLOSED
+        return plan
+
+    def _counted(self, chain: Callable[[ResilienceContext], Any], context: ResilienceContext) -> Any:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return chain(context)
+        finally:
+            self._left()
+
+    async def _counted_async(
+        self, chain: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
+    ) -> Any:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return await chain(context)
+        finally:
+            self._left()
+
+    def _left(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            last = self._retired and not self._in_flight
+        if last:
+            self._close_now()
+
+    def retire(self) -> None:
+        """No execution starts on this plan any more: stop its background work once none runs."""
+        with self._lock:
+            if self._retired:
+                return
+            self._retired = True
+            idle = not self._in_flight
+        if idle:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        with self._lock:
+            closers, self._closers = self._closers, []
+        for closer in reversed(closers):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - one failing closer must not keep the others running
+                LOGGER.exception("a close callback raised; the rest of the background work stops anyway")
 
     def _target(self, inner: ResilienceContext) -> tuple[Callable[..., Any], Any, Any]:
         """What the last step calls, with its arguments; never under an aborted signal (docs/concepts.md).
@@ -353,8 +424,9 @@ class ResiliencePipeline:
         instance_name: str | None,
         time_provider: TimeProvider,
         telemetry: TelemetrySource,
+        closers: Sequence[Callable[[], object]] = (),
     ) -> None:
-        self._plan = _Plan(tuple(strategies))
+        self._plan = _Plan(tuple(strategies), closers)
         self.name = name
         self.instance_name = instance_name
         self.time_provider = time_provider
@@ -400,7 +472,7 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
+            or (_OTEL in _MODULES and self._source.otel_active())
         ):
             if self._source.options.trace_executions:
                 return self._execute_observed(plan, context, fn)
@@ -426,9 +498,7 @@ class ResiliencePipeline:
 
     def _span(self, context: ResilienceContext) -> Any:
         """The execution span's context manager when `trace_executions` is on and a tracer records."""
-        options = self._source.options
-        tracer = _otel.tracer(options) if options.trace_executions else None
-        if tracer is None:
+        if not self._source.options.trace_executions:
             return contextlib.nullcontext()
         attributes: dict[str, str] = {}
         if self.name is not None:
@@ -437,7 +507,8 @@ class ResiliencePipeline:
             attributes["pipeline.instance"] = self.instance_name
         if context.operation_key is not None:
             attributes["operation.key"] = context.operation_key
-        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+        span = self._source.execution_span(attributes)
+        return contextlib.nullcontext() if span is None else span
 
     def _execute_observed(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         with self._span(context):
@@ -502,7 +573,7 @@ class ResiliencePipeline:
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and _otel.is_active(self._source.options))
+            or (_OTEL in _MODULES and self._source.otel_active())
         ):
             if self._source.options.trace_executions:
                 return await self._execute_observed_async(plan, context, fn)
@@ -649,9 +720,52 @@ class ResiliencePipeline:
     def _adopt(self, other: ResiliencePipeline) -> None:
         """Run `other`'s strategies from now on (the registry's reload; same name and telemetry).
 
-        One reference write: executions already running keep the plan they read.
+        One reference write: executions already running keep the plan they read, and the old
+        plan's background work stops when the last of them ends. A closed pipeline stays
+        closed (`other` is closed instead).
         """
+        old = self._plan
+        if old.sync_problem is _CLOSED:
+            other.close()
+            raise ValidationError(_CLOSED)
         self._plan = other._plan
+        old.retire()
+        other._source.emit("OnPipelineReloaded", Severity.INFORMATION)
+
+    def _reload_failed(self, error: Exception) -> None:
+        """Emit `OnPipelineReloadFailed`: the configuration in service stays."""
+        self._source.emit("OnPipelineReloadFailed", Severity.ERROR, outcome=Err(error))
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the pipeline: later executions raise `ValidationError("pipeline closed ...")`.
+
+        The background work its strategies started (a shared circuit's sync) stops once the
+        executions in flight have ended; stores and clients passed in are left open.
+        Idempotent.
+        """
+        plan = self._plan
+        if plan.sync_problem is _CLOSED:
+            return
+        self._plan = _Plan.closed()
+        plan.retire()
+
+    async def aclose(self) -> None:
+        """`close()`, for `async with` and asyncio code (closing never waits)."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         names = ", ".join(type(s).__name__ for s in self._plan.strategies)

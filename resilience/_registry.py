@@ -6,6 +6,8 @@ once (tasks of one event loop cannot interleave inside the synchronous `configur
 `reload` builds a new pipeline with the same `configure` and hands its strategies to the
 pipeline object already given out, in one reference write (`ResiliencePipeline._adopt`):
 executions that start afterwards run the new configuration, those in flight finish on theirs.
+An in-process limiter whose options did not change keeps its state across the reload (its
+permits, its rate buckets: `CARRIED`), so that old and new executions share one limit.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._builder import ResiliencePipelineBuilder
 from resilience.exceptions import ValidationError
+from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategy
+from resilience.strategies.limiting._rate import CARRIED, RateLimiterStrategy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterator
@@ -48,7 +52,10 @@ class ResiliencePipelineRegistry:
 
     `reload(key)` runs the key's `configure` again and swaps the result in under the *same*
     pipeline object: executions that start afterwards run the new configuration (with fresh
-    circuit state), while executions already running finish on the old one.
+    circuit state), while executions already running finish on the old one. An in-process
+    concurrency or rate limiter with the same name and the same limits keeps its state (the
+    permits held by executions in flight, the requests already counted); one whose limits
+    changed starts fresh.
     """
 
     __slots__ = ("_entries", "_lock", "_name", "_pipelines", "_telemetry", "_time_provider")
@@ -101,20 +108,43 @@ class ResiliencePipelineRegistry:
         """Configure `key`'s pipeline anew; the same pipeline object runs it from now on.
 
         Raises `KeyError` if the key is absent. If `configure` or `build()` raises, the
-        pipeline keeps its current configuration and the error propagates.
+        pipeline keeps its current configuration, `OnPipelineReloadFailed` (Error) is emitted
+        and the error propagates; otherwise `OnPipelineReloaded` (Information). The replaced
+        configuration's background work stops once its executions in flight have ended.
         """
         pipeline = self._pipelines[key]
         entry = self._entries[key]
         with self._building(entry, key):
             configure = entry.configure
             assert configure is not None
-            pipeline._adopt(self._build(key, configure))
+            token = CARRIED.set(_limiter_states(pipeline))
+            try:
+                replacement = self._build(key, configure)
+            except Exception as exc:
+                pipeline._reload_failed(exc)
+                raise
+            finally:
+                CARRIED.reset(token)
+            pipeline._adopt(replacement)
 
     def clear(self) -> None:
         """Forget every pipeline; pipelines already given out keep working as they are."""
         with self._lock:
             self._pipelines = {}
             self._entries = {}
+
+    def close(self) -> None:
+        """Close every pipeline the registry built (`ResiliencePipeline.close`) and forget them.
+
+        Pipelines given out refuse executions from now on; the registry itself can still
+        build new ones.
+        """
+        with self._lock:
+            pipelines = list(self._pipelines.values())
+            self._pipelines = {}
+            self._entries = {}
+        for pipeline in pipelines:
+            pipeline.close()
 
     def _add(self, key: Hashable, configure: Callable[[ResiliencePipelineBuilder, Any], object]) -> ResiliencePipeline:
         with self._lock:
@@ -147,6 +177,17 @@ class ResiliencePipelineRegistry:
 
     def __repr__(self) -> str:
         return f"<ResiliencePipelineRegistry name={self._name!r} pipelines={len(self._pipelines)}>"
+
+
+def _limiter_states(pipeline: ResiliencePipeline) -> dict[tuple[Any, ...], Any]:
+    """The in-process limiter states of `pipeline`, for the limiters of its reloaded configuration."""
+    states: dict[tuple[Any, ...], Any] = {}
+    for strategy in pipeline.strategies:
+        if isinstance(strategy, ConcurrencyLimiterStrategy | RateLimiterStrategy):
+            carry = strategy.carry()
+            if carry is not None:
+                states.setdefault(carry[0], carry[1])
+    return states
 
 
 class _Building:

@@ -4,6 +4,13 @@ A signal aborts once, with a reason (an exception). Children abort with their pa
 synchronously, on the aborting thread. Code observes it by polling (`aborted`,
 `raise_if_aborted`), by callback, by waiting (`wait`, `wait_async`) or by letting it cancel
 the current asyncio task (`cancel_scope`).
+
+Two kinds of callback: the library's own wake-ups (`wait`'s event, a cancel scope, a retry
+sleep, a lock or limiter wait, an abortable HTTP send: each sets an event or schedules a task's
+wake-up, and never blocks) and everything else (user code). A deferred abort
+(`_abort_deferred`, from the shared timer thread) runs the wake-ups where it aborts and leaves
+only user code to the caller's worker, so no user callback, however slow or many, can keep
+the library's waiters asleep.
 """
 
 from __future__ import annotations
@@ -90,24 +97,26 @@ class Signal:
         return True
 
     def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
-        """Abort now, but leave the callbacks to the caller: a function that runs them, or None.
+        """Abort now, but leave the user callbacks to the caller: a function that runs them, or None.
 
-        This signal and its descendants read as aborted as soon as this returns, and the cancel
-        scopes on them have asked for their task's cancellation; only the callbacks (user code,
-        and children of a subclass with its own `abort`, with what hangs below them) wait for
-        the returned function. The lease runtime runs it off its timer thread, so that a slow
-        callback never delays another lease. None if the signal had already aborted.
+        This signal and its descendants read as aborted as soon as this returns, and the
+        library's wake-ups on them (cancel scopes, waiters: `_add_wakeup`) have run; only the
+        user callbacks wait for the returned function. The lease runtime and the sync timeout
+        run it off the timer thread, so that a slow callback never delays another lease or
+        timeout. None if the signal had already aborted, or no user callback waits.
         """
         with _LOCK:
             if self._reason is not None:
                 return None
             self._unlink()
-            pending, scopes = self._mark_aborted(reason)
-        for scope in scopes:  # ours, not user code: it only schedules the task's cancellation
+            pending, wakeups = self._mark_aborted(reason)
+        for wakeup in wakeups:  # ours, not user code: each sets an event or schedules a wake-up
             try:
-                scope._on_abort(reason)
-            except BaseException:  # never lose the other scopes and the callbacks
-                _logger.exception("cancelling a task for a signal failed")
+                wakeup(reason)
+            except BaseException:  # never lose the other wake-ups and the callbacks
+                _logger.exception("waking a waiter for a signal failed")
+        if not pending:
+            return None
 
         def run() -> None:
             for callback in pending:
@@ -118,10 +127,12 @@ class Signal:
 
         return run
 
-    def _mark_aborted(self, reason: BaseException) -> tuple[list[Callable[[BaseException], object]], list[CancelScope]]:
-        """Under `_LOCK`: set `reason` on this signal and its plain descendants; their other callbacks."""
+    def _mark_aborted(
+        self, reason: BaseException
+    ) -> tuple[list[Callable[[BaseException], object]], list[Callable[[BaseException], object]]]:
+        """Under `_LOCK`: set `reason` on this signal and its descendants; their user callbacks and wake-ups."""
         pending: list[Callable[[BaseException], object]] = []
-        scopes: list[CancelScope] = []
+        wakeups: list[Callable[[BaseException], object]] = []
         stack = [self]
         while stack:
             signal = stack.pop()
@@ -132,11 +143,11 @@ class Signal:
                     if type(key) is Signal and key._reason is None:
                         key._parent = None
                         stack.append(key)
-                    elif type(key) is CancelScope:
-                        scopes.append(key)
+                    elif type(key) is CancelScope or type(key) is _Wakeup:
+                        wakeups.append(callback)
                     else:
                         pending.append(callback)
-        return pending, scopes
+        return pending, wakeups
 
     def raise_if_aborted(self) -> None:
         """Raise the reason if the signal has aborted."""
@@ -156,6 +167,19 @@ class Signal:
                 callback(reason)
             except BaseException:
                 _logger.exception("a signal callback raised")
+            return _noop
+        return lambda: self._remove(key)
+
+    def _add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
+        """`add_callback` for the library's own wake-ups: tiny, never blocking, never user code.
+
+        They run on the aborting thread even when the abort is deferred (`_abort_deferred`),
+        never behind user callbacks: a waiter is woken however many user callbacks are slow.
+        """
+        key = _Wakeup()
+        reason = self._register(key, wakeup)
+        if reason is not None:
+            wakeup(reason)
             return _noop
         return lambda: self._remove(key)
 
@@ -207,7 +231,7 @@ class Signal:
             return True
         timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         event = threading.Event()
-        remove = self.add_callback(lambda _reason: event.set())
+        remove = self._add_wakeup(lambda _reason: event.set())
         try:
             return event.wait(timeout)
         finally:
@@ -220,7 +244,7 @@ class Signal:
         timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        remove = self.add_callback(lambda _reason: _resolve_threadsafe(loop, future))
+        remove = self._add_wakeup(lambda _reason: _resolve_threadsafe(loop, future))
         try:
             if timeout is None:
                 await future
@@ -314,6 +338,12 @@ class CancelScope:
             assert reason is not None
             raise reason from None
         return False
+
+
+class _Wakeup:
+    """The key a library wake-up is registered under (`Signal._add_wakeup`)."""
+
+    __slots__ = ()
 
 
 def _noop() -> None:

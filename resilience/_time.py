@@ -97,8 +97,9 @@ class SystemTimeProvider:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Schedule on the running loop if there is one, else on the shared timer thread."""
-        loop = asyncio._get_running_loop()  # None outside a loop, without raising (hot path)
-        if loop is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside a loop: only sync waits get here, where a raise costs nothing
             return TIMER_THREAD.call_later(delay, callback)
         return loop.call_later(delay, callback)
 

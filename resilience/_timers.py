@@ -83,9 +83,9 @@ class TimerThread:
         # The real clock, taken once and kept where a clock-patching tool cannot reach it:
         # freezegun rewrites `time.monotonic` in every module, but its fake answers the real
         # time to a caller a few frames below `threading`. A deadline computed with the fake
-        # (a frozen year 2030) and waited for with the real clock never came: one `call_later`
-        # during a test's freeze left the lease scheduler armed forever, and every sync lease
-        # of the process unrenewed and unwatched after it (issue #11).
+        # (a frozen year 2030) and waited for with the real clock would never come: one
+        # `call_later` during a test's freeze would leave the lease scheduler armed forever,
+        # and every sync lease of the process unrenewed and unwatched after it.
         self.monotonic: Callable[[], float] = _real_monotonic()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)

@@ -56,8 +56,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.closed()
 
     def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length", "0") or 0)
-        body = self.rfile.read(length) if length else b""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._read_chunked()
+            if body is None:  # the client stopped mid-body
+                self.server.owner.log(Seen(self.command, self.path.split("?", 1)[0], dict(self.headers.items()), b""))
+                self.close_connection = True
+                return
+        else:
+            length = int(self.headers.get("Content-Length", "0") or 0)
+            body = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0]
         self.server.owner.log(Seen(self.command, path, dict(self.headers.items()), body))
         reply = self.server.owner.next_reply(path)
@@ -75,6 +82,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(reply.body)
+
+    def _read_chunked(self) -> bytes | None:
+        """A chunked request body; None when the connection ends before its last chunk."""
+        body = b""
+        while True:
+            line = self.rfile.readline()
+            if not line.strip():
+                return None
+            size = int(line.split(b";", 1)[0], 16)
+            if size == 0:
+                self.rfile.readline()  # the blank line after the last chunk (no trailers sent here)
+                return body
+            chunk = self.rfile.read(size + 2)
+            if len(chunk) < size + 2:
+                return None
+            body += chunk[:size]
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve  # noqa: N815 - stdlib names
 

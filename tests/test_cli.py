@@ -202,3 +202,47 @@ def test_redis_keys_that_are_not_locks_are_skipped(redis_server: RedisServer) ->
     assert "left:    ?" in out.getvalue()
     store.close()
     client.close()
+
+
+FORGED_KEY = "evil\nbilling:42  1  …worker  30.000s  0\x1b[2J\u202e"
+HOSTILE_OWNER = "owner\n\x1b]0;pwned\x07\u202e-0123456789"
+
+
+def test_keys_and_owners_are_printed_escaped(target: Target) -> None:
+    """A key or owner carrying a newline, ANSI escapes or a bidi override forges no row and no escape.
+
+    `list`, `show`, `watch` and `release` print them as Python literals would (a newline as `\\n`).
+    """
+    assert target.store.acquire(FORGED_KEY, HOSTILE_OWNER, 30) is not None
+    shown_key = "evil\\nbilling:42  1  …worker  30.000s  0\\x1b[2J\\u202e"
+
+    def no_raw(text: str) -> None:
+        assert "\x1b" not in text
+        assert "\u202e" not in text
+        assert "\x07" not in text
+
+    listed = io.StringIO()
+    assert run(["locks", *target.args, "list"], listed) == 0
+    no_raw(listed.getvalue())
+    lines = listed.getvalue().splitlines()
+    assert lines[-1] == "1 held"
+    assert len(lines) == 3  # the header, one row, the count: no forged row
+    assert lines[1].startswith(shown_key)
+    assert "billing:42" not in "\n".join(line for line in lines if not line.startswith("evil"))
+
+    shown = io.StringIO()
+    assert run(["locks", *target.args, "show", FORGED_KEY], shown) == 0
+    no_raw(shown.getvalue())
+    assert f"key:     {shown_key}\n" in shown.getvalue()
+    assert "owner:   owner\\n\\x1b]0;pwned\\x07\\u202e-0123456789\n" in shown.getvalue()
+
+    watched = io.StringIO()
+    assert run(["locks", *target.args, "watch", "--interval", "0.01", "--count", "1"], watched) == 0
+    no_raw(watched.getvalue())
+    assert shown_key in watched.getvalue()
+
+    released = io.StringIO()
+    assert run(["locks", *target.args, "release", FORGED_KEY, "--force"], released) == 0
+    no_raw(released.getvalue())
+    assert "owner owner\\n\\x1b]0;pwned\\x07\\u202e-0123456789)" in released.getvalue()
+    assert len(released.getvalue().splitlines()) == 1

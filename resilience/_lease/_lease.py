@@ -42,7 +42,7 @@ from resilience._time import SystemTimeProvider, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
 
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
@@ -193,12 +193,13 @@ def _live(entry: tuple[float, int, float, LeaseBase | Batch]) -> bool:
 
 
 class Batch:
-    """Renewals of one store sent together, and the one heap entry that watches their deadlines."""
+    """Renewals of one store (and renewal group) sent together, and the one heap entry that watches their deadlines."""
 
-    __slots__ = ("leases",)
+    __slots__ = ("group", "leases")
 
-    def __init__(self, leases: list[LeaseBase]) -> None:
+    def __init__(self, leases: list[LeaseBase], group: Hashable = None) -> None:
         self.leases = leases
+        self.group = group
 
     def due(self, now: float, scheduler: Scheduler) -> list[LeaseBase]:
         """The batch's entry fired (under _LOCK): its leases whose event is due now.
@@ -238,16 +239,30 @@ _COMPACT_AT = 1024
 
 
 def by_store(leases: list[LeaseBase]) -> list[Batch]:
-    """`leases` in batches of at most `BATCH`, each on one store."""
+    """`leases` in batches of at most `BATCH`, each on one store and in one renewal group."""
     if not leases:
         return []
-    store = leases[0]._ops.store
-    if all(lease._ops.store is store for lease in leases):  # the common case: one store
+    ops = leases[0]._ops
+    store = ops.store
+    if ops.group is None and all(lease._ops.store is store for lease in leases):  # the common case: one store
         return [Batch(leases[n : n + BATCH]) for n in range(0, len(leases), BATCH)]
-    groups: dict[int, list[LeaseBase]] = {}
+    groups: dict[tuple[int, Hashable], list[LeaseBase]] = {}
     for lease in leases:
-        groups.setdefault(id(lease._ops.store), []).append(lease)
-    return [Batch(group[n : n + BATCH]) for group in groups.values() for n in range(0, len(group), BATCH)]
+        groups.setdefault((id(lease._ops.store), _group(lease)), []).append(lease)
+    return [
+        Batch(group[n : n + BATCH], where[1]) for where, group in groups.items() for n in range(0, len(group), BATCH)
+    ]
+
+
+def _group(lease: LeaseBase) -> Hashable:
+    """The renewal group of `lease`'s key (None when its store has one, or cannot tell now)."""
+    group = lease._ops.group
+    if group is None:
+        return None
+    try:
+        return group(lease.key)
+    except Exception:  # noqa: BLE001 - a store that cannot tell (a Cluster without this slot): one group
+        return None
 
 
 def settle(leases: list[LeaseBase], sent: float, answers: list[bool | Exception]) -> None:
@@ -284,7 +299,7 @@ def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
         if ops.renews_on_timer:
             batch.run()
         else:
-            store_pool(ops.pool_owner).submit(batch.run)
+            store_pool(ops.pool_owner, batch.group).submit(batch.run)
 
 
 def scheduler_for(time_provider: TimeProvider) -> Scheduler:
@@ -680,7 +695,8 @@ class Lease(LeaseBase):
         the signal.
         """
         if self._ending():
-            self._released(_release_within(self._ops, self.key, self.owner, self._tp, self._release_bound()))
+            bound = self._release_bound()
+            self._released(_release_within(self._ops, self.key, self.owner, self._tp, bound=bound, group=_group(self)))
         self._wait_loss_told()
         return self._detach()
 
@@ -741,7 +757,7 @@ def _sync_wait(
     timer = (
         None if isinstance(time_provider, SystemTimeProvider) else sync_call_later(time_provider, seconds, woken.set)
     )
-    remove_signal = signal.add_callback(lambda _reason: woken.set())
+    remove_signal = signal._add_wakeup(lambda _reason: woken.set())
     remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
     try:
         woken.wait(seconds if timer is None else None)
@@ -850,12 +866,15 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
         return True
 
 
-def _release_within(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, bound: float) -> bool:
+def _release_within(
+    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, *, bound: float, group: Hashable
+) -> bool:
     """The final release, abandoned after `bound` seconds on the lease's clock (then True).
 
     An in-process store (`ops.inline`) answers at once, here. Any other release runs on the
-    store's pool while the holder waits for its answer or the bound: a store that never answers
-    (a silent connection, a client without socket timeout) keeps the call, never the holder.
+    pool of the key's renewal group while the holder waits for its answer or the bound: a store
+    that never answers (a silent connection, a client without socket timeout, a stopped Cluster
+    master) keeps the call, never the holder, nor the releases served by another master.
     """
     if ops.inline:
         return _release_quietly(ops, key, owner)
@@ -866,7 +885,7 @@ def _release_within(ops: StoreOps, key: str, owner: str, time_provider: TimeProv
         answer[0] = _release_quietly(ops, key, owner)
         done.set()
 
-    store_pool(ops.pool_owner).submit(release, eager=True)
+    store_pool(ops.pool_owner, group).submit(release, urgent=True)
     wait_event(time_provider, done, bound)
     return answer[0]
 

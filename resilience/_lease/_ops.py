@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from resilience.stores import SupportsRenewalGroups
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
@@ -24,7 +25,7 @@ from resilience.stores._protocols import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
 
 __all__ = ["LockOps", "SemaphoreOps", "StoreOps"]
 
@@ -34,6 +35,7 @@ class StoreOps:
 
     __slots__ = (
         "fair",
+        "group",
         "has_async",
         "has_sync",
         "inline",
@@ -61,6 +63,11 @@ class StoreOps:
         self.notify = isinstance(store, SupportsReleaseNotification)
         self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
         self.renews_many = isinstance(store, SupportsRenewMany)
+        # Keys on separate servers (`SupportsRenewalGroups`): sync renewals are batched, and
+        # sent on a thread, per server, so that one server that hangs costs only its leases.
+        self.group: Callable[[str], Hashable] | None = (
+            store.renewal_group if isinstance(store, SupportsRenewalGroups) else None
+        )
         self.renews_many_async = isinstance(store, AsyncSupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.

@@ -7,11 +7,15 @@ The timer thread only decides and enqueues. The work it hands on runs here:
   fire on the timer;
 - user code (signal callbacks, `on_lock_lost`, `on_renew_error`, telemetry listeners) on the
   shared `CALLBACKS` pool, each lease's callbacks in order on its own `Strand`: a slow callback
-  holds one thread, and the next lease's callbacks start on another.
+  holds one thread, and the next lease's callbacks start on another. The library's own
+  wake-ups never run here (they run where the signal aborts: `Signal._add_wakeup`), so user
+  callbacks that never return cannot keep a timeout, a retry sleep or a wait from ending.
 
-A pool has one thread while its jobs flow. When jobs wait and no job started or ended for
-its `stall` time (a call that hangs: `STORE_STALL`; callbacks: at once), it adds a
-thread, up to its bound; a thread that stays idle for `IDLE_EXIT` seconds ends. Holding 10,000
+A pool has one thread while its jobs flow. When jobs wait, it starts threads at once up to
+its `eager` count (callbacks: `CALLBACK_THREADS`; a store: one), and beyond that one more each
+time no job started or ended for its `stall` time (a store call that hangs: `STORE_STALL`;
+callbacks that block: `CALLBACK_STALL`), up to its bound; a thread that stays idle for
+`IDLE_EXIT` seconds ends. Holding 10,000
 leases on one store thus costs the timer thread, one store thread and (once a callback runs)
 one callback thread while nothing is slow. Every job's exceptions, including
 `SystemExit` and `KeyboardInterrupt`, are logged: a pool thread never dies of a job.
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING
 from resilience._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
 
 __all__ = [
     "CALLBACKS",
@@ -48,16 +52,20 @@ _logger = logging.getLogger("resilience")
 IDLE_EXIT = 30.0
 """Seconds a pool thread waits for work before it ends."""
 STALL = 0.0
-"""Seconds without progress while callbacks wait before the callback pool adds a thread: none
-(callbacks are rare, a loss or a failed renewal; one that waits behind a slow one would delay
-its lease's news)."""
+"""The default stall: none (every thread up to the bound starts as soon as jobs wait)."""
 STORE_STALL = 0.05
 """The same for a store's pool: a batch of renewals may take a few milliseconds (one thread
 serves thousands of leases while the store answers); a call that hangs adds a thread soon."""
 STORE_THREADS = 4
 """Threads at most per store (calls that hang beyond that queue behind them)."""
 CALLBACK_THREADS = 16
-"""Threads at most running user callbacks (beyond that, callbacks queue)."""
+"""Threads the callback pool starts as soon as callbacks wait (callbacks are rare, a loss or a
+failed renewal; one that waits behind a slow one would delay its lease's news)."""
+CALLBACK_STALL = 0.5
+"""With every callback thread busy and callbacks waiting, seconds without one ending before a
+spare thread starts: callbacks that block (a bug in user code) delay the others this long."""
+CALLBACK_THREADS_MAX = 64
+"""Threads at most running user callbacks, spares included (beyond that, callbacks queue)."""
 
 
 def run_logged(job: Callable[[], object], what: str) -> None:
@@ -71,10 +79,12 @@ def run_logged(job: Callable[[], object], what: str) -> None:
 class Pool:
     """Up to `size` daemon threads running queued jobs; threads start on demand and end when idle."""
 
-    def __init__(self, name: str, size: int, stall: float = STALL) -> None:
+    def __init__(self, name: str, size: int, stall: float = STALL, *, eager: int | None = None) -> None:
         self.name = name
         self.size = size
         self.stall = stall
+        self.eager = (size if stall <= 0 else 1) if eager is None else eager
+        """Threads started as soon as jobs wait; beyond them, one per `stall` without progress."""
         self._reset()
 
     def _reset(self) -> None:
@@ -97,10 +107,10 @@ class Pool:
         """How many threads the pool has now."""
         return self._threads
 
-    def submit(self, job: Callable[[], object], *, eager: bool = False) -> None:
+    def submit(self, job: Callable[[], object], *, urgent: bool = False) -> None:
         """Run `job()` on a pool thread (its exceptions are logged).
 
-        `eager`: a caller waits for it (a final release): with no thread idle, one more starts
+        `urgent`: a caller waits for it (a final release): with no thread idle, one more starts
         at once (up to the bound), as if the pool had stalled.
         """
         watch = False
@@ -109,7 +119,7 @@ class Pool:
             if self._idle > len(self._jobs) - 1:
                 self._cond.notify()
                 return
-            if self._threads == 0 or ((eager or self.stall <= 0) and self._threads < self.size):
+            if self._threads < self.eager or (urgent and self._threads < self.size):
                 self._start()
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
@@ -120,7 +130,8 @@ class Pool:
         # Under the condition's lock.
         self._threads += 1
         self._progress = TIMER_THREAD.monotonic()
-        threading.Thread(target=self._serve, name=f"resilience-{self.name}", daemon=True).start()
+        spare = self._threads if self._threads > self.eager > 1 else 0
+        threading.Thread(target=self._serve, args=(spare,), name=f"resilience-{self.name}", daemon=True).start()
 
     def _check_stall(self) -> None:
         """On the timer thread: jobs still wait and nothing moved for `stall` seconds: add a thread."""
@@ -140,7 +151,16 @@ class Pool:
         with self._quiet:
             return self._quiet.wait_for(lambda: not self._jobs and not self._busy, timeout)
 
-    def _serve(self) -> None:
+    def _serve(self, spare: int = 0) -> None:
+        if spare:  # said here, not on the timer thread: a log handler is user code
+            _logger.warning(
+                "every thread of %s is busy for %.1f s and jobs wait: spare thread %d of %d started"
+                " (a callback that never returns holds its thread for ever)",
+                self.name,
+                self.stall,
+                spare,
+                self.size,
+            )
         cond = self._cond
         jobs = self._jobs
         while True:
@@ -223,7 +243,7 @@ class Strand:
             run_logged(job, "a lease callback")
 
 
-CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS)
+CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS_MAX, CALLBACK_STALL, eager=CALLBACK_THREADS)
 """Where user callbacks of sync leases run (never on the timer thread nor a store's thread)."""
 
 
@@ -239,29 +259,34 @@ def off_timer_thread(run: Callable[[], object]) -> None:
         run()
 
 
-_STORE_POOLS: weakref.WeakKeyDictionary[object, Pool] = weakref.WeakKeyDictionary()
-_STRONG_POOLS: dict[int, Pool] = {}
+_STORE_POOLS: weakref.WeakKeyDictionary[object, dict[Hashable, Pool]] = weakref.WeakKeyDictionary()
+_STRONG_POOLS: dict[int, dict[Hashable, Pool]] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def store_pool(store: object) -> Pool:
-    """The pool that runs the background calls to `store` (one per store object)."""
+def store_pool(store: object, group: Hashable = None) -> Pool:
+    """The pool that runs the background calls to `store` (one per store object and renewal group).
+
+    A store whose keys live on separate servers (`SupportsRenewalGroups`) has a pool per
+    server: calls that hang on one never hold the threads the others' renewals need.
+    """
     with _POOLS_LOCK:
         try:
-            pool = _STORE_POOLS.get(store)
-            if pool is None:
-                pool = _STORE_POOLS[store] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
+            pools = _STORE_POOLS.get(store)
+            if pools is None:
+                pools = _STORE_POOLS[store] = {}
         except TypeError:  # not weakly referenceable, or unhashable: kept by id for the process
-            pool = _STRONG_POOLS.get(id(store))
-            if pool is None:
-                pool = _STRONG_POOLS[id(store)] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
+            pools = _STRONG_POOLS.setdefault(id(store), {})
+        pool = pools.get(group)
+        if pool is None:
+            pool = pools[group] = Pool(f"store-{type(store).__name__}", STORE_THREADS, STORE_STALL)
     return pool
 
 
 def all_pools() -> list[Pool]:
     """Every pool of the process."""
     with _POOLS_LOCK:
-        return [*_STORE_POOLS.values(), *_STRONG_POOLS.values(), CALLBACKS]
+        return [*(p for pools in (*_STORE_POOLS.values(), *_STRONG_POOLS.values()) for p in pools.values()), CALLBACKS]
 
 
 def wait_idle(timeout: float = 5.0) -> bool:

@@ -3,7 +3,7 @@
 - `is_transient(outcome)`: a transport error (timeout, network, the server hanging up), an
   attempt timeout, or a 408, 429 or 5xx response.
 - `retry_allowed(request, ...)`: only idempotent methods, unless the request or the pipeline
-  opts in.
+  opts in; never a one-shot (streamed) body.
 - `parse_retry_after(response, now)`: the `Retry-After` header (seconds or an HTTP-date) in seconds.
 - `authority(url)`: scheme, host and port, the key of a per-authority circuit.
 
@@ -42,6 +42,7 @@ __all__ = [
     "is_transient_status",
     "parse_retry_after",
     "register_client",
+    "replayable",
     "retry_allowed",
 ]
 
@@ -158,22 +159,44 @@ def current_request(outcome: Outcome[Any] | None = None) -> Any:
         return sending[0]
     value = None if outcome is None else outcome.value
     if isinstance(value, httpx.Response):
-        return value._request
+        try:
+            return value.request
+        except RuntimeError:  # a response built by hand, with no request
+            return None
     if isinstance(value, _RESPONSES):
         return getattr(value, "request", None)
     return None
 
 
+def replayable(request: AnyRequest) -> bool:
+    """Whether `request`'s body can be sent again: in memory (bytes, text, JSON, a form) or multipart.
+
+    A body streamed from a generator, an iterator or a file is read once: sending it again
+    would send it truncated (or fail).
+    """
+    if isinstance(request, httpx.Request):
+        stream = request.stream
+        # httpx builds multipart bodies afresh on each read (rewinding their files).
+        return isinstance(stream, httpx.ByteStream) or request.headers.get("content-type", "").startswith(
+            "multipart/form-data"
+        )
+    body = getattr(request, "body", None)
+    return body is None or isinstance(body, bytes | str)
+
+
 def retry_allowed(request: AnyRequest | None, *, unsafe_methods: bool = False) -> bool:
     """Whether sending `request` again is allowed.
 
-    The request's `RETRY_EXTENSION` extension decides when present; otherwise idempotent
-    methods are, and so are the others when `unsafe_methods` is true or the request carries an
-    `Idempotency-Key` header (the server then deduplicates it). Unknown request: allowed.
+    Never for a one-shot body (`replayable`). Otherwise the request's `RETRY_EXTENSION`
+    extension decides when present; else idempotent methods are, and so are the others when
+    `unsafe_methods` is true or the request carries an `Idempotency-Key` header (the server
+    then deduplicates it). Unknown request: allowed.
     A `requests` request has no extensions: the method and the header decide.
     """
     if request is None:
         return True
+    if not replayable(request):
+        return False
     extensions = getattr(request, "extensions", None)
     chosen = None if extensions is None else extensions.get(RETRY_EXTENSION)
     if chosen is not None:

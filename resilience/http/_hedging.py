@@ -78,7 +78,8 @@ class HttpHedgingStrategyOptions:
 
     def create(self, context: StrategyBuildContext, /) -> HttpHedging:
         """A hedging strategy for the requests that may be sent twice."""
-        return HttpHedging(self._hedging().create(context), unsafe_methods=self.hedge_unsafe_methods)
+        hedging = self._hedging().create(context).last_outcome_wins()  # earlier responses are closed by then
+        return HttpHedging(hedging, unsafe_methods=self.hedge_unsafe_methods)
 
 
 class HttpHedging:

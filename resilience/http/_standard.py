@@ -60,11 +60,12 @@ def standard_pipeline(
 
     Outermost first: `TotalTimeout` (`total_timeout`), `Retry` (`max_retries`, exponential
     backoff with jitter from `retry_delay`, `Retry-After` capped by `max_retry_delay`, only
-    idempotent methods unless `retry_unsafe_methods`), `CircuitBreaker` (one circuit per
-    authority: `failure_ratio`, `minimum_throughput`, `sampling_duration`, `break_duration`,
-    `manual_control`), `AttemptTimeout` (`attempt_timeout`). Transient outcomes are transport
-    errors, attempt timeouts, 408, 429 and 5xx. Every option is validated at once
-    (`ValidationError`).
+    idempotent methods unless `retry_unsafe_methods`; a delay that would outlast the total
+    timeout is not waited: the last response is returned at once, readable),
+    `CircuitBreaker` (one circuit per authority: `failure_ratio`, `minimum_throughput`,
+    `sampling_duration`, `break_duration`, `manual_control`), `AttemptTimeout`
+    (`attempt_timeout`). Transient outcomes are transport errors, attempt timeouts, 408, 429
+    and 5xx. Every option is validated at once (`ValidationError`).
 
     Outermost of all, as in .NET, `ConcurrencyLimiter`: at most `max_concurrency` requests in
     flight (no queue; beyond it `RateLimiterRejectedError`, None: no limit). `rate_limit` adds a

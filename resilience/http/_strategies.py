@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -27,7 +28,7 @@ from resilience.http._classify import (
     parse_retry_after,
     retry_allowed,
 )
-from resilience.http._transport import DEADLINE, discard, discard_async
+from resilience.http._transport import DEADLINE, discard, release, release_async
 from resilience.strategies.circuit._core import CircuitState
 from resilience.strategies.circuit._strategy import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
 from resilience.strategies.retry._strategy import RetryStrategyOptions
@@ -121,12 +122,22 @@ class HttpRetryStrategyOptions:
         return [*self._retry(context.time_provider).validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
-        """A retry strategy configured for HTTP."""
-        return self._retry(context.time_provider).create(context)
+        """A retry strategy configured for HTTP, that never waits past the nearest HTTP deadline."""
+        clock = context.time_provider
+
+        def time_left() -> float | None:
+            deadline = DEADLINE.get()
+            return None if deadline is None else deadline - clock.monotonic()
+
+        return self._retry(clock).create(context, time_left=time_left)
 
 
 def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[[OnRetryArguments], object]:
-    """An `on_retry` that runs the user's, then discards the response given up on (before the delay)."""
+    """An `on_retry` that runs the user's, then releases the response given up on (before the delay).
+
+    A small body is read into the response: if the wait is cut short (the caller's signal),
+    the retry returns that response and it must still be readable.
+    """
 
     def close(args: OnRetryArguments) -> object:
         result = None if on_retry is None else on_retry(args)
@@ -136,7 +147,7 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
                 discard(response)
             return result
         if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
-            discard(response)
+            release(response)
             return result
         return _close_after(result, response)  # an async-only stream: an async execution awaits it
 
@@ -148,7 +159,7 @@ async def _close_after(result: object, response: httpx.Response) -> object:
         if inspect.isawaitable(result):
             result = await result
     finally:
-        await discard_async(response)
+        await release_async(response)
     return result
 
 
@@ -171,8 +182,11 @@ def http_retry_strategy(
     timeouts, 408, 429 and 5xx). Only idempotent methods are retried unless
     `retry_unsafe_methods`, an `Idempotency-Key` header or the request's `RETRY_EXTENSION` says
     otherwise. A `Retry-After` header (seconds or HTTP-date) replaces the backoff delay
-    (`use_retry_after`), capped by `max_delay`. The response given up on is closed before the
-    delay, after `on_retry` ran.
+    (`use_retry_after`), capped by `max_delay` (and by `MAX_DURATION`). A delay that reaches
+    the nearest deadline of an enclosing HTTP timeout is not waited: the last outcome is the
+    result at once, its response untouched. The response given up on is released before the
+    delay, after `on_retry` ran (a small body read into it, so that it stays readable if the
+    wait is cut short; a large one closed).
     """
     return HttpRetryStrategyOptions(
         max_retries=max_retries,
@@ -324,7 +338,8 @@ class AuthorityCircuitBreaker:
 
     The authority is that of the request the transport is sending (`current_request()`); an
     execution without one uses a shared circuit under the key `""`. Beyond 1024 authorities
-    the oldest closed circuit is forgotten for each new one (an open circuit is never dropped).
+    the least recently used closed circuit is forgotten for each new one (an open circuit is
+    never dropped): the busy hosts keep theirs.
     """
 
     __slots__ = ("_build", "_circuits", "_lock", "_options")
@@ -332,7 +347,8 @@ class AuthorityCircuitBreaker:
     def __init__(self, options: CircuitBreakerStrategyOptions, build: StrategyBuildContext) -> None:
         self._options = options
         self._build = build
-        self._circuits: dict[str, CircuitBreakerStrategy] = {}
+        # Least recently used first: each execution moves its authority to the end.
+        self._circuits: OrderedDict[str, CircuitBreakerStrategy] = OrderedDict()
         self._lock = threading.Lock()
 
     def circuit(self, key: str) -> CircuitBreakerStrategy:
@@ -349,9 +365,10 @@ class AuthorityCircuitBreaker:
         return circuit
 
     def _forget_one_closed(self) -> None:
-        for key, circuit in self._circuits.items():
+        # A snapshot: executions reorder the dict meanwhile (without the lock).
+        for key, circuit in list(self._circuits.items()):
             if circuit.state is CircuitState.CLOSED:
-                del self._circuits[key]
+                self._circuits.pop(key, None)
                 return
 
     @property
@@ -362,8 +379,15 @@ class AuthorityCircuitBreaker:
     def _current(self) -> CircuitBreakerStrategy:
         sending = REQUEST.get()
         key = "" if sending is None else sending[1]
-        circuit = self._circuits.get(key)
-        return self.circuit(key) if circuit is None else circuit
+        circuits = self._circuits
+        circuit = circuits.get(key)
+        if circuit is None:
+            return self.circuit(key)
+        try:  # noqa: SIM105 - the hot path: no context manager per request
+            circuits.move_to_end(key)
+        except KeyError:  # forgotten just now by another thread: this execution still uses it
+            pass
+        return circuit
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` through the circuit of the request's authority (sync)."""

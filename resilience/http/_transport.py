@@ -56,6 +56,8 @@ __all__ = [
     "ResilientTransport",
     "discard",
     "discard_async",
+    "release",
+    "release_async",
     "send_abortable",
 ]
 
@@ -117,6 +119,34 @@ def discard(response: Any) -> None:
     finally:
         with contextlib.suppress(Exception):
             response.close()
+
+
+def release(response: httpx.Response) -> None:
+    """Free a response's connection while keeping it readable when its body is small (read into it).
+
+    For a response given up on that may still be returned (a retry's wait cut short); a large
+    or unannounced body is discarded.
+    """
+    if not _drainable(response):
+        discard(response)
+        return
+    try:
+        response.read()
+    except Exception:  # unreadable after all: closing is what matters
+        _logger.debug("reading a released response failed", exc_info=True)
+        discard(response)
+
+
+async def release_async(response: httpx.Response) -> None:
+    """`release` for a response of an async transport."""
+    if not _drainable(response):
+        await discard_async(response)
+        return
+    try:
+        await response.aread()
+    except Exception:  # unreadable after all: closing is what matters
+        _logger.debug("reading a released response failed", exc_info=True)
+        await discard_async(response)
 
 
 async def discard_async(response: httpx.Response) -> None:
@@ -184,9 +214,10 @@ class _Exchange:
         others may be preparing theirs (they would overwrite each other's extensions).
         """
         request = self.request
-        if own_copy:
-            request = httpx.Request.__new__(httpx.Request)
-            request.__dict__.update(self.request.__dict__)  # copy.copy would drop the stream (__getstate__)
+        if own_copy:  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
+            shared = request
+            request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
+            request.extensions = shared.extensions
         deadline = DEADLINE.get()
         if deadline is None:
             request.extensions = self.extensions
@@ -344,7 +375,7 @@ def send_abortable(send: Callable[[], R]) -> R:
     """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
     job = _Send(send)
-    remove = signal.add_callback(job.abandon)
+    remove = signal._add_wakeup(job.abandon)
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
         _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
+from resilience._validation import MAX_DURATION
+
 if TYPE_CHECKING:
     from collections import deque
 
@@ -33,10 +35,12 @@ __all__ = [
     "EPSILON",
     "RateLimitAlgorithm",
     "capacity",
+    "check_rate",
     "check_take",
     "fixed_window",
     "sliding_window",
     "token_bucket",
+    "typed",
 ]
 
 RateLimitAlgorithm: TypeAlias = Literal["token_bucket", "sliding_window", "fixed_window"]
@@ -46,6 +50,59 @@ ALGORITHMS: Final = ("token_bucket", "sliding_window", "fixed_window")
 
 EPSILON: Final = 1e-9
 """Waits at or below this many seconds are rounding noise: the permit is granted."""
+
+
+MIN_PER: Final = 1e-6
+"""The shortest `per` (seconds): the Redis scripts count in microseconds of the server's clock."""
+MAX_COUNT: Final = 2**53
+"""`limit`, `burst` and `permits` stay below this: exact as the doubles Lua keeps them in."""
+MAX_LOG: Final = 100_000
+"""The sliding window's largest `limit`: it keeps one entry per permit (about 1 MB on Redis)."""
+MAX_LOG_PERMITS: Final = 1_000
+"""The most permits one sliding-window request takes: each is an entry written in the decision,
+so a decision stays near a millisecond of the server's time (expired entries go in one trim)."""
+
+
+def check_rate(limit: int, per: float, burst: int | None, algorithm: str) -> tuple[str, str] | None:
+    """What makes valid-looking rate options unservable, as `(option, what)`; None if nothing.
+
+    The bounds are what the stores can keep exactly: `per` from a microsecond to `MAX_DURATION`;
+    counts below 2**53; the token bucket at most one permit per microsecond (its interval, in the
+    server's microseconds, must outweigh the rounding of a 1.7e15 timestamp) and full again
+    within `MAX_DURATION`; the sliding window's log at most `MAX_LOG` entries.
+    """
+    if not MIN_PER <= per <= MAX_DURATION:
+        return "per", f"must be between {MIN_PER:g} and {MAX_DURATION:g} seconds, got {per!r}"
+    for option, count in (("limit", limit), ("burst", burst)):
+        if count is not None and count >= MAX_COUNT:
+            return option, f"must be below 2**53, got {count!r}"
+    if algorithm == "token_bucket":
+        if per / limit < MIN_PER:
+            return "limit", f"at most one permit per microsecond: {limit} per {per:g} s is too many"
+        if (limit if burst is None else burst) * per / limit > MAX_DURATION:
+            return "burst", f"the bucket must refill within {MAX_DURATION:g} seconds: {burst} at {limit} per {per:g} s"
+    elif algorithm == "sliding_window" and limit > MAX_LOG:
+        return "limit", (
+            f"the sliding window keeps one entry per permit: at most {MAX_LOG}, got {limit} "
+            "(token_bucket or fixed_window take any limit)"
+        )
+    return None
+
+
+def check_permits(permits: int, algorithm: str) -> str | None:
+    """What makes `permits` too heavy for one decision of `algorithm`; None if nothing."""
+    if algorithm == "sliding_window" and permits > MAX_LOG_PERMITS:
+        return f"at most {MAX_LOG_PERMITS} at once in the sliding window (one entry each), got {permits}"
+    return None
+
+
+def typed(arguments: tuple[object, ...]) -> tuple[object, ...]:
+    """`arguments` with their types: a key for checked arguments under which `True` is not `1`.
+
+    A bool, an `IntEnum` or a numpy integer equals (and hashes as) the int it stands for, so a
+    cache keyed by the values alone would pass them unchecked.
+    """
+    return (*arguments, *map(type, arguments))
 
 
 def capacity(limit: int, burst: int | None, algorithm: str) -> int:
@@ -71,6 +128,11 @@ def check_take(  # noqa: PLR0917 - the arguments of `take`, in its order
         return f"algorithm: must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}"
     if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
         return f"permits: must be an int >= 1, got {permits!r}"
+    assert isinstance(per, int | float)
+    if (rate := check_rate(limit, per, burst, algorithm)) is not None:
+        return f"{rate[0]}: {rate[1]}"
+    if (heavy := check_permits(permits, algorithm)) is not None:
+        return f"permits: {heavy}"
     most = capacity(limit, burst, algorithm)
     if permits > most:
         return f"permits: {permits} can never be granted: at most {most} at once (the {algorithm}'s capacity)"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 from resilience._time import SYSTEM_TIME, SystemTimeProvider
 from resilience.exceptions import ValidationError
-from resilience.limiters._algorithms import check_take, fixed_window, sliding_window, token_bucket
+from resilience.limiters._algorithms import check_take, fixed_window, sliding_window, token_bucket, typed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,7 +64,7 @@ class MemoryRateLimitStore:
         assert burst is None or isinstance(burst, int)
         prepared = (per / limit, limit if burst is None else burst)
         if len(self._prepared) < 256:  # bounded, whatever callers pass
-            self._prepared[arguments] = prepared
+            self._prepared[typed(arguments)] = prepared
         return prepared
 
     def take(  # noqa: PLR0917 - the protocol's positional signature
@@ -78,7 +78,7 @@ class MemoryRateLimitStore:
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         arguments = (limit, per, burst, algorithm, permits)
-        prepared = self._prepared.get(arguments)
+        prepared = self._prepared.get(typed(arguments))
         if prepared is None or type(key) is not str:
             prepared = self._prepare(arguments, key)
         if algorithm == "token_bucket":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from resilience.exceptions import ValidationError
-from resilience.limiters._algorithms import RateLimitAlgorithm, check_take
+from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, typed
 from resilience.limiters._redis_scripts import SCRIPTS
 from resilience.stores._redis import _RedisStore
 
@@ -47,7 +47,7 @@ class RedisRateLimitStore(_RedisStore):
 
     def _arguments(self, key: object, arguments: tuple[object, ...]) -> tuple[Any, list[object]]:
         """The script and its ARGV for these `take` arguments (checked once, then remembered)."""
-        prepared = self._prepared.get(arguments)
+        prepared = self._prepared.get(typed(arguments))
         if prepared is not None and type(key) is str:
             return prepared
         problem = check_take(key, *arguments)
@@ -65,7 +65,7 @@ class RedisRateLimitStore(_RedisStore):
             argv = [per_us, limit, permits]
         prepared = (SCRIPTS[algorithm], argv)
         if len(self._prepared) < 256:
-            self._prepared[arguments] = prepared
+            self._prepared[typed(arguments)] = prepared
         return prepared
 
     def take(  # noqa: PLR0917 - the protocol's positional signature

@@ -13,6 +13,7 @@ from resilience.stores._protocols import (
     SupportsLeaseInfo,
     SupportsReleaseListener,
     SupportsReleaseNotification,
+    SupportsRenewalGroups,
     SupportsRenewMany,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
@@ -37,4 +38,5 @@ __all__ = [
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
     "SupportsRenewMany",
+    "SupportsRenewalGroups",
 ]

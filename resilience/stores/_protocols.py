@@ -15,7 +15,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
 __all__ = [
     "AsyncLockStore",
@@ -29,6 +29,7 @@ __all__ = [
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
     "SupportsRenewMany",
+    "SupportsRenewalGroups",
 ]
 
 
@@ -158,6 +159,19 @@ class SupportsRenewMany(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
+class SupportsRenewalGroups(Protocol, metaclass=_StoreMeta):
+    """A store whose keys live on separate servers (Redis Cluster masters), each failing alone.
+
+    The sync lease runtime batches renewals per group and sends each group's batches on a
+    thread of its own, so a server that hangs or dies costs only the leases it serves.
+    """
+
+    def renewal_group(self, key: str) -> Hashable:
+        """The server that serves `key` now (any hashable; None: the store's only one)."""
+        ...
+
+
+@runtime_checkable
 class AsyncSupportsRenewMany(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsRenewMany`: the async runtime sends one task per batch."""
 
@@ -218,6 +232,7 @@ _FLAVOURED.update(
         SupportsReleaseNotification,
         SupportsReleaseListener,
         SupportsRenewMany,
+        SupportsRenewalGroups,
         AsyncSupportsRenewMany,
         AsyncSupportsReleaseNotification,
     }

@@ -25,7 +25,7 @@ from resilience.stores import _redis_scripts as scripts
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
 __all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions"]
 
@@ -117,7 +117,7 @@ def _wait_ms(timeout: float) -> int:
 
 
 def _answer(reply: Any) -> tuple[int | None, float | None]:
-    """An acquire script's reply: a token (> 0), -remaining ms (< 0) or 0 (held, time unknown)."""
+    """An acquire script's reply: a token (> 0), -ms until it may be free (< 0) or 0 (time unknown)."""
     value = int(reply)
     if value > 0:
         return value, None
@@ -442,6 +442,11 @@ class _RedisStore:
             raise ValidationError(msg)
         return self._async
 
+    def _node_of(self, redis_key: str) -> Hashable:
+        """The Cluster master serving `redis_key` now, by name (None on a standalone server)."""
+        client = self._sync_client("renewal_group").get()
+        return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
+
     def _publish_command(self, client: Any) -> str:
         return "SPUBLISH" if _is_cluster(client) else "PUBLISH"
 
@@ -641,7 +646,11 @@ class RedisLockStore(_RedisStore):
         return token if token > 0 else None
 
     def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """`(token, None)` when acquired; `(None, remaining seconds)` when held by another."""
+        """`(token, None)` when acquired; `(None, seconds until it may be free)` when held by another.
+
+        The seconds are the lease's remaining life (at least 1 ms), or, for a free key promised
+        to the head of its waiter queue, the life left in the head's queue entry.
+        """
         keys, args = self._acquire_args(key, owner, ttl)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
 
@@ -669,6 +678,10 @@ class RedisLockStore(_RedisStore):
         """
         runner = self._sync_client("renew_many")
         return _renewed(runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
+
+    def renewal_group(self, key: str) -> Hashable:
+        """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
+        return self._node_of(self.key(key))
 
     def release(self, key: str, owner: str) -> bool:
         """Free the lock if `owner` holds it (True), and wake the head of its queue.
@@ -831,6 +844,10 @@ class RedisSemaphoreStore(_RedisStore):
         """Push `owner`'s slot out to now + `ttl`; False if it is not held any more."""
         keys, args = self._renew_args(key, owner, ttl)
         return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
+
+    def renewal_group(self, key: str) -> Hashable:
+        """See `RedisLockStore.renewal_group`."""
+        return self._node_of(self.keys(key)[0])
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `RedisLockStore.renew_many` (each slot's answer as `renew` gives it)."""

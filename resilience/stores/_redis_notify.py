@@ -11,7 +11,7 @@ key is free (`is_free`, one read-only script call): a key that is free answers T
 and a release after the check is published to a subscription that already exists, so none
 slips through between the two. A notification is still only a hint: a waiter that misses one
 (the connection dropped, the subscription failed, the client has no pub/sub) sleeps out its
-timeout and the caller polls again. A channel stays subscribed for `linger` seconds after its last waiter leaves, so
+timeout and the caller polls again. A channel stays subscribed for `_LINGER` seconds after its last waiter leaves, so
 a caller that polls in a loop keeps one subscription instead of re-subscribing each round.
 The listener stops, and closes its connection, once nothing is subscribed.
 """

@@ -219,9 +219,11 @@ LOCK_ACQUIRE = LuaScript(
 -- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] queue entry ttl (ms), 0 to not join the queue;
 -- ARGV[4] queue bound.
 -- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry refreshed);
--- -remaining ms when held by another owner; 0 when held with no expiry to report, or free
--- but promised to the head of the queue. A refused caller with ARGV[3] > 0 joins the queue
--- (or refreshes its entry); a free lock goes to the live head, or to anyone if none waits.
+-- -remaining ms when held by another owner (-1 in the lease's last millisecond, where PTTL
+-- says 0: the waiter tries again right after the expiry); when free but promised to the head
+-- of the queue, -ms until the head's entry expires (a crashed head's turn ends then); 0 only
+-- for a held key without an expiry. A refused caller with ARGV[3] > 0 joins the queue (or
+-- refreshes its entry); a free lock goes to the live head, or to anyone if none waits.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -249,9 +251,11 @@ if KEYS[2] and tonumber(ARGV[3]) > 0 then
 end
 if lease[1] then
   local left = redis.call('PTTL', KEYS[1])
-  if left > 0 then
-    return -left
+  if left >= 0 then
+    return -math.max(left, 1)
   end
+elseif head then
+  return -math.max(1, tonumber(redis.call('ZSCORE', qe, head)) - server_ms())
 end
 return 0
 """,

@@ -7,7 +7,7 @@ Decisions live in pure cores that take `now` and an outcome; the two hooks only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
@@ -105,6 +105,17 @@ class StrategyBuildContext:
     time_provider: TimeProvider
     telemetry: TelemetrySource
     """A telemetry source already named after the strategy."""
+    closers: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    """What `on_close` registered: shared by every strategy of one `build()`."""
+
+    def on_close(self, callback: Callable[[], object], /) -> None:
+        """Run `callback` when the pipeline closes, once its executions in flight have ended.
+
+        For background work the strategy started itself (a sync thread, a task, a pool): a
+        pipeline's `close()`, or a registry's reload that replaces it, stops it. Callbacks run
+        in the reverse order of registration; one that raises does not stop the others.
+        """
+        self.closers.append(callback)
 
 
 @runtime_checkable

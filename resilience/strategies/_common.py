@@ -151,7 +151,7 @@ def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
         time_provider.sleep(seconds)
         return signal.aborted
     woken = threading.Event()
-    remove = signal.add_callback(lambda _reason: woken.set())
+    remove = signal._add_wakeup(lambda _reason: woken.set())
     timer = time_provider.call_later(seconds, woken.set)
     try:
         woken.wait()

@@ -103,6 +103,17 @@ class TelemetrySource:
         found = {"pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name, **(tags or {})}
         _otel.observe(metric, owner, read, self.options, {k: v for k, v in found.items() if v is not None})
 
+    def otel_active(self) -> bool:
+        """Whether an OpenTelemetry provider records anything for these options."""
+        return _otel.is_active(self.options)
+
+    def execution_span(self, attributes: Mapping[str, str]) -> Any:
+        """The execution span's context manager (`trace_executions`), or None when no tracer records."""
+        tracer = _otel.tracer(self.options) if self.options.trace_executions else None
+        if tracer is None:
+            return None
+        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+
     def span(self, name: str, attempt: int) -> Any:
         """A child span for one attempt (`trace_executions`), or None when no tracer records."""
         tracer = _otel.tracer(self.options)

@@ -165,3 +165,11 @@ def test_requests_errors_are_classified() -> None:
     assert not is_transient(Err(requests.exceptions.InvalidURL()))
     adapter = ResilientHTTPAdapter(standard_pipeline())
     assert "ResilientHTTPAdapter" in repr(adapter)
+
+
+def test_a_streamed_request_body_is_not_retried(server: ScriptedServer, sessions: list[requests.Session]) -> None:
+    """A PUT whose body is a generator: its 503 is the answer, sent once and whole."""
+    url = server.script("/upload", Reply(503, body=b"try later"), Reply(200))
+    response = session_with(sessions, fake()).put(url, data=(part for part in (b"part one, ", b"part two")))
+    assert (response.status_code, response.content) == (503, b"try later")
+    assert [seen.body for seen in server.requests_to("/upload")] == [b"part one, part two"]

@@ -8,6 +8,7 @@ process is still renewed and watched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -148,7 +149,14 @@ def test_a_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseExceptio
             context.signal.add_callback(_raiser(exc))
         _wait_for_loss()
 
-    pipeline.execute(body)  # the strategy returns the body's result after a loss
+    if kind == "listener-on-lost":
+        # `OnLockLost` is emitted by whichever comes first: the background (which logs what the
+        # listener raises) or the execution as it ends, on the caller's thread, where a
+        # listener's exception propagates as any listener's does.
+        with contextlib.suppress(exc):
+            pipeline.execute(body)
+    else:
+        pipeline.execute(body)  # the strategy returns the body's result after a loss
     time.sleep(0.05)
     assert_runtime_healthy()
 

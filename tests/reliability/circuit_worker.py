@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import time
+from typing import Any
 
 import redis
 
@@ -30,11 +31,15 @@ from resilience.strategies import CircuitBreakerStateProvider
 def build(args: argparse.Namespace, provider: CircuitBreakerStateProvider) -> ResiliencePipeline:
     # Short socket timeouts: the restart test stops the server under the processes.
     client = redis.Redis(port=args.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    counting: dict[str, Any] = (
+        {"consecutive_failures": args.consecutive}
+        if args.consecutive
+        else {"failure_ratio": 0.5, "minimum_throughput": args.throughput}
+    )
     return (
         ResiliencePipelineBuilder(name="fleet")
         .add_circuit_breaker(
-            failure_ratio=0.5,
-            minimum_throughput=args.throughput,
+            **counting,
             break_duration=args.break_duration,
             handle=ConnectionError,
             state_store=RedisCircuitStateStore(client),
@@ -126,6 +131,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--break-duration", type=float, default=0.3)
     parser.add_argument("--throughput", type=int, default=4)
+    parser.add_argument("--consecutive", type=int, default=0, help="consecutive_failures instead of a ratio")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--hold", type=float, default=0.05)
     args = parser.parse_args()

@@ -273,3 +273,40 @@ def test_a_redis_restart_keeps_the_fleet_open(
     late_record = json.loads(client.lrange(f"{fleet.log}:{late.pid}", 0, -1)[0])
     assert late_record["passed"] == 0
     client.close()
+
+
+def test_a_run_of_failures_in_one_process_opens_the_consecutive_circuit_for_the_fleet(
+    redis_server: RedisServer, client: Any, uid: str, fleet_factory: list[Fleet]
+) -> None:
+    """Consecutive mode: each process counts its own failures in a row; two observers that only
+    succeed do not dilute them, and the opening reaches them within the interval."""
+    fleet = make_fleet(fleet_factory, redis_server, uid)
+    for _ in range(2):
+        fleet.start("observe", duration=60, consecutive=3)
+    fleet.ready(2, client)
+    events: list[tuple[float, TelemetryEvent]] = []
+    telemetry = TelemetryOptions(listeners=[lambda e: events.append((time.time(), e))])
+    pipeline = (
+        ResiliencePipelineBuilder(name="fleet", telemetry=telemetry)
+        .add_circuit_breaker(
+            consecutive_failures=3,
+            break_duration=30,
+            handle=ConnectionError,
+            state_store=RedisCircuitStateStore(redis.Redis(port=redis_server.port, socket_timeout=0.5)),
+            circuit_key=fleet.key,
+            sync_interval=INTERVAL,
+        )
+        .build()
+    )
+    client.set(f"{fleet.log}:go", 1)
+    time.sleep(0.2)  # the observers' successes flow to the fleet first
+    for _ in range(3):
+        assert pipeline.settle(fail).error.__class__ is ConnectionError
+    assert [event.name for _, event in events if event.name == "OnCircuitOpened"] == ["OnCircuitOpened"]
+    opened_at = next(t for t, event in events if event.name == "OnCircuitOpened")
+    time.sleep(INTERVAL + MARGIN)
+    client.set(f"{fleet.log}:stop", 1)
+    fleet.wait()
+    latencies = [first(record["seen"], "BrokenCircuitError") - opened_at for record in records(client, fleet)]
+    print(f"\nconsecutive opening seen by the other processes after {[round(x * 1000, 1) for x in latencies]} ms")  # noqa: T201
+    assert all(latency < INTERVAL + 0.05 + MARGIN for latency in latencies), latencies

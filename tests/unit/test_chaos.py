@@ -39,11 +39,10 @@ from resilience.strategies import (
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 from resilience.testing import FakeTimeProvider
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-MODES = ["sync", "async"]
 
 
 class Calls:
@@ -55,17 +54,6 @@ class Calls:
     def __call__(self) -> str:
         self.count += 1
         return "ok"
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 def build(clock: FakeTimeProvider, *options: Any, events: list[TelemetryEvent] | None = None) -> ResiliencePipeline:
@@ -225,6 +213,58 @@ async def test_nothing_is_injected_into_an_aborted_execution(mode: str) -> None:
     with use_context(signal=signal), pytest.raises(OperationAbortedError):
         await run(pipeline, Calls(), mode)
     assert behaved == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_no_generator_runs_under_an_aborted_signal(mode: str) -> None:
+    """Aborted before the strategy: neither the enabled nor the injection-rate generator runs."""
+    ran: list[str] = []
+
+    def enabled(_arguments: EnabledGeneratorArguments) -> bool:
+        ran.append("enabled")
+        return True
+
+    def rate(_arguments: InjectionRateGeneratorArguments) -> float:
+        ran.append("rate")
+        return 1.0
+
+    pipeline = build(
+        FakeTimeProvider(),
+        chaos_fault_strategy(fault=ConnectionError, enabled_generator=enabled, injection_rate_generator=rate),
+    )
+    signal = Signal()
+    signal.abort()
+    calls = Calls()
+    with use_context(signal=signal), pytest.raises(OperationAbortedError):
+        await run(pipeline, calls, mode)
+    assert ran == []
+    assert calls.count == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_abort_during_the_enabled_generator_skips_the_rate_generator(mode: str) -> None:
+    """Polly's `Should_not_inject_chaos_when_it_was_cancelled_before_evaluating_strategy`."""
+    signal = Signal()
+    ran: list[str] = []
+
+    def enabled(_arguments: EnabledGeneratorArguments) -> bool:
+        ran.append("enabled")
+        signal.abort()
+        return True
+
+    def rate(_arguments: InjectionRateGeneratorArguments) -> float:
+        ran.append("rate")
+        return 1.0
+
+    pipeline = build(
+        FakeTimeProvider(),
+        chaos_outcome_strategy(outcome=Ok("chaos"), enabled_generator=enabled, injection_rate_generator=rate),
+    )
+    calls = Calls()
+    with use_context(signal=signal), pytest.raises(OperationAbortedError):
+        await run(pipeline, calls, mode)
+    assert ran == ["enabled"]
+    assert calls.count == 0
 
 
 # -- fault ------------------------------------------------------------------------------------

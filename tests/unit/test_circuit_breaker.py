@@ -29,11 +29,10 @@ from resilience.strategies import (
     OnCircuitOpenedArguments,
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from resilience.testing import FakeTimeProvider
-
-MODES = ["sync", "async"]
 
 
 def build(
@@ -57,16 +56,6 @@ def build(
 
 def fail() -> None:
     raise ConnectionError("down")
-
-
-async def run(pipeline: ResiliencePipeline, fn: Any, mode: str) -> Any:
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 async def trip(pipeline: ResiliencePipeline, mode: str, times: int = 2) -> None:

@@ -68,7 +68,7 @@ def test_window_rolls_old_failures_out() -> None:
 
 def test_window_buckets_expire_by_start_time() -> None:
     """The window keeps ten buckets; each expires a whole `sampling_duration` after it started."""
-    window = RollingWindow(10.0)
+    window = RollingWindow(10.0, failure_ratio=0.5, minimum_throughput=2)
     window.failure(0.0)
     window.success(0.5)  # same bucket as 0.0
     window.success(1.0)  # a new bucket

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder, TimeoutRejectedError
+from resilience import BrokenCircuitError, ResiliencePipelineBuilder, TimeoutRejectedError
 from resilience.strategies import CircuitBreakerStateProvider, CircuitState
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
+from tests.unit.modes import run
 
 if TYPE_CHECKING:
     from resilience.testing import FakeTimeProvider
-
-
-async def run(pipeline: ResiliencePipeline, fn: Any, mode: str) -> Any:
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal as signal_module
 import threading
 import time
 from typing import Any
@@ -219,6 +220,60 @@ def test_an_aborted_signal_ends_the_wait_with_its_reason() -> None:
     assert isinstance(failures[0], OperationAbortedError)
     leave.set()
     holder.join(10)
+    assert len(permits) == 0
+
+
+class JobTimeout(Exception):
+    """What a job runner's SIGALRM handler raises to stop a job that runs too long."""
+
+
+def _raise_job_timeout(_signum: int, _frame: object) -> None:
+    raise JobTimeout
+
+
+@pytest.mark.skipif(not hasattr(signal_module, "setitimer"), reason="SIGALRM needs a POSIX system")
+@pytest.mark.timeout(30)
+def test_a_sync_waiter_interrupted_by_a_signal_handler_leaves_the_queue() -> None:
+    """A real SIGALRM whose handler raises interrupts a queued caller: it leaves, the key stays usable."""
+    pipeline = ResiliencePipelineBuilder().add_concurrency_limiter(1, queue=1, wait=10).build()
+    permits: LocalPermits = pipeline.strategies[0]._permits
+    leave = threading.Event()
+    holder = threading.Thread(target=pipeline.execute, args=(lambda: leave.wait(10),))
+    holder.start()
+    _until(lambda: permits.in_use() == 1)
+    previous = signal_module.signal(signal_module.SIGALRM, _raise_job_timeout)
+    try:
+        signal_module.setitimer(signal_module.ITIMER_REAL, 0.1)
+        with pytest.raises(JobTimeout):
+            pipeline.execute(lambda: "never")  # queued in the main thread, interrupted there
+    finally:
+        signal_module.setitimer(signal_module.ITIMER_REAL, 0)
+        signal_module.signal(signal_module.SIGALRM, previous)
+    assert permits.queued() == 0, "the interrupted caller stayed in the queue"
+    leave.set()
+    holder.join(10)
+    assert permits.in_use() == 0  # the released permit went to no ghost
+    assert pipeline.execute(lambda: "next") == "next"
+    assert len(permits) == 0
+
+
+def test_a_sync_waiter_interrupted_after_its_grant_hands_the_permit_on() -> None:
+    """Granted in the instant an exception interrupts the wait: the permit goes back."""
+    permits = LocalPermits(1, 2, FakeTimeProvider())
+    assert permits.try_acquire("k")
+
+    class Interrupted(BaseException):
+        pass
+
+    class GrantThenInterrupt(Signal):
+        """A signal whose wake-up registration grants the permit, then raises (an interrupt)."""
+
+        def _add_wakeup(self, wakeup: Any) -> Any:
+            permits.release("k")  # granted to the queued waiter
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        permits.acquire("k", 60, GrantThenInterrupt())
     assert len(permits) == 0
 
 

@@ -33,24 +33,12 @@ from resilience.strategies import (
     fallback_strategy,
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from resilience.testing import FakeTimeProvider
-
-MODES = ["sync", "async"]
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 def fails(error: BaseException) -> Callable[[], Any]:

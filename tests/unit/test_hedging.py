@@ -187,22 +187,24 @@ async def test_a_handled_failure_hedges_at_once(clock: FakeTimeProvider) -> None
     assert hedging.arguments.duration == 0.0  # type: ignore[union-attr]
 
 
-async def test_when_every_attempt_is_handled_the_last_exception_is_raised(clock: FakeTimeProvider) -> None:
-    """All handled: the last outcome is raised unchanged; its attempt is reported as Error."""
+async def test_when_every_attempt_is_handled_the_original_exception_is_raised(clock: FakeTimeProvider) -> None:
+    """All handled: the original call's exception is raised unchanged (Polly's
+    `ExecuteAsync_ExceptionsHandled_ShouldThrowLastException` checks the primary's); the attempt
+    that ended last is reported as Error."""
     events: list[TelemetryEvent] = []
-    last = ConnectionError("c")
-    replicas = Replicas({0: ConnectionError("a"), 1: ConnectionError("b"), 2: last})
+    original = ConnectionError("a")
+    replicas = Replicas({0: original, 1: ConnectionError("b"), 2: ConnectionError("c")})
     with pytest.raises(ConnectionError) as caught:
         await build(clock, events, max_hedged_attempts=2, delay=10).execute_async(replicas)
-    assert caught.value is last
+    assert caught.value is original
     assert [severity for _, severity, _ in attempts(events)] == [Severity.WARNING, Severity.WARNING, Severity.ERROR]
 
 
-async def test_handled_results_hedge_and_the_last_result_is_returned(clock: FakeTimeProvider) -> None:
-    """`handle_result` makes results hedgeable; when all are handled the last one is returned."""
+async def test_handled_results_hedge_and_the_original_result_is_returned(clock: FakeTimeProvider) -> None:
+    """`handle_result` makes results hedgeable; when all are handled the original call's is returned."""
     replicas = Replicas({0: 503, 1: 502})
     pipeline = build(clock, delay=10, handle_result=lambda status: status >= 500)
-    assert await pipeline.execute_async(replicas) == 502
+    assert await pipeline.execute_async(replicas) == 503
     assert (
         await build(clock, delay=10, handle_result=lambda s: s >= 500).execute_async(Replicas({0: 503, 1: 200})) == 200
     )
@@ -277,6 +279,29 @@ async def test_delay_generator_chooses_each_delay(clock: FakeTimeProvider) -> No
     clock.advance(0.1)
     assert await execution == "third"
     assert asked == [1, 2]
+
+
+async def test_a_negative_generated_delay_is_fallback_mode(clock: FakeTimeProvider) -> None:
+    """A negative delay waits for the running attempt (Polly's `GetHedgingDelayAsync_GeneratorSet(-1)`):
+    no attempt starts while attempt 0 runs, the next starts when it fails."""
+    release = asyncio.Event()
+
+    async def slow_then_fail(*_: object) -> str:
+        context = get_context()
+        assert context is not None
+        if context.attempt == 0:
+            await release.wait()
+            raise ConnectionError("attempt 0")
+        return f"attempt {context.attempt}"
+
+    pipeline = build(clock, max_hedged_attempts=2, delay=0, delay_generator=lambda _args: -1)
+    execution = asyncio.ensure_future(pipeline.execute_async(slow_then_fail))
+    await spin()
+    clock.advance(3600)
+    await spin()
+    assert not execution.done()  # a delay of 0 would have launched attempts 1 and 2 at once
+    release.set()
+    assert await execution == "attempt 1"
 
 
 async def test_action_generator_gives_hedged_attempts_another_callable(clock: FakeTimeProvider) -> None:
@@ -454,10 +479,10 @@ async def test_a_lock_outside_hedging_is_one_lease_for_every_attempt(clock: Fake
     assert names == ["OnLockAcquired", "OnLockReleased"]
 
 
-async def test_settle_returns_the_winner_or_the_last_failure(clock: FakeTimeProvider) -> None:
-    """`settle_async` gives `Ok(winner)`, or `Err(last handled failure)`."""
+async def test_settle_returns_the_winner_or_the_original_failure(clock: FakeTimeProvider) -> None:
+    """`settle_async` gives `Ok(winner)`, or `Err(the original call's handled failure)`."""
     assert await build(clock, delay=10).settle_async(Replicas({0: ConnectionError(), 1: 7})) == Ok(7)
-    outcome = await build(clock, delay=10).settle_async(Replicas({0: ConnectionError(), 1: LookupError()}))
+    outcome = await build(clock, delay=10).settle_async(Replicas({0: LookupError(), 1: ConnectionError()}))
     assert isinstance(outcome.error, LookupError)
 
 

@@ -119,9 +119,29 @@ def test_an_abandoned_launch_no_longer_runs() -> None:
     assert state.settled
 
 
+def test_the_last_abandoned_launch_of_an_aborted_execution_finishes_it() -> None:
+    """The caller aborted after its attempt's handled end: the queued hedge never starts, the last outcome is the answer."""
+    state = started()
+    state.delay_passed(1, aborted=False)
+    assert state.take_due() == 1  # launched: queued for a pool thread
+    assert not state.ended(0, FAILED, handled=True, aborted=True)
+    assert state.take_due() is None
+    assert state.abandoned(1)
+    assert state.settled
+    assert state.final is FAILED
+
+
 @pytest.mark.parametrize(
     ("generated", "expected"),
-    [(None, 2.0), (0.5, 0.5), (dt.timedelta(milliseconds=20), 0.02), (-1, 0.0), (math.inf, math.inf), (3, 3.0)],
+    [
+        (None, 2.0),
+        (0.5, 0.5),
+        (dt.timedelta(milliseconds=20), 0.02),
+        (-1, math.inf),
+        (dt.timedelta(seconds=-1), math.inf),
+        (math.inf, math.inf),
+        (3, 3.0),
+    ],
 )
 def test_generated_delays(generated: object, expected: float) -> None:
     """None keeps the default; negative is 0; a timedelta and infinity are accepted."""

@@ -165,13 +165,23 @@ def test_a_handled_failure_hedges_at_once_on_the_callers_thread(clock: FakeTimeP
     assert set(replicas.threads.values()) == {threading.get_ident()}
 
 
-def test_every_attempt_handled_raises_the_last(clock: FakeTimeProvider) -> None:
-    """All handled: the last exception propagates unchanged."""
-    last = ConnectionError("last")
-    replicas = Replicas(clock, {0: ConnectionError("first"), 1: last})
+def test_a_negative_generated_delay_is_fallback_mode(clock: FakeTimeProvider) -> None:
+    """A negative generated delay is Polly's fallback mode (`GetHedgingDelayAsync_GeneratorSet(-1)`):
+    nothing starts on the pool; the next attempt runs on the caller's thread after a failure."""
+    replicas = Replicas(clock, {0: ConnectionError(), 1: "second"}, advance=3600)
+    pipeline = build(clock, max_hedged_attempts=2, delay=0, delay_generator=lambda _args: -1)
+    assert pipeline.execute(replicas) == "second"
+    assert replicas.started == [0, 1]
+    assert set(replicas.threads.values()) == {threading.get_ident()}
+
+
+def test_every_attempt_handled_raises_the_original(clock: FakeTimeProvider) -> None:
+    """All handled: the original call's exception propagates unchanged, as in Polly."""
+    original = ConnectionError("first")
+    replicas = Replicas(clock, {0: original, 1: ConnectionError("last")})
     with pytest.raises(ConnectionError) as caught:
         build(clock, delay=5).execute(replicas)
-    assert caught.value is last
+    assert caught.value is original
 
 
 def test_parallel_mode_runs_every_hedge_on_the_pool(clock: FakeTimeProvider) -> None:
@@ -310,6 +320,51 @@ def test_a_hedge_still_queued_when_the_execution_ends_never_runs(
         release.set()
 
 
+def test_a_hedge_queued_behind_a_saturated_pool_runs_on_the_waiting_caller(
+    clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 0 failed while the hedge waits for a pool thread: the idle caller runs it itself."""
+    pool = HedgingPool(size=1)
+    monkeypatch.setattr(hedging_module, "POOL", pool)
+    busy, release = threading.Event(), threading.Event()
+    pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT)))
+    assert busy.wait(REAL_WAIT)
+    try:
+        replicas = Replicas(clock, {0: ConnectionError("primary down"), 1: "hedge"}, advance=1)
+        assert build(clock, delay=1).execute(replicas) == "hedge"
+        assert replicas.threads[1] == threading.get_ident()
+    finally:
+        release.set()
+
+
+def test_an_aborted_execution_withdraws_its_queued_hedge(
+    clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outer timeout fires while the hedge waits for a pool thread: it never starts, nothing waits for it."""
+    pool = HedgingPool(size=1)
+    monkeypatch.setattr(hedging_module, "POOL", pool)
+    busy, release, freed = threading.Event(), threading.Event(), threading.Event()
+    pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT), freed.set()))
+    assert busy.wait(REAL_WAIT)
+
+    def times_out(context: ResilienceContext) -> str:
+        clock.advance(2)  # the outer deadline, 3 s after the start; the hedge is queued since 1 s
+        assert context.signal.wait(REAL_WAIT)
+        context.signal.raise_if_aborted()
+        return "never"
+
+    replicas = Replicas(clock, {0: times_out}, advance=1)
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_timeout(3).add_hedging(delay=1).build()
+    try:
+        with pytest.raises(TimeoutRejectedError):
+            pipeline.execute(replicas)
+        assert not freed.is_set(), "the execution waited for the pool's thread"
+    finally:
+        release.set()
+    assert replicas.started == [0]
+    assert clock.pending_timers == 0
+
+
 def test_the_pool_is_bounded_and_withdraws_queued_jobs() -> None:
     """At most `size` threads; a queued job can be withdrawn; idle threads end."""
     pool = HedgingPool(size=2, idle_seconds=0.01)
@@ -400,12 +455,13 @@ def test_delay_generator_chooses_each_delay(clock: FakeTimeProvider) -> None:
     assert replicas.ended == {0: "raised OperationAbortedError", 1: "raised OperationAbortedError", 2: "returned"}
 
 
-def test_handled_results_hedge_and_the_last_result_is_returned(clock: FakeTimeProvider) -> None:
+def test_handled_results_hedge_and_the_original_result_is_returned(clock: FakeTimeProvider) -> None:
     """`handle_result` makes results hedgeable (at once, on the caller's thread); when all are
-    handled the last one is returned; an unhandled result wins."""
+    handled the original call's is returned (Polly's `..._AllAttemptsFail..._OriginalCallIsTheSlowest`
+    returns the primary's too); an unhandled result wins."""
     events: list[TelemetryEvent] = []
     replicas = Replicas(clock, {0: 503, 1: 502})
-    assert build(clock, events, delay=10, handle_result=lambda status: status >= 500).execute(replicas) == 502
+    assert build(clock, events, delay=10, handle_result=lambda status: status >= 500).execute(replicas) == 503
     assert replicas.started == [0, 1]
     assert set(replicas.threads.values()) == {threading.get_ident()}
     reported = [e for e in events if e.name == "ExecutionAttempt"]
@@ -457,10 +513,10 @@ def test_retry_around_hedging_runs_a_hedged_execution_per_retry(auto_clock: Fake
     assert retry_attempts == [0]
 
 
-def test_settle_returns_the_winner_or_the_last_failure(clock: FakeTimeProvider) -> None:
-    """`settle` gives `Ok(winner)`, or `Err(last handled failure)`."""
+def test_settle_returns_the_winner_or_the_original_failure(clock: FakeTimeProvider) -> None:
+    """`settle` gives `Ok(winner)`, or `Err(the original call's handled failure)`."""
     assert build(clock, delay=10).settle(Replicas(clock, {0: ConnectionError(), 1: 7})) == Ok(7)
-    last = LookupError("last")
-    outcome = build(clock, delay=10).settle(Replicas(clock, {0: ConnectionError(), 1: last}))
+    original = LookupError("first")
+    outcome = build(clock, delay=10).settle(Replicas(clock, {0: original, 1: ConnectionError("last")}))
     assert isinstance(outcome, Err)
-    assert outcome.error is last
+    assert outcome.error is original

@@ -281,3 +281,11 @@ def test_decider_matches_take() -> None:
         assert decide("k") == pytest.approx(wait)
     with pytest.raises(ValidationError):
         store._decider(0, 1.0, None, "token_bucket")
+
+
+def test_a_bool_limit_is_refused_even_after_the_same_int_limit() -> None:
+    """`True == 1` and hashes alike: the memory store's checked-arguments cache must not let it through."""
+    store = MemoryRateLimitStore(FakeTimeProvider())
+    assert store.take("b", 1, 1.0) == 0.0
+    with pytest.raises(ValidationError, match="limit"):
+        store.take("b", True, 1.0)  # type: ignore[arg-type]

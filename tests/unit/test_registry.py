@@ -11,6 +11,7 @@ import pytest
 
 from resilience import (
     BrokenCircuitError,
+    RateLimiterRejectedError,
     ResilienceContext,
     ResiliencePipeline,
     ResiliencePipelineBuilder,
@@ -21,23 +22,12 @@ from resilience import (
 )
 from resilience.telemetry import TelemetryEvent, TelemetryOptions
 from resilience.testing import FakeTimeProvider
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Hashable
 
-MODES = ["sync", "async"]
 SEEN: ResiliencePropertyKey[list[int]] = ResiliencePropertyKey("seen")
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 class Stamp:
@@ -383,3 +373,115 @@ def test_reload_under_load_never_shows_a_half_built_pipeline() -> None:
     assert counts[1] > 0
     assert len(versions) > 1
     assert pipeline.execute(seen) == [1_001] * 6
+
+
+# -- limiter state across reloads -------------------------------------------------------------
+
+
+def _concurrency_of_two(builder: ResiliencePipelineBuilder, _key: Hashable) -> None:
+    builder.add_concurrency_limiter(2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_concurrency_limit_holds_across_reloads(mode: str) -> None:
+    """Two holders keep both permits through 5 reloads: every newcomer is rejected; then freed."""
+    registry = ResiliencePipelineRegistry()
+    pipeline = registry.get_or_add("k", _concurrency_of_two)
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def hold() -> None:
+        entered.release()
+        assert release.wait(timeout=30)
+
+    holders = [threading.Thread(target=pipeline.execute, args=(hold,)) for _ in range(2)]
+    for holder in holders:
+        holder.start()
+    for _ in holders:
+        assert entered.acquire(timeout=30)
+    admitted = 0
+    for _ in range(5):
+        registry.reload("k")
+        for _ in range(2):
+            try:
+                await run(pipeline, lambda: None, mode)
+            except RateLimiterRejectedError:
+                continue
+            admitted += 1
+    release.set()
+    for holder in holders:
+        holder.join(timeout=30)
+    assert admitted == 0
+    assert await run(pipeline, lambda: "free", mode) == "free"  # the holders' permits came back
+
+
+def test_a_concurrency_limit_of_two_is_never_exceeded_while_reloading() -> None:
+    """8 threads execute in a loop while the registry reloads 5 times: at most 2 run at once."""
+    registry = ResiliencePipelineRegistry()
+    pipeline = registry.get_or_add("k", _concurrency_of_two)
+    lock = threading.Lock()
+    running = [0, 0]  # now, most
+    stop = threading.Event()
+
+    def busy() -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        stop.wait(0.002)
+        with lock:
+            running[0] -= 1
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                pipeline.execute(busy)
+            except RateLimiterRejectedError:
+                stop.wait(0.001)
+
+    workers = [threading.Thread(target=loop) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for _ in range(5):
+        stop.wait(0.05)
+        registry.reload("k")
+    stop.wait(0.05)
+    stop.set()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert 1 <= running[1] <= 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_rate_limit_holds_across_reloads(mode: str) -> None:
+    """5 per 10 s, reloaded 5 times within the window: 5 admitted in all; the window then refills."""
+    clock = FakeTimeProvider()
+    registry = ResiliencePipelineRegistry(time_provider=clock)
+    pipeline = registry.get_or_add("k", lambda builder, _key: builder.add_rate_limiter(5, per=10))
+    admitted = 0
+    for _ in range(6):
+        for _ in range(6):
+            try:
+                await run(pipeline, lambda: None, mode)
+            except RateLimiterRejectedError:
+                continue
+            admitted += 1
+        registry.reload("k")
+    assert admitted == 5
+    clock.advance(10)
+    await run(pipeline, lambda: None, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_reload_that_changes_a_limiters_options_starts_it_fresh(mode: str) -> None:
+    """New options are a new limiter (as a new circuit is): 5 per 10 s becomes 6 per 10 s, all free."""
+    clock = FakeTimeProvider()
+    registry = ResiliencePipelineRegistry(time_provider=clock)
+    limits = [5]
+    pipeline = registry.get_or_add("k", lambda builder, _key: builder.add_rate_limiter(limits[0], per=10))
+    for _ in range(5):
+        await run(pipeline, lambda: None, mode)
+    limits[0] = 6
+    registry.reload("k")
+    for _ in range(6):
+        await run(pipeline, lambda: None, mode)
+    with pytest.raises(RateLimiterRejectedError):
+        await run(pipeline, lambda: None, mode)

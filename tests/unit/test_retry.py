@@ -21,25 +21,11 @@ from resilience import (
     use_context,
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
+from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from resilience.strategies import OnRetryArguments, RetryDelayArguments
     from resilience.testing import FakeTimeProvider
-
-MODES = ["sync", "async"]
-
-
-async def run(pipeline: ResiliencePipeline, fn: Callable[[], Any], mode: str) -> Any:
-    """Run a plain function through the pipeline, sync or as an async callable."""
-    if mode == "sync":
-        return pipeline.execute(fn)
-
-    async def afn() -> Any:
-        return fn()
-
-    return await pipeline.execute_async(afn)
 
 
 class Flaky:

@@ -6,6 +6,9 @@ One source decides whether an execution gets chaos (Polly's `ChaosStrategy.Shoul
 2. then `injection_rate_generator(args)` if given, else `injection_rate`, clamped to 0..1;
 3. then one draw from the time provider's `random()`: inject when the draw is below the rate.
 
+Before each generator runs, the execution's signal is checked (Polly): an execution whose
+signal aborted raises its reason and no generator runs for it.
+
 The draw comes from the provider, so `FakeTimeProvider(seed=...)` repeats the same injections.
 The sync and async twins differ only in awaiting a generator's awaitable.
 """
@@ -155,12 +158,14 @@ class Injection:
             if not self.enabled:
                 return False
         else:
+            context.raise_if_aborted()  # no generator runs for an execution that is over
             on = generator(_enabled_arguments(context))
             if on is not True and (on is False or not _plain(generator, on)):
                 return False
         rate_generator = self.rate_generator
         if rate_generator is None:
             return self._draw() < self.rate
+        context.raise_if_aborted()
         rate = rate_generator(_rate_arguments(context))
         if type(rate) is not float:
             rate = _plain(rate_generator, rate)
@@ -173,12 +178,14 @@ class Injection:
             if not self.enabled:
                 return False
         else:
+            context.raise_if_aborted()
             on = generator(_enabled_arguments(context))
             if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
                 return False
         rate_generator = self.rate_generator
         if rate_generator is None:
             return self._draw() < self.rate
+        context.raise_if_aborted()
         rate = rate_generator(_rate_arguments(context))
         if type(rate) is not float and inspect.isawaitable(rate):
             rate = await rate

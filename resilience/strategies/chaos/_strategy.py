@@ -1,6 +1,6 @@
 """The chaos strategies (Polly's Simmy): inject faults, latency, outcomes or behaviors on purpose.
 
-Each one asks the shared `Injection` (see `_chaos_injection`) whether this execution gets
+Each one asks the shared `Injection` (see `_injection.py`) whether this execution gets
 chaos; if not, it calls the inner pipeline unchanged. When it injects it emits its event
 (Information) and runs its `on_*_injected` callback, then:
 

@@ -2,7 +2,9 @@
 
 Polly v8's advanced breaker. A rolling window of `sampling_duration` split in ten buckets
 counts successes and handled failures while the circuit is closed; it opens when at least
-`minimum_throughput` calls were seen and the failure ratio reached `failure_ratio`. Open, it
+`minimum_throughput` calls were seen and the failure ratio reached `failure_ratio`. With
+`consecutive_failures`, a `ConsecutiveFailures` count takes the window's place (pybreaker's
+`fail_max`, Polly v7's basic breaker): it opens after that many handled failures in a row. Open, it
 rejects until `blocked_until`; the first call after that turns it half-open and is the one
 probe (a probe still running after another break duration no longer holds the slot, as in
 Polly, so a hung probe cannot keep the circuit half-open forever). A handled failure of the
@@ -21,7 +23,7 @@ from collections import deque
 
 from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
 
-__all__ = ["CircuitCore", "CircuitState", "RollingWindow", "Transition"]
+__all__ = ["CircuitCore", "CircuitState", "ConsecutiveFailures", "RollingWindow", "Transition"]
 
 _BUCKETS = 10
 
@@ -68,9 +70,11 @@ class Transition:
 class RollingWindow:
     """Successes and failures over the last `sampling_duration` seconds, in ten buckets."""
 
-    __slots__ = ("_bucket", "_buckets", "_sampling", "_width")
+    __slots__ = ("_bucket", "_buckets", "_failure_ratio", "_minimum_throughput", "_sampling", "_width")
 
-    def __init__(self, sampling_duration: float) -> None:
+    def __init__(self, sampling_duration: float, failure_ratio: float, minimum_throughput: int) -> None:
+        self._failure_ratio = failure_ratio
+        self._minimum_throughput = minimum_throughput
         self._sampling = sampling_duration
         self._width = sampling_duration / _BUCKETS
         self._buckets: deque[list[float]] = deque()
@@ -112,10 +116,45 @@ class RollingWindow:
             failures += int(bucket[2])
         return total, failures
 
+    def tripped(self, now: float) -> bool:
+        """Whether the window's health opens the circuit (checked after a handled failure)."""
+        total, failures = self.health(now)
+        return total >= self._minimum_throughput and failures / total >= self._failure_ratio
+
     def reset(self) -> None:
         """Forget everything (the circuit closed)."""
         self._buckets.clear()
         self._bucket = None
+
+
+class ConsecutiveFailures:
+    """Handled failures in a row: any success (or unhandled outcome) starts the count again."""
+
+    __slots__ = ("_count", "_threshold")
+
+    def __init__(self, threshold: int) -> None:
+        self._threshold = threshold
+        self._count = 0
+
+    def success(self, now: float) -> None:  # noqa: ARG002 - the window's shape: time does not matter here
+        """A success ends the run of failures."""
+        self._count = 0
+
+    def failure(self, now: float) -> None:  # noqa: ARG002
+        """One more handled failure in a row."""
+        self._count += 1
+
+    def health(self, now: float) -> tuple[int, int]:  # noqa: ARG002
+        """`(failures in a row, failures in a row)`: the opening's failure rate reads 1.0."""
+        return self._count, self._count
+
+    def tripped(self, now: float) -> bool:  # noqa: ARG002
+        """Whether the run of failures reached the threshold."""
+        return self._count >= self._threshold
+
+    def reset(self) -> None:
+        """Start counting again (the circuit closed)."""
+        self._count = 0
 
 
 class CircuitCore:
@@ -124,8 +163,6 @@ class CircuitCore:
     __slots__ = (
         "_blocked_until",
         "_break_duration",
-        "_failure_ratio",
-        "_minimum_throughput",
         "_opened_at",
         "_probe_until",
         "generation",
@@ -134,12 +171,20 @@ class CircuitCore:
     )
 
     def __init__(
-        self, *, failure_ratio: float, minimum_throughput: int, sampling_duration: float, break_duration: float
+        self,
+        *,
+        failure_ratio: float,
+        minimum_throughput: int,
+        sampling_duration: float,
+        break_duration: float,
+        consecutive_failures: int | None = None,
     ) -> None:
-        self._failure_ratio = failure_ratio
-        self._minimum_throughput = minimum_throughput
         self._break_duration = break_duration
-        self.window = RollingWindow(sampling_duration)
+        self.window: RollingWindow | ConsecutiveFailures = (
+            RollingWindow(sampling_duration, failure_ratio, minimum_throughput)
+            if consecutive_failures is None
+            else ConsecutiveFailures(consecutive_failures)
+        )
         self.generation = 0
         self.state = CircuitState.CLOSED
         self._blocked_until: float | None = None  # None while open: the break is still being decided
@@ -210,10 +255,7 @@ class CircuitCore:
                 window.success(now)
                 return None
             window.failure(now)
-            total, failures = window.health(now)
-            if total >= self._minimum_throughput and failures / total >= self._failure_ratio:
-                return self._open(now, pending=pending_break)
-            return None
+            return self._open(now, pending=pending_break) if window.tripped(now) else None
         if state is CircuitState.HALF_OPEN:
             return self._open(now, pending=pending_break) if handled else self._close()
         return None  # pragma: no cover - open and isolated circuits admit nobody under their generation

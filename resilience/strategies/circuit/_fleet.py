@@ -74,6 +74,7 @@ class SharedCircuitCore(CircuitCore):
     """A circuit whose openings and probes the fleet decides (see the module docstring)."""
 
     __slots__ = (
+        "_counts_shared",
         "_granted_until",
         "_probe_mine",
         "_resync",
@@ -86,14 +87,23 @@ class SharedCircuitCore(CircuitCore):
     )
 
     def __init__(
-        self, *, failure_ratio: float, minimum_throughput: int, sampling_duration: float, break_duration: float
+        self,
+        *,
+        failure_ratio: float,
+        minimum_throughput: int,
+        sampling_duration: float,
+        break_duration: float,
+        consecutive_failures: int | None = None,
     ) -> None:
         super().__init__(
             failure_ratio=failure_ratio,
             minimum_throughput=minimum_throughput,
             sampling_duration=sampling_duration,
             break_duration=break_duration,
+            consecutive_failures=consecutive_failures,
         )
+        self._counts_shared = consecutive_failures is None
+        """A ratio is the fleet's; a run of failures in a row is each process's own (it opens for all)."""
         self.shared = True
         """False while the store is unreachable: the circuit decides alone (a local circuit)."""
         self.remote_epoch = 0
@@ -174,18 +184,19 @@ class SharedCircuitCore(CircuitCore):
             return None
         state = self.state
         if state is _CLOSED:
-            if handled:
-                self.unsent_failures += 1
-            else:
-                self.unsent_successes += 1
-            if self.shared:
+            if self._counts_shared:
                 if handled:
-                    self.window.failure(now)
+                    self.unsent_failures += 1
                 else:
-                    self.window.success(now)
-                return None
+                    self.unsent_successes += 1
+                if self.shared:
+                    if handled:
+                        self.window.failure(now)
+                    else:
+                        self.window.success(now)
+                    return None
             transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
-            if transition is not None:  # opened alone while the store was unreachable: tell it later
+            if transition is not None:  # opened by this process (alone, or on its own run of failures): tell the fleet
                 self._send(Command.OPEN, self._break_duration)
             return transition
         if state is _HALF_OPEN and self.shared:

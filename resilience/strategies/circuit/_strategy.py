@@ -1,7 +1,7 @@
 """The circuit breaker strategy: its options, its factory, and the sync and async shells.
 
 The circuit itself (state under a lock, reporting of transitions) is `CircuitController`
-in `_circuit_controller.py`; its decisions are `CircuitCore` in `_circuit_core.py`.
+in `_controller.py`; its decisions are `CircuitCore` in `_core.py`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class CircuitBreakerStrategyOptions:
     failure_ratio: float = 0.1
     minimum_throughput: int = 100
     sampling_duration: Duration = 30.0
+    consecutive_failures: int | None = None
     break_duration: Duration = 5.0
     break_duration_generator: Callable[[BreakDurationGeneratorArguments], float | dt.timedelta] | None = None
     handle: Handle = None
@@ -76,7 +77,18 @@ class CircuitBreakerStrategyOptions:
         elif math.isnan(ratio) or not 0 < ratio <= 1:
             problems.add("failure_ratio", f"must be > 0 and <= 1, got {ratio!r}")
         problems.integer("minimum_throughput", self.minimum_throughput, minimum=2)
-        problems.duration("sampling_duration", self.sampling_duration, positive=True)
+        sampling = problems.duration("sampling_duration", self.sampling_duration, positive=True)
+        if self.consecutive_failures is not None:
+            problems.integer("consecutive_failures", self.consecutive_failures, minimum=1)
+            # The ratio's options mean nothing to a count of failures in a row: a value other
+            # than the default says the caller expects something this mode does not do.
+            for option, value, default in (
+                ("failure_ratio", ratio, _DEFAULTS.failure_ratio),
+                ("minimum_throughput", self.minimum_throughput, _DEFAULTS.minimum_throughput),
+                ("sampling_duration", sampling, _DEFAULTS.sampling_duration),
+            ):
+                if value is not None and value != default:
+                    problems.add(option, f"must be left at its default with consecutive_failures (got {value!r})")
         problems.duration("break_duration", self.break_duration, positive=True)
         problems.callable("break_duration_generator", self.break_duration_generator)
         check_handle(problems, self.handle)
@@ -119,6 +131,7 @@ class CircuitBreakerStrategyOptions:
             "minimum_throughput": self.minimum_throughput,
             "sampling_duration": to_seconds(self.sampling_duration),
             "break_duration": to_seconds(self.break_duration),
+            "consecutive_failures": self.consecutive_failures,
         }
         store = self.state_store
         controller: CircuitController
@@ -150,11 +163,15 @@ class CircuitBreakerStrategyOptions:
         return CircuitBreakerStrategy(controller, Handler(self.handle))
 
 
+_DEFAULTS = CircuitBreakerStrategyOptions()
+
+
 def circuit_breaker_strategy(
     *,
     failure_ratio: float = 0.1,
     minimum_throughput: int = 100,
     sampling_duration: Duration = 30.0,
+    consecutive_failures: int | None = None,
     break_duration: Duration = 5.0,
     break_duration_generator: Callable[[BreakDurationGeneratorArguments], float | dt.timedelta] | None = None,
     handle: Handle = None,
@@ -174,16 +191,24 @@ def circuit_breaker_strategy(
     the share of handled failures reached `failure_ratio`; rejects with `BrokenCircuitError`
     for `break_duration` (or what `break_duration_generator` says); then lets one probe through.
 
+    With `consecutive_failures=n` it opens instead after `n` handled failures in a row, and any
+    success (or unhandled outcome) starts the count again (pybreaker's `fail_max`, Polly v7's
+    basic breaker); `failure_ratio`, `minimum_throughput` and `sampling_duration` then stay at
+    their defaults. Everything else (break, probe, manual control, events) is the same.
+
     With a `state_store` (`resilience.stores.RedisCircuitStateStore`), every process using the
     same `circuit_key` (default `"<pipeline name>/<name>"`) shares one circuit: the ratio over
     the fleet's outcomes, one probe for the fleet, isolation from any process. Outcomes are
     counted locally and sent in the background at most every `sync_interval`; calls never wait
     for Redis, and while it is unreachable the circuit decides on local state.
+    With `consecutive_failures`, each process counts its own failures in a row, and an
+    opening decided by any process opens the circuit for the fleet.
     """
     return CircuitBreakerStrategyOptions(
         failure_ratio=failure_ratio,
         minimum_throughput=minimum_throughput,
         sampling_duration=sampling_duration,
+        consecutive_failures=consecutive_failures,
         break_duration=break_duration,
         break_duration_generator=break_duration_generator,
         handle=handle,

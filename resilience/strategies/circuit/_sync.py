@@ -34,6 +34,7 @@ from resilience._context import new_context
 from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
 from resilience._timers import TIMER_THREAD
+from resilience._validation import to_seconds
 from resilience.strategies.circuit._controller import CircuitController
 from resilience.strategies.circuit._core import CircuitState, Transition
 from resilience.strategies.circuit._fleet import SharedCircuitCore, StateCode
@@ -188,7 +189,7 @@ class CircuitSync:
             failures,
             float(options.failure_ratio),
             options.minimum_throughput,
-            core.window._sampling,
+            to_seconds(options.sampling_duration),
             core.break_duration,
             command,
             command_epoch,

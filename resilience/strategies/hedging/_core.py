@@ -7,9 +7,11 @@ launch the next attempt now, keep waiting, or finish with an outcome.
 
 - An outcome that is not handled wins at once.
 - A handled outcome launches the next attempt at once, if any is left and the caller has not
-  aborted; once none is left and nothing runs, the last handled outcome is the answer.
-- A delay that passes launches the next attempt (`delay=0`: all at once; `math.inf`: never,
-  only after a handled outcome: Polly's fallback mode).
+  aborted; once none is left and nothing runs, the original call's outcome (attempt 0's) is
+  the answer, as in Polly.
+- A delay that passes launches the next attempt (`delay=0`: all at once; `math.inf`, or a
+  negative delay from `delay_generator`: never, only after a handled outcome: Polly's fallback
+  mode).
 """
 
 from __future__ import annotations
@@ -26,18 +28,25 @@ __all__ = ["HedgingState", "generated_delay"]
 
 
 def generated_delay(generated: object, default: float) -> float:
-    """The delay to use when `delay_generator` returned `generated` (None: `default`; < 0: 0)."""
+    """The delay to use when `delay_generator` returned `generated` (None: `default`).
+
+    A negative delay means "no delay-driven launch" (`math.inf`), as in Polly, where a negative
+    hedging delay is its fallback mode: a generator's "never" sentinel must not become 0 and
+    launch every attempt at once.
+    """
     expected = "seconds (float, math.inf allowed), a timedelta, or None"
-    return max(generated_seconds(generated, default, "delay_generator", expected), 0.0)
+    seconds = generated_seconds(generated, default, "delay_generator", expected)
+    return math.inf if seconds < 0 else seconds
 
 
 class HedgingState:
     """Where one hedged execution stands: attempts launched, running, and the answer once known."""
 
-    __slots__ = ("_last", "_total", "due", "final", "finished", "launched", "running")
+    __slots__ = ("_last", "_last_wins", "_original", "_total", "due", "final", "finished", "launched", "running")
 
-    def __init__(self, max_hedged_attempts: int) -> None:
+    def __init__(self, max_hedged_attempts: int, *, last_wins: bool = False) -> None:
         self._total = max_hedged_attempts + 1
+        self._last_wins = last_wins  # every attempt handled: the last one's outcome, not the original's
         self.launched = 0
         """How many attempts were started (the next attempt's number)."""
         self.running: set[int] = set()
@@ -47,6 +56,7 @@ class HedgingState:
         self.final: Outcome[Any] | None = None
         """The answer, once `finished` (None when it finished on a `BaseException`)."""
         self._last: Outcome[Any] | None = None
+        self._original: Outcome[Any] | None = None  # attempt 0's handled outcome
 
     @property
     def can_launch(self) -> bool:
@@ -101,11 +111,13 @@ class HedgingState:
             self._finish(outcome)
             return True
         self._last = outcome
+        if attempt == 0 and not self._last_wins:
+            self._original = outcome
         if not aborted and self.launched < self._total:
             self.due = True
             return False
-        if not self.running:
-            self._finish(outcome)
+        if not self.running:  # every attempt was handled: the original call's outcome, as in Polly
+            self._finish(outcome if self._original is None else self._original)
             return True
         return False
 
@@ -117,9 +129,17 @@ class HedgingState:
         self._finish(None)
         return True
 
-    def abandoned(self, attempt: int) -> None:
-        """A launched attempt never started (the execution finished first)."""
+    def abandoned(self, attempt: int) -> bool:
+        """A launched attempt never started (the execution finished, or the caller aborted, first).
+
+        True if this made the execution finish: nothing runs any more, and the last handled
+        outcome is the answer.
+        """
         self.running.discard(attempt)
+        if self.finished or self.running or self._last is None:
+            return False
+        self._finish(self._last)
+        return True
 
     def _finish(self, outcome: Outcome[Any] | None) -> None:
         self.finished = True

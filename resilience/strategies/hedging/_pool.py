@@ -2,10 +2,10 @@
 
 Sync hedging runs the original attempt on the caller's thread and each extra attempt here.
 At most `POOL_SIZE` threads exist, made on demand and ended after `IDLE_SECONDS` without work;
-when all are busy, attempts queue (and one whose execution finished before a thread took it
-is withdrawn, never started). A thread never runs more than one attempt at a time, so the
-threads in use are exactly the hedged attempts in flight. After `os.fork()` the child starts
-with an empty pool.
+when all are busy, attempts queue (and one whose execution finished, or whose caller is free
+to run it itself, before a thread took it is withdrawn). A thread never runs more than one
+attempt at a time, so the threads in use are exactly the hedged attempts in flight. After
+`os.fork()` the child starts with an empty pool.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The hedging strategy: more attempts of the same call, the first acceptable outcome wins.
 
-`HedgingState` (`_hedging_core.py`) decides; the shells here start attempts, arm the delays
+`HedgingState` (`_core.py`) decides; the shells here start attempts, arm the delays
 and report. Each attempt runs under its own derived context (own child signal, `attempt` set
 to its number: 0 for the original, 1, 2, ... for the hedged ones).
 
@@ -10,10 +10,13 @@ Who runs an attempt:
   own attempts ends with a handled outcome (so Polly's fallback mode, `delay=math.inf`, never
   uses another thread or task);
 - an attempt whose delay passed while the others run starts elsewhere: a task of the caller's
-  loop (async) or a thread of the small shared pool (sync, `_hedging_pool.py`); that runner, in
-  turn, runs the next attempt made due by its own attempt's handled end.
+  loop (async) or a thread of the small shared pool (sync, `_pool.py`); that runner, in
+  turn, runs the next attempt made due by its own attempt's handled end;
+- a sync caller whose own attempts have ended takes back the attempts still queued in the pool
+  and runs them itself (or, once its signal aborted, drops them unstarted): it never waits for
+  a pool thread, so nested hedging and a saturated pool cannot deadlock it.
 
-When the execution finishes (a winner, or the last handled outcome), every other attempt's
+When the execution finishes (a winner, or every attempt handled), every other attempt's
 signal aborts with `OperationAbortedError`: an async attempt is cancelled (its scope turns our
 cancellation into that error), a sync one sees its signal (cooperative), and an attempt still
 queued in the pool is withdrawn. The execution returns only once no attempt runs any more, so
@@ -143,10 +146,10 @@ def hedging_strategy(
     A hedged attempt starts when the previous one has not finished within `delay`, or ended
     with a handled outcome (`handle`/`handle_result` as in retry). `delay=0` starts them all at
     once; `delay=math.inf` only after a handled outcome. `delay_generator` may choose each delay
-    (None: `delay`); `action_generator` may give a hedged attempt another callable, called with
+    (None: `delay`; negative: fallback mode); `action_generator` may give a hedged attempt another callable, called with
     the same arguments (None: the original). The other attempts are aborted, and in async
     cancelled and awaited, before the execution returns. When every attempt is handled, the
-    last outcome is returned or raised. Sync executions run hedged attempts on a small shared
+    original call's outcome is returned or raised (as in Polly). Sync executions run hedged attempts on a small shared
     thread pool: see `docs/hedging.md`.
     """
     return HedgingStrategyOptions(
@@ -172,6 +175,7 @@ class HedgingStrategy:
         "_delay_generator",
         "_handler",
         "_heard",
+        "_last_wins",
         "_max",
         "_on_hedging",
         "_telemetry",
@@ -189,6 +193,16 @@ class HedgingStrategy:
         self._telemetry: TelemetrySource = context.telemetry
         options_ = context.telemetry.options
         self._heard = bool(options_.listeners or options_.severity_provider)
+        self._last_wins = False
+
+    def last_outcome_wins(self) -> HedgingStrategy:
+        """Answer with the attempt that ended last when every attempt is handled, not the original's.
+
+        For HTTP: each attempt closes the responses the attempts before it left on its thread
+        (one connection at a time), so the original call's response is gone by then.
+        """
+        self._last_wins = True
+        return self
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
@@ -261,7 +275,7 @@ class _Run:
         self.strategy = strategy
         self.callback = callback
         self.context = context
-        self.state = HedgingState(strategy._max)
+        self.state = HedgingState(strategy._max, last_wins=strategy._last_wins)
         self._lock = threading.Lock()  # attempts end on pool threads; timers fire on others
         self.contexts: dict[int, ResilienceContext] = {}
         self.starts: dict[int, float] = {}
@@ -376,12 +390,14 @@ class _Run:
         """The context `attempt` runs under, or None if the execution finished before it started."""
         context = self.new_context(attempt)
         with self._lock:  # atomic with abort_others' snapshot: either it sees us, or we see it
-            if not self.state.finished:
+            if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
-            self.state.abandoned(attempt)
+            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
             settled = self.state.settled
         self.end_scope(context)
+        if finished:
+            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
         if settled:
             self.wake()
         return None
@@ -429,19 +445,35 @@ class _SyncRun(_Run):
     def execute(self) -> Any:
         try:
             self.run_from(self.first())
+            self.wait()
         except BaseException:
-            self.abort_all()  # interrupted on the caller's own attempt: leave at once
+            self.abort_all()  # interrupted (on an attempt of its own, or waiting): leave at once
             raise
-        with self._lock:
-            if not self.state.settled:
-                self._waiter = threading.Event()
-        if self._waiter is not None:
-            try:
-                self._waiter.wait()
-            except BaseException:
-                self.abort_all()
-                raise
         return self.result()
+
+    def wait(self) -> None:
+        """Wait until the execution settles, never for an attempt that no thread has taken.
+
+        Invariant: while the caller waits, every attempt of this execution still queued in the
+        pool is one it is about to take back (`take_queued`), so it only ever waits for attempts
+        a thread is running; nested hedging and a saturated pool cannot leave it waiting for a
+        thread that never comes.
+        """
+        while True:
+            with self._lock:
+                if self.state.settled:
+                    return
+                if self._waiter is None:
+                    self._waiter = threading.Event()
+                waiter = self._waiter
+                waiter.clear()
+            queued = self.take_queued()
+            if queued is None:
+                waiter.wait()
+            elif self.aborted:
+                self.abandon(queued[0])  # launched before the abort: it never starts
+            else:
+                queued[1]()  # here, as a pool thread would run it (in the run's contextvars)
 
     def new_context(self, attempt: int) -> ResilienceContext:
         return self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
@@ -499,7 +531,22 @@ class _SyncRun(_Run):
         job = functools.partial(self.vars.copy().run, self._job, attempt)
         with self._lock:
             self._jobs[attempt] = job
+            waiter = self._waiter
         POOL.submit(job)
+        if waiter is not None:
+            waiter.set()  # the caller waits: it may take the job back and run it itself
+
+    def take_queued(self) -> tuple[int, Callable[[], object]] | None:
+        """An attempt of ours that no pool thread took and its job, withdrawn from the pool (None if none)."""
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return None
+                attempt, job = next(iter(self._jobs.items()))
+                del self._jobs[attempt]
+            if POOL.withdraw(job):
+                return attempt, job
+            # A pool thread took it meanwhile: it runs there; look at the next one.
 
     def _job(self, attempt: int) -> None:
         with self._lock:
@@ -513,11 +560,17 @@ class _SyncRun(_Run):
         with self._lock:
             job = self._jobs.pop(attempt, None)
         if job is not None and POOL.withdraw(job):
-            with self._lock:
-                self.state.abandoned(attempt)
-                settled = self.state.settled
-            if settled:
-                self.wake()
+            self.abandon(attempt)
+
+    def abandon(self, attempt: int) -> None:
+        """`attempt` was launched and will never start."""
+        with self._lock:
+            finished = self.state.abandoned(attempt)
+            settled = self.state.settled
+        if finished:
+            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
+        if settled:
+            self.wake()
 
     def wake(self) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ after the `OnRateLimiterRejected` event and `on_rejected`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
@@ -23,6 +23,7 @@ from resilience.strategies.limiting._leased_permits import LeasedPermits
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     OnRateLimiterRejectedArguments,
+    carried,
     check_key,
     reject,
     resolve_key,
@@ -133,7 +134,7 @@ class ConcurrencyLimiterStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "name")
+    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "carry_key", "name")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         self.name = options.name
@@ -142,9 +143,25 @@ class ConcurrencyLimiterStrategy:
         self._wait = to_seconds(options.wait)
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
-        self._permits = LocalPermits(options.limit, options.queue, context.time_provider)
-        context.telemetry.observe("resilience.limiter.in_use", self._permits, LocalPermits.in_use)
-        context.telemetry.observe("resilience.limiter.queued", self._permits, LocalPermits.queued)
+        self.carry_key = (
+            context.pipeline_name,
+            context.pipeline_instance,
+            self.name,
+            "concurrency",
+            options.limit,
+            options.queue,
+        )
+        permits = carried(self.carry_key)
+        if permits is None:
+            permits = LocalPermits(options.limit, options.queue, context.time_provider)
+            context.telemetry.observe("resilience.limiter.in_use", permits, LocalPermits.in_use)
+            context.telemetry.observe("resilience.limiter.queued", permits, LocalPermits.queued)
+        # Carried permits are observed already, for as long as they live.
+        self._permits: LocalPermits = permits
+
+    def carry(self) -> tuple[tuple[Any, ...], Any]:
+        """`(carry_key, permits)` for the pipeline that replaces this one (a registry's reload)."""
+        return self.carry_key, self._permits
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a permit of its key (waiting in the queue if allowed), else reject."""

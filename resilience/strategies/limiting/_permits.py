@@ -114,15 +114,18 @@ class LocalPermits:
         """Wait up to `timeout` for a permit: True granted, False timed out, None queue full.
 
         Raises the signal's reason if it aborts while waiting (the permit, if granted in the
-        same instant, is handed on).
+        same instant, is handed on). A wait interrupted by any exception (KeyboardInterrupt, an
+        exception raised by a signal handler) leaves the queue, or hands on the permit granted
+        meanwhile, before the exception propagates.
         """
         woken = threading.Event()
         waiter = self._enqueue(key, woken.set)
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal.add_callback(lambda _reason: woken.set())
+            remove = None
             try:
+                remove = signal._add_wakeup(lambda _reason: woken.set())
                 clock = self._time
                 if type(clock) is SystemTimeProvider:
                     woken.wait(timeout)
@@ -134,8 +137,13 @@ class LocalPermits:
                         woken.wait()
                     finally:
                         timer.cancel()
+            except BaseException:
+                if self._leave(key, waiter):
+                    self.release(key)
+                raise
             finally:
-                remove()
+                if remove is not None:
+                    remove()
             if not self._leave(key, waiter):
                 signal.raise_if_aborted()
                 return False
@@ -157,7 +165,7 @@ class LocalPermits:
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal.add_callback(lambda _reason: wake())
+            remove = signal._add_wakeup(lambda _reason: wake())
             clock = self._time
             timer = None
             try:

@@ -12,12 +12,13 @@ on the pipeline's clock, whose decision the strategy calls directly (arguments c
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
-from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm
+from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, check_rate
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
 from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
@@ -32,15 +33,30 @@ if TYPE_CHECKING:
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
+    "CARRIED",
     "OnRateLimiterRejectedArguments",
     "RateLimiterStrategy",
     "RateLimiterStrategyOptions",
+    "carried",
     "rate_limiter_strategy",
     "reject",
     "resolve_key",
 ]
 
 T = TypeVar("T")
+
+CARRIED: Final[ContextVar[dict[tuple[Any, ...], Any] | None]] = ContextVar("resilience_carried", default=None)
+"""While a registry reloads a pipeline: the in-process limiter states of the one it replaces.
+
+Keyed by `(pipeline name, instance, strategy name, options that shape the state)`; a limiter
+built then with the same key takes that state (once) instead of fresh state.
+"""
+
+
+def carried(key: tuple[Any, ...]) -> Any:
+    """The state carried over for `key` from the pipeline being reloaded, or None (build fresh)."""
+    states = CARRIED.get()
+    return None if states is None else states.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,10 @@ class RateLimiterStrategyOptions:
             problems.integer("burst", self.burst, minimum=1)
             if algorithm in ALGORITHMS and algorithm != "token_bucket":
                 problems.add("burst", f"applies to the token bucket only; the {algorithm} grants `limit` per window")
+        if not problems.items and algorithm in ALGORITHMS:
+            per = to_seconds(self.per)
+            if (rate := check_rate(self.limit, per, self.burst, self.algorithm)) is not None:
+                problems.add(*rate)
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:
@@ -190,6 +210,7 @@ class RateLimiterStrategy:
         "_telemetry",
         "_time",
         "_wait",
+        "carry_key",
         "name",
         "traits",
     )
@@ -205,7 +226,22 @@ class RateLimiterStrategy:
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
         self._time: TimeProvider = context.time_provider
-        store = options.store if options.store is not None else MemoryRateLimitStore(context.time_provider)
+        self.carry_key: tuple[Any, ...] | None = None  # set when the limits are in process
+        store = options.store
+        if store is None:
+            self.carry_key = (
+                context.pipeline_name,
+                context.pipeline_instance,
+                self.name,
+                "rate",
+                self._limit,
+                self._per,
+                self._burst,
+                self._algorithm,
+            )
+            store = carried(self.carry_key)
+            if store is None:
+                store = MemoryRateLimitStore(context.time_provider)
         self._store: RateLimitStore | AsyncRateLimitStore = store
         # An in-process store decides without a call through `take` (arguments checked here, once).
         self._decide: Callable[[str], float] | None = (
@@ -219,6 +255,10 @@ class RateLimiterStrategy:
             has_async=isinstance(store, AsyncRateLimitStore),
             example="RedisRateLimitStore",
         )
+
+    def carry(self) -> tuple[tuple[Any, ...], Any] | None:
+        """`(carry_key, state)` for the pipeline that replaces this one, if the limits are in process."""
+        return None if self.carry_key is None else (self.carry_key, self._store)
 
     def _take(self, key: str) -> float:
         decide = self._decide

@@ -1,7 +1,7 @@
 """The retry strategy's decisions, as pure code: no clock, no sleep, no I/O.
 
 `RetryCore.next_delay(outcome handled?, attempt, aborted?)` says whether to retry and the
-backoff before it; the sync and async shells in `_retry.py` only call, sleep and report.
+backoff before it; the sync and async shells in `_strategy.py` only call, sleep and report.
 Delays follow Polly v8 (`RetryHelper`): constant `delay`, linear `delay * (attempt + 1)`,
 exponential `delay * 2**attempt`; jitter is ±25% for constant and linear, and Polly's
 decorrelated jitter (`DecorrelatedJitterBackoffV2`) for exponential.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from resilience._validation import generated_seconds
+from resilience._validation import MAX_DURATION, generated_seconds
 
 if TYPE_CHECKING:
     import random
@@ -26,7 +26,6 @@ Backoff: TypeAlias = Literal["constant", "linear", "exponential"]
 _JITTER_FACTOR = 0.5  # Polly: the jittered delay lies in [delay * 0.75, delay * 1.25)
 _P_FACTOR = 4.0  # Polly's DecorrelatedJitterBackoffV2 coefficients
 _RP_SCALING_FACTOR = 1 / 1.4
-_MAX_SECONDS = 10_675_199 * 86_400.0  # about TimeSpan.MaxValue: "forever" without overflowing
 
 
 def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: float) -> tuple[float, float]:
@@ -42,11 +41,11 @@ def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: flo
     try:
         following = math.pow(2, t) * math.tanh(math.sqrt(_P_FACTOR * t))
     except OverflowError:
-        return _MAX_SECONDS, math.inf
+        return MAX_DURATION, math.inf
     if math.isinf(previous):
-        return _MAX_SECONDS, previous
+        return MAX_DURATION, previous
     delay = (following - previous) * _RP_SCALING_FACTOR * base * (2.0 if attempt > 0 else 1.0)
-    return min(max(delay, 0.0), _MAX_SECONDS), following
+    return min(max(delay, 0.0), MAX_DURATION), following
 
 
 class RetryCore:
@@ -92,7 +91,7 @@ class RetryCore:
                 try:
                     delay = base * math.pow(2, attempt)
                 except OverflowError:
-                    delay = _MAX_SECONDS
+                    delay = MAX_DURATION
         else:
             delay = base * (attempt + 1) if kind == "linear" else base
             if self._jitter:
@@ -100,11 +99,11 @@ class RetryCore:
         return self.cap(delay), state
 
     def cap(self, delay: float) -> float:
-        """`delay` within [0, max_delay]."""
+        """`delay` within [0, max_delay] and never above `MAX_DURATION` (what a wait accepts)."""
         limit = self._max_delay
         if limit is not None and delay > limit:
             return limit
-        return min(max(delay, 0.0), _MAX_SECONDS)
+        return min(max(delay, 0.0), MAX_DURATION)
 
     def generated_delay(self, generated: object, backoff: float) -> float:
         """The delay to use when `delay_generator` returned `generated` (None: the backoff)."""

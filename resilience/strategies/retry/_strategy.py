@@ -118,8 +118,10 @@ class RetryStrategyOptions:
         problems.name("name", self.name)
         return problems.items
 
-    def create(self, context: StrategyBuildContext, /) -> RetryStrategy:
-        """A retry strategy for one built pipeline."""
+    def create(
+        self, context: StrategyBuildContext, /, *, time_left: Callable[[], float | None] | None = None
+    ) -> RetryStrategy:
+        """A retry strategy for one built pipeline (`time_left`: see `RetryStrategy`)."""
         core = RetryCore(
             max_retries=self.max_retries,
             delay=to_seconds(self.delay),
@@ -135,6 +137,7 @@ class RetryStrategyOptions:
             telemetry=context.telemetry,
             delay_generator=self.delay_generator,
             on_retry=self.on_retry,
+            time_left=time_left,
         )
 
 
@@ -178,7 +181,16 @@ class RetryStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_core", "_delay_generator", "_measured", "_on_retry", "_telemetry", "_time", "_traced")
+    __slots__ = (
+        "_core",
+        "_delay_generator",
+        "_measured",
+        "_on_retry",
+        "_telemetry",
+        "_time",
+        "_time_left",
+        "_traced",
+    )
 
     def __init__(
         self,
@@ -188,12 +200,19 @@ class RetryStrategy:
         telemetry: TelemetrySource,
         delay_generator: Callable[[RetryDelayArguments], object] | None,
         on_retry: Callable[[OnRetryArguments], object] | None,
+        time_left: Callable[[], float | None] | None = None,
     ) -> None:
+        """`time_left()`: seconds before a deadline no wait may reach (None: none).
+
+        A delay that reaches it ends the retries at once with the last outcome, untouched by
+        `on_retry`.
+        """
         self._core = core
         self._time = time_provider
         self._telemetry = telemetry
         self._delay_generator = delay_generator
         self._on_retry = on_retry
+        self._time_left = time_left
         options = telemetry.options
         # Attempt durations are measured only when someone may read them.
         self._measured = bool(options.listeners or options.severity_provider or on_retry)
@@ -229,6 +248,15 @@ class RetryStrategy:
         handled = error is None or core.handler.error(error, outcome)  # an Ok here is a handled result
         duration = 0.0 if started is None else self._time.monotonic() - started
         retry = core.should_retry(handled=handled, attempt=attempt, aborted=context.signal.aborted)
+        delay = 0.0
+        if retry:
+            delay, state = core.backoff_delay(attempt, state)
+            if self._delay_generator is not None:
+                generated = yield self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay)
+                delay = core.generated_delay(generated, delay)
+            if self._time_left is not None:  # a delay that outlasts the deadline: the outcome now
+                left = self._time_left()
+                retry = left is None or delay < left
         severity = Severity.WARNING if retry else Severity.ERROR if handled else Severity.INFORMATION
         arguments: Any = ExecutionAttemptArguments(attempt, duration, handled)
         self._telemetry.emit(
@@ -237,10 +265,6 @@ class RetryStrategy:
         if not retry:
             yield None, None
             return
-        delay, state = core.backoff_delay(attempt, state)
-        if self._delay_generator is not None:
-            generated = yield self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay)
-            delay = core.generated_delay(generated, delay)
         arguments = OnRetryArguments(outcome, inner, attempt, delay, duration)
         self._telemetry.emit(
             "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
