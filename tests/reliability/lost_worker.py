@@ -3,7 +3,8 @@
 `python -m tests.reliability.lost_worker PORT KEY FLAVOUR WHEN` prints, in order, what it saw:
 `lost-done` when its `on_lock_lost` (slow: 0.2 s) finished, then `returned <events>` right after
 `execute` returned (with the lock events emitted by then), then it exits at once. FLAVOUR is
-`sync` or `async`; WHEN is `renewal` (the key is deleted, a renewal finds the loss in the
+`sync` or `async` (the lock strategy), or `primitive` / `primitive-async` (`lock(client).run`,
+which has no `on_lock_lost`: only its `OnLockLost` event is told); WHEN is `renewal` (the key is deleted, a renewal finds the loss in the
 background while the body waits on its signal) or `release` (the key is deleted as the body
 ends: the final release finds the loss).
 """
@@ -11,6 +12,7 @@ ends: the final release finds the loss).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -19,7 +21,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from resilience import ResiliencePipelineBuilder, get_context
+from resilience import LockLostError, ResiliencePipelineBuilder, get_context
+from resilience.primitives import LockHandle, lock
 from resilience.stores import RedisLockStore
 from resilience.testing import capture_events
 
@@ -57,6 +60,31 @@ def main() -> None:
                 return "done"
 
             pipeline.execute(body)
+        elif flavour == "primitive":
+            client = redis.Redis(port=port)
+            locks = lock(client, ttl=TTL)
+
+            def held(handle: LockHandle) -> None:
+                admin.delete(f"lock:{key}")
+                if when == "renewal":
+                    assert handle.signal.wait(timeout=5)
+
+            with contextlib.suppress(LockLostError):
+                locks.run(key, held)
+        elif flavour == "primitive-async":
+
+            async def run_primitive() -> None:
+                locks = lock(redis.asyncio.Redis(port=port), ttl=TTL)
+
+                async def held(handle: LockHandle) -> None:
+                    admin.delete(f"lock:{key}")
+                    if when == "renewal":
+                        assert await handle.signal.wait_async(timeout=5)
+
+                with contextlib.suppress(LockLostError):
+                    await locks.run_async(key, held)
+
+            asyncio.run(run_primitive())
         else:
 
             async def run() -> None:
