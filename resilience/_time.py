@@ -10,9 +10,18 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from resilience._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
 
-__all__ = ["SYSTEM_TIME", "SystemTimeProvider", "TimeProvider", "TimerHandle", "lease_clock", "sync_call_later"]
+__all__ = [
+    "SYSTEM_TIME",
+    "SystemTimeProvider",
+    "TimeProvider",
+    "TimerHandle",
+    "lease_clock",
+    "sync_call_later",
+    "wait_event",
+]
 
 
 @runtime_checkable
@@ -156,3 +165,18 @@ def sync_call_later(time_provider: TimeProvider, delay: float, callback: Callabl
     if isinstance(time_provider, SystemTimeProvider):
         return TIMER_THREAD.call_later(delay, callback)
     return time_provider.call_later(delay, callback)
+
+
+def wait_event(time_provider: TimeProvider, event: threading.Event, seconds: float) -> None:
+    """Block until `event` is set or `seconds` pass on `time_provider`'s clock.
+
+    The system clock is real time: a plain timed wait, no timer.
+    """
+    if isinstance(time_provider, SystemTimeProvider):
+        event.wait(seconds)
+        return
+    timer = time_provider.call_later(seconds, event.set)
+    try:
+        event.wait()
+    finally:
+        timer.cancel()

@@ -45,7 +45,10 @@ def generated_seconds(value: object, default: float, generator: str, expected: s
     if isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int no float can hold: as a number, it is infinite
+            seconds = math.inf
     else:
         seconds = math.nan
     if math.isnan(seconds):
@@ -95,9 +98,8 @@ class Problems:
         if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
             self.add(option, f"must be a duration (int, float or timedelta), got {_describe(value)}")
             return None
-        seconds = to_seconds(value)
-        if math.isnan(seconds):
-            self.add(option, "must be a number, got NaN")
+        seconds = self._seconds(option, value)
+        if seconds is None:
             return None
         if math.isinf(seconds) and not (allow_inf and seconds > 0):
             self.add(option, f"must be finite, got {_describe(value)}")
@@ -113,6 +115,19 @@ class Problems:
             return None
         if seconds < 0:
             self.add(option, f"must be >= 0, got {_describe(value)}")
+            return None
+        return seconds
+
+    def _seconds(self, option: str, value: Duration) -> float | None:
+        """`value` in seconds, or None (recorded) for NaN and an int no float can hold (10**400)."""
+        try:
+            seconds = to_seconds(value)
+        except OverflowError:
+            bound = f"be at most {MAX_DURATION:g} seconds" if isinstance(value, int) and value > 0 else "be >= 0"
+            self.add(option, f"must {bound}, got {_describe(value)}")
+            return None
+        if math.isnan(seconds):
+            self.add(option, "must be a number, got NaN")
             return None
         return seconds
 

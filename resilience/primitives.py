@@ -182,6 +182,11 @@ def _is_store(client: object) -> bool:
     return isinstance(client, LockStore | AsyncLockStore | SemaphoreStore | AsyncSemaphoreStore)
 
 
+def _heartbeat_floor(ttl: float) -> float:
+    """The shortest explicit heartbeat for `ttl`: 1 ms, and a thousandth of the ttl."""
+    return max(0.001, ttl / 1000)
+
+
 # -- handles ----------------------------------------------------------------------------------
 
 
@@ -582,6 +587,12 @@ class Locks:
                         "heartbeat",
                         f"must be at most half of ttl ({seconds / 2:g}s), got {interval:g}s: the lease "
                         "could lapse before the first renewal",
+                    )
+                elif interval is not None and seconds is not None and interval < _heartbeat_floor(seconds):
+                    problems.add(
+                        "heartbeat",
+                        f"must be at least {_heartbeat_floor(seconds):g}s (1 ms and ttl/1000), got {interval:g}s: "
+                        "a renewal storm, not a heartbeat",
                     )
             problems.callable("on_renew_error", on_renew_error)
         if problems:

@@ -10,7 +10,7 @@ stores pipeline it) is one task; any other renewal is a task of its own on the l
 (never a step run outside a task). The deadline bounds each: a lease's own task is cancelled
 at its deadline, a batch's at the latest deadline in it (each lease in it is lost at its own).
 The final release runs in its own task, shielded from the caller's cancellation and bounded
-by `RELEASE_TIMEOUT`.
+by `min(RELEASE_TIMEOUT, ttl)`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease
 from resilience._lease._core import LOSE
-from resilience._lease._lease import Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
+from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["RELEASE_TIMEOUT", "AsyncLease", "acquire_lease_async"]
 
 _logger = logging.getLogger("resilience")
-
-RELEASE_TIMEOUT = 5.0
-"""How long an async release may take before it is abandoned (the lease expires anyway)."""
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 """Tasks nobody awaits (notifications, abandoned releases): referenced until done."""
@@ -180,13 +177,15 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_loop_ref", "_renew_task", "_thread")
+    __slots__ = ("_hook", "_loop_ref", "_renew_task", "_thread", "_waiter")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
         self._loop_ref = weakref.ref(asyncio.get_running_loop())
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
+        self._hook: asyncio.Task[None] | None = None  # the hook task started last
+        self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
         super().__init__(*args, **kwargs)
 
     @property
@@ -232,29 +231,71 @@ class AsyncLease(LeaseBase):
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
         loop = self._loop
         if loop is not None:
-            _on_loop(loop, self._thread, lambda: _spawn(loop, _call_async_hook(hook, *args)))
+            _on_loop(loop, self._thread, lambda: self._start_hook(loop, _call_async_hook(hook, *args)))
+
+    def _start_hook(self, loop: asyncio.AbstractEventLoop, hook: Coroutine[Any, Any, None]) -> None:
+        self._hook = _spawn(loop, hook)
+
+    def _loss_told(self) -> None:
+        _on_loop(self._loop, self._thread, self._after_hook)  # after `_call_hook`'s, in order
+
+    def _after_hook(self) -> None:
+        hook = self._hook
+        if hook is None or hook.done():
+            self._tell()
+        else:
+            hook.add_done_callback(lambda _task: self._tell())
+
+    def _tell(self) -> None:
+        told = self._told
+        if told is not None:
+            told.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def extend_async(self, ttl: float | None = None) -> bool:
-        """See `Lease.extend`."""
+        """See `Lease.extend`; a cancellation the store swallowed is raised."""
         ttl = self._extend_ttl(ttl)
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, await self._ops.renew_async(self.key, self.owner, ttl))
+        task = asyncio.current_task()
+        baseline = 0 if task is None else task.cancelling()
+        ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        _raise_if_cancelling(task, baseline)
+        return self._extended(sent, ttl, ok)
 
     async def release_async(self) -> bool:
-        """See `Lease.release`."""
-        return self._holder_releases() and await self._ops.release_async(self.key, self.owner)
+        """See `Lease.release`; a cancellation the store swallowed is raised."""
+        if not self._holder_releases():
+            return False
+        task = asyncio.current_task()
+        baseline = 0 if task is None else task.cancelling()
+        released = await self._ops.release_async(self.key, self.owner)
+        _raise_if_cancelling(task, baseline)
+        return released
 
     async def finish_async(self) -> LockLostError | None:
-        """See `Lease.finish`; the release is shielded from cancellation and bounded in time."""
+        """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
+
+        A loss's callbacks (`on_lost`) have run when it returns.
+        """
         if self._ending():
-            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp))
+            bound = self._release_bound()
+            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp, bound))
+        told = self._told
+        if self._error is not None and told is not None and not told.is_set():
+            # The loss's callbacks run on this loop: the holder returns once they have.
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
         return self._detach()
 
 
-async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> bool:
-    """Release, shielded from the caller's cancellation and abandoned after `RELEASE_TIMEOUT`.
+async def _release_bounded(
+    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, bound: float = RELEASE_TIMEOUT
+) -> bool:
+    """Release, shielded from the caller's cancellation and abandoned after `bound` seconds.
 
     An in-process store (`ops.inline`) answers at once: no task, shield or timer. Any other
     release runs whole in a task of its own that the caller awaits through a shield (never a
@@ -273,14 +314,14 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
     task = _spawn(loop, ops.release_async(key, owner))
     thread = threading.get_ident()
 
-    def bound() -> None:
+    def abandon() -> None:
         if threading.get_ident() == thread:
             task.cancel()
         else:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
 
-    timer = time_provider.call_later(RELEASE_TIMEOUT, bound)
+    timer = time_provider.call_later(bound, abandon)
     task.add_done_callback(lambda _task: timer.cancel())
     current = asyncio.current_task()
     baseline = 0 if current is None else current.cancelling()
@@ -288,7 +329,7 @@ async def _release_bounded(ops: StoreOps, key: str, owner: str, time_provider: T
         return bool(await asyncio.shield(task))
     except asyncio.CancelledError:
         if task.cancelled() and (current is None or current.cancelling() <= baseline):
-            _logger.debug("a lease release took longer than %ss and was abandoned", RELEASE_TIMEOUT)
+            _logger.debug("a lease release took longer than %ss and was abandoned", bound)
             return True
         raise
     except Exception:
@@ -334,6 +375,8 @@ async def acquire_lease_async(
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
     queued = ops.fair and schedule is not None
+    task = asyncio.current_task()
+    baseline = 0 if task is None else task.cancelling()
     while True:
         if signal is not None:
             signal.raise_if_aborted()
@@ -342,8 +385,10 @@ async def acquire_lease_async(
             token, held_for = await (
                 ops.queue_async(key, owner, params.ttl) if queued else ops.acquire_async(key, owner, params.ttl)
             )
-        except BaseException:
+            _raise_if_cancelling(task, baseline)
+        except BaseException as exc:
             _release_in_background(ops, key, owner, time_provider)
+            _raise_if_cancelling(task, baseline, exc)
             raise
         if token is not None:
             grant = (owner, token, sent, tag)
@@ -355,9 +400,11 @@ async def acquire_lease_async(
             return None, held_for
         try:
             released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
-        except BaseException:
+            _raise_if_cancelling(task, baseline)
+        except BaseException as exc:
             if queued:
                 _release_in_background(ops, key, owner, time_provider)
+            _raise_if_cancelling(task, baseline, exc)
             raise
         if released:
             schedule.woken(time_provider.monotonic())
@@ -366,3 +413,14 @@ async def acquire_lease_async(
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:
     with contextlib.suppress(RuntimeError):  # no running loop any more: nothing to send it on
         _spawn(asyncio.get_running_loop(), _release_bounded(ops, key, owner, time_provider))
+
+
+def _raise_if_cancelling(task: asyncio.Task[Any] | None, baseline: int, cause: BaseException | None = None) -> None:
+    """After a store await: raise `CancelledError` if the task was cancelled meanwhile.
+
+    A client may swallow the cancellation (redis-py's asyncio client on Python 3.11 returns the
+    reply, or raises an error of its own): the task would carry on as if never cancelled.
+    `baseline` is the task's `cancelling()` when the operation began.
+    """
+    if task is not None and task.cancelling() > baseline and not isinstance(cause, asyncio.CancelledError):
+        raise asyncio.CancelledError from cause

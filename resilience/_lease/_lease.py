@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
 from resilience._signal import Signal
-from resilience._time import SystemTimeProvider, sync_call_later
+from resilience._time import SystemTimeProvider, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -48,7 +48,16 @@ if TYPE_CHECKING:
     from resilience._lease._ops import StoreOps
     from resilience._time import TimeProvider, TimerHandle
 
-__all__ = ["Batch", "Lease", "LeaseBase", "LeaseParams", "Scheduler", "acquire_lease", "new_owner"]
+__all__ = [
+    "RELEASE_TIMEOUT",
+    "Batch",
+    "Lease",
+    "LeaseBase",
+    "LeaseParams",
+    "Scheduler",
+    "acquire_lease",
+    "new_owner",
+]
 
 _logger = logging.getLogger("resilience")
 
@@ -58,8 +67,15 @@ _LIVE: dict[int, LeaseBase] = {}
 
 _NEVER = float("inf")
 
+_HANDING_ON = 1000
+"""Milliseconds a finishing holder waits for a loss another thread recorded to be handed on (it takes microseconds)."""
+
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
+
+RELEASE_TIMEOUT = 5.0
+"""The longest a final release may take before it is abandoned (never longer than the lease's ttl:
+by then the lease has expired anyway)."""
 
 BATCH = 512
 """Renewals per store call at most: a larger batch is split, so a pool can run parts side by side."""
@@ -350,6 +366,7 @@ class LeaseBase:
         "_params",
         "_queued",
         "_scheduler",
+        "_told",
         "_tp",
         "acquired_at",
         "key",
@@ -392,6 +409,8 @@ class LeaseBase:
         self._scheduler = self._scheduler_for(time_provider)
         self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
+        # Set once the loss's callbacks (signal, `on_lost`) have run; created when they are handed on.
+        self._told: threading.Event | None = None
         self._generation = fork_generation()
         self.acquired_at = now = time_provider.monotonic()
         try:
@@ -482,6 +501,7 @@ class LeaseBase:
         if flags & LOSE:
             error = self._error
             assert error is not None
+            self._told = threading.Event()
             loss = self._loss
             runs = [self.signal._abort_deferred(error)]
             if loss is not None:
@@ -495,6 +515,7 @@ class LeaseBase:
                         self._deliver(run)
             if params.on_lost is not None:
                 self._call_hook(params.on_lost, self)
+            self._loss_told()
         if flags & REPORT and failure is not None and params.on_renew_error is not None:
             self._call_hook(params.on_renew_error, self, failure)
 
@@ -505,6 +526,10 @@ class LeaseBase:
         if flags & LOSE:
             self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`settle`)
         return flags
+
+    def _release_bound(self) -> float:
+        """How long the final release may take: `min(RELEASE_TIMEOUT, ttl)`."""
+        return min(RELEASE_TIMEOUT, self._machine.ttl)
 
     def _extend_ttl(self, ttl: float | None) -> float | None:
         """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
@@ -551,6 +576,10 @@ class LeaseBase:
 
         Exceptions are logged; an awaitable is awaited in async.
         """
+        raise NotImplementedError
+
+    def _loss_told(self) -> None:
+        """Set `_told` once the loss's callbacks, handed on just before, have run."""
         raise NotImplementedError
 
     def _abandon_in_child(self) -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
@@ -610,6 +639,34 @@ class Lease(LeaseBase):
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
         self._callbacks().submit(lambda: _call_sync_hook(hook, *args))
 
+    def _loss_told(self) -> None:
+        told = self._told
+        if told is not None:
+            self._callbacks().submit(told.set)  # the strand runs its jobs in order: after the hook
+
+    def _wait_loss_told(self) -> None:
+        """A loss known now has had its callbacks run before the holder returns (a process may exit right after).
+
+        The holder runs what its strand still queues itself (never waiting for a pool thread);
+        a callback already running elsewhere is waited for. A loss recorded by another thread
+        that is handing it on right now is given up to `_HANDING_ON` ms (real time) to get there.
+        """
+        if self._error is None or self._forked():
+            return
+        told = self._told
+        pause = threading.Event()
+        for _ in range(_HANDING_ON):
+            if told is not None:
+                break
+            pause.wait(0.001)
+            told = self._told
+        else:
+            return
+        strand = self._callbacks()
+        while not told.is_set():
+            strand.join()
+            told.wait(0.001)
+
     def extend(self, ttl: float | None = None) -> bool:
         """Push the lease out to now + `ttl` (default: the lease's ttl); False if it is gone.
 
@@ -633,14 +690,14 @@ class Lease(LeaseBase):
         """End the lease when the body ends; the loss error, if the lease was lost.
 
         Stops renewal (a renewal in flight is ignored), checks the deadline again, sends
-        exactly one release (ignoring its errors; False means lost), and detaches the signal.
+        exactly one release (ignoring its errors; False means lost; abandoned after
+        `min(RELEASE_TIMEOUT, ttl)`), runs what is left of a loss's callbacks, and detaches
+        the signal.
         """
         if self._ending():
-            try:
-                released = self._ops.release(self.key, self.owner)
-            except Exception:  # noqa: BLE001 - a failed release is ignored: the lease expires anyway
-                released = True
-            self._released(released)
+            bound = self._release_bound()
+            self._released(_release_within(self._ops, self.key, self.owner, self._tp, bound=bound, group=_group(self)))
+        self._wait_loss_told()
         return self._detach()
 
 
@@ -800,11 +857,37 @@ def _attempt(ops: StoreOps, key: str, owner: str, ttl: float, *, queued: bool) -
         raise
 
 
-def _release_quietly(ops: StoreOps, key: str, owner: str) -> None:
+def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
+    """`ops.release`; an error counts as released (logged): the lease expires anyway."""
     try:
-        ops.release(key, owner)
+        return ops.release(key, owner)
     except Exception:
-        _logger.debug("best-effort release of an interrupted acquire failed", exc_info=True)
+        _logger.debug("a lease release failed", exc_info=True)
+        return True
+
+
+def _release_within(
+    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, *, bound: float, group: Hashable
+) -> bool:
+    """The final release, abandoned after `bound` seconds on the lease's clock (then True).
+
+    An in-process store (`ops.inline`) answers at once, here. Any other release runs on the
+    pool of the key's renewal group while the holder waits for its answer or the bound: a store
+    that never answers (a silent connection, a client without socket timeout, a stopped Cluster
+    master) keeps the call, never the holder, nor the releases served by another master.
+    """
+    if ops.inline:
+        return _release_quietly(ops, key, owner)
+    done = threading.Event()
+    answer = [True]
+
+    def release() -> None:
+        answer[0] = _release_quietly(ops, key, owner)
+        done.set()
+
+    store_pool(ops.pool_owner, group).submit(release, urgent=True)
+    wait_event(time_provider, done, bound)
+    return answer[0]
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:

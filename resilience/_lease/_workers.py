@@ -107,15 +107,19 @@ class Pool:
         """How many threads the pool has now."""
         return self._threads
 
-    def submit(self, job: Callable[[], object]) -> None:
-        """Run `job()` on a pool thread (its exceptions are logged)."""
+    def submit(self, job: Callable[[], object], *, urgent: bool = False) -> None:
+        """Run `job()` on a pool thread (its exceptions are logged).
+
+        `urgent`: a caller waits for it (a final release): with no thread idle, one more starts
+        at once (up to the bound), as if the pool had stalled.
+        """
         watch = False
         with self._cond:
             self._jobs.append(job)
             if self._idle > len(self._jobs) - 1:
                 self._cond.notify()
                 return
-            if self._threads < self.eager:
+            if self._threads < self.eager or (urgent and self._threads < self.size):
                 self._start()
             elif self._threads < self.size and not self._watching:
                 self._watching = watch = True
@@ -182,30 +186,58 @@ class Pool:
 
 
 class Strand:
-    """Jobs of one lease, run one at a time and in order on a pool (never two at once)."""
+    """Jobs of one lease, run one at a time and in order on a pool (never two at once).
 
-    __slots__ = ("_jobs", "_lock", "_pool", "_running")
+    Invariants (under `_lock`): `_scheduled` while a `_drain` sits in the pool's queue, not yet
+    started; `_active` while one thread (a pool thread, or a caller in `join`) runs the jobs.
+    """
+
+    __slots__ = ("_active", "_idle", "_jobs", "_lock", "_pool", "_scheduled")
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._jobs: collections.deque[Callable[[], object]] = collections.deque()
-        self._running = False
+        self._scheduled = False
+        self._active = False
 
     def submit(self, job: Callable[[], object]) -> None:
         """Run `job()` after the strand's earlier jobs."""
         with self._lock:
             self._jobs.append(job)
-            if self._running:
+            if self._active or self._scheduled:
                 return
-            self._running = True
+            self._scheduled = True
         self._pool.submit(self._drain)
 
+    def join(self) -> None:
+        """Run the queued jobs on the calling thread, after the job running elsewhere (if any) ends.
+
+        What a holder does before it returns: its callbacks never wait for a pool thread.
+        """
+        with self._lock:
+            while self._active:
+                self._idle.wait()
+            if not self._jobs:
+                return
+            self._active = True
+        self._run()
+
     def _drain(self) -> None:
+        with self._lock:
+            self._scheduled = False
+            if self._active or not self._jobs:
+                return
+            self._active = True
+        self._run()
+
+    def _run(self) -> None:
         while True:
             with self._lock:
                 if not self._jobs:
-                    self._running = False
+                    self._active = False
+                    self._idle.notify_all()
                     return
                 job = self._jobs.popleft()
             run_logged(job, "a lease callback")

@@ -403,6 +403,9 @@ class _RedisStore:
             raise ValidationError(msg)
         self._prefix = prefix
         self._sync = None if client is None else _SyncClient(client, self._kind)
+        # Whose thread pool runs the lease engine's background calls: one per client (per
+        # connection pool), however many stores are made on it (`lock(client)` per request).
+        self._pool_owner: object = self if client is None else getattr(client, "connection_pool", client)
         self._async = None if async_client is None else _AsyncClient(async_client, self._kind)
 
         self._publish: dict[bool, str] = {}
