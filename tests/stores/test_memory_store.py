@@ -32,11 +32,15 @@ def test_ttl_is_rounded_up_to_whole_milliseconds() -> None:
     assert store.acquire("k", "b", 1.0) is not None
 
 
-def test_a_million_keys_locked_and_released_leave_nothing_behind() -> None:
-    """Bounded memory: no per-key state survives a released lease."""
+def test_many_keys_locked_and_released_leave_nothing_behind() -> None:
+    """Bounded memory: no per-key state survives a released lease.
+
+    100,000 keys: any per-key leftover shows as well as with a million, which under coverage on
+    a loaded 2-core machine came near the per-test timeout.
+    """
     store = MemoryLockStore(FakeTimeProvider())
     acquire, release = store.acquire, store.release
-    for i in range(1_000_000):
+    for i in range(100_000):
         key = f"k{i}"
         acquire(key, "o", 30.0)
         release(key, "o")
