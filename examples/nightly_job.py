@@ -54,11 +54,9 @@ def make_store() -> LockStore | AsyncLockStore:
     """The lock store every worker shares: Redis when REDIS_URL is set, else in memory."""
     url = os.environ.get("REDIS_URL")
     if url:
-        import redis
+        from resilience.stores import RedisLockStore, redis_client
 
-        from resilience.stores import RedisLockStore
-
-        client = redis.Redis.from_url(url)
+        client = redis_client(url)
         _CLIENTS.append(client)
         return RedisLockStore(client)
     return MemoryLockStore()

@@ -1,8 +1,9 @@
 """The lock and the semaphore for code that holds a Redis client but no pipeline.
 
     from resilience.primitives import lock
+    from resilience.stores import redis_client
 
-    locks = lock(redis.Redis(), ttl=30)
+    locks = lock(redis_client("redis://localhost:6379/0"), ttl=30)
     receipt = locks.run("order:42", lambda handle: charge(handle.token))
 
 `lock(client)` and `semaphore(client, limit=N)` drive the same lease engine as the pipeline's

@@ -17,6 +17,7 @@ from resilience.stores._protocols import (
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
+from resilience.stores._redis_client import async_redis_client, redis_client
 
 __all__ = [
     "AsyncLockStore",
@@ -37,4 +38,6 @@ __all__ = [
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
     "SupportsRenewMany",
+    "async_redis_client",
+    "redis_client",
 ]
