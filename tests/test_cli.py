@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from resilience import LockLostError, ResiliencePipelineBuilder, get_context
 from resilience._cli import run
 from resilience.stores import PostgresLockStore, RedisLockStore
+from resilience.testing import capture_events
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -224,3 +226,20 @@ def test_redis_keys_that_are_not_locks_are_skipped(redis_server: RedisServer) ->
     assert "left:    ?" in out.getvalue()
     store.close()
     client.close()
+
+
+def test_a_force_released_pipeline_holder_is_told_and_still_returns(target: Target) -> None:
+    """docs/cli.md: not interrupted; its next renewal aborts its signal; `execute` returns the value."""
+    pipeline = ResiliencePipelineBuilder().add_lock("job", ttl=1.5, store=target.store).build()
+
+    def body() -> tuple[str, type[BaseException] | None]:
+        context = get_context()
+        assert context is not None
+        assert run(["locks", *target.args, "release", "job", "--force"], io.StringIO()) == 0
+        assert context.signal.wait(10)  # told by its next renewal (every 0.5 s), not interrupted
+        reason = context.signal.reason
+        return "finished", None if reason is None else type(reason)
+
+    with capture_events() as events:
+        assert pipeline.execute(body) == ("finished", LockLostError)
+    assert "OnLockLost" in [event.name for event in events]

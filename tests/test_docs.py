@@ -79,3 +79,18 @@ def test_the_help_example_runs(request: pytest.FixtureRequest) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(textwrap.dedent(example), "help(resilience)", "exec"), namespace)  # noqa: S102 - our docstring
     assert namespace["charge"]("44").startswith("charged 44 with fencing token ")
+
+
+def test_pages_say_what_the_library_does() -> None:
+    """Claims that once were wrong: pybreaker's shared state exists; a sync timeout is cooperative."""
+    migration = (ROOT / "docs" / "migration.md").read_text(encoding="utf-8")
+    (row,) = [line for line in migration.splitlines() if line.startswith("| `CircuitRedisStorage`")]
+    assert "RedisCircuitStateStore" in row
+    assert "not offered" not in row
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "**A sync timeout is cooperative.**" in readme
+    assert "its late value is returned" in readme
+    cli = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "learns that its lease is lost" not in cli
+    assert "still returns it from `execute`" in cli
+    assert "at most that)" not in (ROOT / "docs" / "redis.md").read_text(encoding="utf-8")
