@@ -79,7 +79,7 @@ def note_default_store(name: str) -> None:
     _noted_default_store = True
     _logger.info(
         "%s: no store= given, so this lock excludes executions of this process only (a MemoryLockStore); "
-        "pass store=RedisLockStore(redis.Redis(...)) to lock across processes and machines",
+        "pass store=RedisLockStore(redis_client(url)) to lock across processes and machines",
         name,
     )
 
