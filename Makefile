@@ -48,7 +48,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy resilience tests/typing
 	$(BIN)/pyright tests/typing
 
-pytest: pytest-3.11 $(addprefix pytest-,$(EXTRA_PYTHONS))
+# Every interpreter's stage runs even when an earlier one fails: the run reports them all and
+# fails at the end (a red 3.11 must not hide the state of 3.12 and 3.13).
+pytest:
+	@failed=""; \
+	for stage in 3.11 $(EXTRA_PYTHONS); do \
+		$(MAKE) --no-print-directory pytest-$$stage || failed="$$failed $$stage"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAIL: the pytest stage failed on Python$$failed"; exit 1; fi; \
+	echo "== pytest passed on Python 3.11 $(EXTRA_PYTHONS)"
 
 pytest-3.11: $(STAMP)
 	@$(BIN)/python -c 'import sys; print("== pytest with coverage on Python", sys.version.split()[0]); \

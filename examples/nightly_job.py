@@ -54,11 +54,9 @@ def make_store() -> LockStore | AsyncLockStore:
     """The lock store every worker shares: Redis when REDIS_URL is set, else in memory."""
     url = os.environ.get("REDIS_URL")
     if url:
-        import redis
+        from resilience.stores import RedisLockStore, redis_client
 
-        from resilience.stores import RedisLockStore
-
-        client = redis.Redis.from_url(url)
+        client = redis_client(url)
         _CLIENTS.append(client)
         return RedisLockStore(client)
     return MemoryLockStore()
@@ -97,21 +95,27 @@ def process_worker(start: Any, results: Any) -> None:
     try:
         pipeline = build_pipeline(store)
 
-        def job() -> str:
+        def job() -> tuple[str, int | None]:
             time.sleep(1.0)  # the work: every other process, even one slow to wake, finds the lock held
-            return f"{name} ran the job with fencing token {get_lock_token()}"
+            token = get_lock_token()
+            return f"{name} ran the job with fencing token {token}", token
 
         start.wait()  # midnight: every process wakes up at once
         try:
-            results.put(pipeline.execute(job))
+            line, token = pipeline.execute(job)
+            results.put((line, token, name))
         except LockNotAcquiredError as exc:
-            results.put(f"{name} rejected: {exc}")
+            results.put((f"{name} rejected: {exc}", None, name))
     finally:
         close_store(store)
 
 
-def run_processes() -> list[str]:
-    """Round 1 with REDIS_URL: WORKERS processes race for the lock in Redis."""
+def run_processes() -> list[tuple[str, int | None, str]]:
+    """Round 1 with REDIS_URL: WORKERS processes race for the lock in Redis.
+
+    Each answers (its line, its fencing token if it ran, its name): the report table lives in
+    this process, so the winner's report is written here, with the token it held.
+    """
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(WORKERS)
     results = context.Queue()
@@ -121,7 +125,7 @@ def run_processes() -> list[str]:
     lines = [results.get(timeout=60) for _ in processes]
     for process in processes:
         process.join(timeout=60)
-    return sorted(lines, key=lambda line: "rejected" in line)
+    return sorted(lines, key=lambda line: line[1] is None)
 
 
 def print_event(event: TelemetryEvent) -> None:
@@ -171,8 +175,10 @@ def run_nights(store: LockStore | AsyncLockStore) -> None:
 
     if os.environ.get("REDIS_URL"):
         print(f"Round 1: {WORKERS} worker processes on Redis, fail fast")
-        for line in run_processes():
+        for line, token, name in run_processes():
             print(f"  {line}")
+            if token is not None:
+                table.write(token, f"report by {name}")
     else:
         print(f"Round 1: {WORKERS} workers, fail fast")
         run_threads(worker)

@@ -24,9 +24,9 @@ peak = 0
 def make_client() -> object:
     url = os.environ.get("REDIS_URL")
     if url:
-        import redis.asyncio
+        from resilience.stores import async_redis_client
 
-        return redis.asyncio.Redis.from_url(url)
+        return async_redis_client(url)
     return MemorySemaphoreStore()
 
 

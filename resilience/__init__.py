@@ -3,14 +3,15 @@
 Compose strategies with a builder (the first added is the outermost), then run callables
 through the pipeline, from sync code or asyncio:
 
-    import redis
     from resilience import ResiliencePipelineBuilder, get_lock_token, use_context
-    from resilience.stores import RedisLockStore
+    from resilience.stores import RedisLockStore, redis_client
+
+    client = redis_client("redis://localhost:6379/0")  # short socket timeouts, one retry
 
     pipeline = (
         ResiliencePipelineBuilder(name="orders")
         # one lease per order, in Redis, renewed in the background (without store=: this process only)
-        .add_lock(lambda ctx: f"order:{ctx.operation_key}", ttl=30, store=RedisLockStore(redis.Redis()))
+        .add_lock(lambda ctx: f"order:{ctx.operation_key}", ttl=30, store=RedisLockStore(client))
         .add_retry(max_retries=3, delay=0.2, backoff="exponential", handle=ConnectionError)
         .add_circuit_breaker(failure_ratio=0.5, minimum_throughput=10)
         .add_timeout(10)

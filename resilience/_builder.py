@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Concatenate, Never, NoReturn, ParamSpec, Self, TypeVar
 
 from resilience._pipeline import ResiliencePipeline
 from resilience._time import SYSTEM_TIME, TimeProvider
@@ -57,6 +57,11 @@ class PipelineBuilder:
         self._time_provider = time_provider
         self._telemetry = telemetry
         self._strategies: list[StrategyOptions | Strategy] = []
+
+    def __call__(self, *_args: Never, **_kwargs: Never) -> NoReturn:
+        """A builder is not a pipeline: `@builder` or `builder(fn)` asks for `.build()`."""
+        msg = f"{type(self).__name__} is not a pipeline: did you forget .build()? (pipeline = builder.build())"
+        raise ValidationError(msg)
 
     def add(self, strategy: StrategyOptions | Strategy, /) -> Self:
         """Append a strategy (its options, e.g. `retry_strategy(...)`, or a ready `Strategy`)."""

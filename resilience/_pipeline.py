@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience.strategies._base import Strategy
 
-__all__ = ["Decorator", "KeyedDecorator", "PipelineExecutedArguments", "ResiliencePipeline"]
+__all__ = ["Decorator", "KeyedDecorator", "PipelineExecutedArguments", "ResiliencePipeline", "require_pipeline"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -398,6 +398,17 @@ def _chain_async(plan: _Plan, context: ResilienceContext, fn: Callable[..., Awai
     if not callable(fn):
         raise _not_callable(fn, "execute_async")
     return plan.chain_async(context)
+
+
+def require_pipeline(value: object, owner: str) -> ResiliencePipeline:
+    """`value` if it is a pipeline; else a `ValidationError` that asks for `.build()` where it fits."""
+    if isinstance(value, ResiliencePipeline):
+        return value
+    if any(cls.__name__ == "PipelineBuilder" for cls in type(value).__mro__):
+        msg = f"{owner}: pipeline: got a {type(value).__name__}, not a pipeline: did you forget .build()?"
+    else:
+        msg = f"{owner}: pipeline: must be a ResiliencePipeline (a builder's .build()), got {type(value).__name__}"
+    raise ValidationError(msg)
 
 
 class ResiliencePipeline:

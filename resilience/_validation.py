@@ -57,6 +57,21 @@ def generated_seconds(value: object, default: float, generator: str, expected: s
     return seconds
 
 
+def wrong_store(store: object, wanted: str, module: str, requirement: str) -> str:
+    """What to say about a `store=` of the wrong kind: the line to write for a redis client, never a repr.
+
+    `wanted` is the store class to wrap a client in (`RedisLockStore`), importable from `module`;
+    `requirement` says what any other value must be ("must implement LockStore ...").
+    """
+    kind = type(store)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    top = kind.__module__.partition(".")[0]
+    if top in {"redis", "valkey"}:
+        call = f"{wanted}(async_client=client)" if ".asyncio" in kind.__module__ else f"{wanted}(client)"
+        return f"got a {top} client ({name}), not a store: pass {call} (from {module} import {wanted})"
+    return f"{requirement}, got {name}"
+
+
 def _describe(value: object) -> str:
     if isinstance(value, dt.timedelta):  # its repr normalises: timedelta(days=-1, seconds=86395) for -5 s
         return f"timedelta(seconds={value.total_seconds():g})"

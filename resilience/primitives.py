@@ -1,8 +1,9 @@
 """The lock and the semaphore for code that holds a Redis client but no pipeline.
 
     from resilience.primitives import lock
+    from resilience.stores import redis_client
 
-    locks = lock(redis.Redis(), ttl=30)
+    locks = lock(redis_client("redis://localhost:6379/0"), ttl=30)
     receipt = locks.run("order:42", lambda handle: charge(handle.token))
 
 `lock(client)` and `semaphore(client, limit=N)` drive the same lease engine as the pipeline's
@@ -16,7 +17,7 @@ lock strategy (`resilience._lease`), with the primitives' parameter set:
   watch the local deadline, and raise the loss error when the lease was lost, even when the
   body returned;
 - a bare `acquire` handle is never renewed nor watched: only its own `extend()` answered False
-  aborts its signal.
+  aborts its signal (not after the handle's own `release()`: nothing was lost then).
 
 Both emit the five lock events (`OnLockAcquired`, ...) with no pipeline name, and `run` /
 `hold` set the ambient lock token (`get_lock_token()`). The strategy and the primitives use the
@@ -291,7 +292,12 @@ class LockHandle:
         return self._did_release(await self._async("release").release_async())
 
     def extend(self, ttl: Duration | None = None) -> bool:
-        """Set the expiry to now + `ttl` (default: the lock's ttl); False, and the signal aborts, if gone."""
+        """Set the expiry to now + `ttl` (default: the lock's ttl); False if the lease is gone.
+
+        A lease lost to expiry or to another owner aborts the handle's signal with the loss
+        error. After this handle's own `release()` the answer is False too, but nothing was
+        lost: the signal stays as it was.
+        """
         return self._sync("extend").extend(self._extend_ttl(ttl))
 
     async def extend_async(self, ttl: Duration | None = None) -> bool:

@@ -6,10 +6,12 @@ script); the remaining branches call `resilience._cli.run` in-process, where cov
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from resilience import LockLostError, ResiliencePipelineBuilder, get_context
 from resilience._cli import run
 from resilience.stores import PostgresLockStore, RedisLockStore
+from resilience.testing import capture_events
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -71,15 +75,35 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert target.store.release("gone", "worker-3")
     queued = isinstance(target.store, RedisLockStore)  # Redis keeps a fair queue per lock: waiters are counted
 
-    def wait_in_queue() -> None:
-        # A queue entry lives 3 s after its waiter's last attempt: attempt again before each
-        # command (a subprocess can take seconds to start on a loaded machine).
-        if queued:
+    @contextlib.contextmanager
+    def waiters_in_queue() -> Iterator[None]:
+        # A queue entry lives 3 s after its waiter's last attempt, and a subprocess can take
+        # longer than that to start on a loaded machine: the two waiters attempt again every
+        # 0.2 s for as long as the command runs, as live waiters do.
+        if not queued:
+            yield
+            return
+        stop = threading.Event()
+
+        def attempt() -> None:
             assert target.store.acquire_or_queue("order:42", "waiter-a", 30)[0] is None
             assert target.store.acquire_or_queue("order:42", "waiter-b", 30)[0] is None
 
-    wait_in_queue()
-    listed = _cli("locks", *target.args, "list")
+        def keep_attempting() -> None:
+            while not stop.wait(0.2):
+                attempt()
+
+        attempt()
+        thread = threading.Thread(target=keep_attempting)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    with waiters_in_queue():
+        listed = _cli("locks", *target.args, "list")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["KEY", "TOKEN", "OWNER", "LEFT", "WAITERS"]
@@ -90,8 +114,8 @@ def test_list_show_release_as_a_subprocess(target: Target) -> None:
     assert 5 < float(left.rstrip("s")) <= 30  # the subprocess may start slowly on a loaded machine
     assert lines[-1] == "2 held"
 
-    wait_in_queue()
-    shown = _cli("locks", *target.args, "show", "order:42", script=True)
+    with waiters_in_queue():
+        shown = _cli("locks", *target.args, "show", "order:42", script=True)
     assert shown.returncode == 0, shown.stderr
     assert f"token:   {held}" in shown.stdout
     assert "owner:   worker-1-0123456789abcdef" in shown.stdout
@@ -246,3 +270,20 @@ def test_keys_and_owners_are_printed_escaped(target: Target) -> None:
     no_raw(released.getvalue())
     assert "owner owner\\n\\x1b]0;pwned\\x07\\u202e-0123456789)" in released.getvalue()
     assert len(released.getvalue().splitlines()) == 1
+
+
+def test_a_force_released_pipeline_holder_is_told_and_still_returns(target: Target) -> None:
+    """docs/cli.md: not interrupted; its next renewal aborts its signal; `execute` returns the value."""
+    pipeline = ResiliencePipelineBuilder().add_lock("job", ttl=1.5, store=target.store).build()
+
+    def body() -> tuple[str, type[BaseException] | None]:
+        context = get_context()
+        assert context is not None
+        assert run(["locks", *target.args, "release", "job", "--force"], io.StringIO()) == 0
+        assert context.signal.wait(10)  # told by its next renewal (every 0.5 s), not interrupted
+        reason = context.signal.reason
+        return "finished", None if reason is None else type(reason)
+
+    with capture_events() as events:
+        assert pipeline.execute(body) == ("finished", LockLostError)
+    assert "OnLockLost" in [event.name for event in events]

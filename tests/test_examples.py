@@ -72,6 +72,11 @@ def test_nightly_job_on_redis_runs_in_one_process_of_four(redis_server: RedisSer
     assert len(re.findall(r"process-\d+ rejected: lock 'nightly-report' is held", out)) == 3
     assert out.count("ran the job with fencing token") == 2  # and the next night, once more
     assert "refused: stale fencing token 1" in out
+    # Both nights' reports are written, round 1's by the process that held the lock, in token order.
+    (winner, token) = re.findall(r"(process-\d+) ran the job with fencing token (\d+)", out)[0]
+    (written,) = re.findall(r"Reports written: (.*)", out)
+    assert written.startswith(f"[({token}, 'report by {winner}'), (")
+    assert written.count("report by") == 2
 
 
 def _free_port() -> int:

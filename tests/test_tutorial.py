@@ -178,7 +178,7 @@ def test_the_tutorial_runs_end_to_end(tmp_path: Path, redis_server: RedisServer)
     assert ran == [
         "python flaky_api.py &",
         "python fetch.py",
-        "python nightly.py & python nightly.py; wait",
+        "python nightly.py & other=$!; python nightly.py; wait $other",
         "python stale_writer.py",
         "python nightly.py --every 10 &",
     ]
@@ -199,3 +199,19 @@ def test_the_matcher_needs_every_shown_line() -> None:
     assert _unmatched(["a ...", "c"], ["a 1", "b"], ports) == ["c"]
     assert _unmatched(["same", "same"], ["same"], ports) == ["same"]
     assert _unmatched(["on http://127.0.0.1:8765"], ["on http://127.0.0.1:1"], ports) == []
+
+
+def test_the_tutorial_is_followable_in_one_shell() -> None:
+    """Install from a clone first; background jobs stopped by the pids noted, never `kill %n`; a bare
+    `wait` never waits for the API server; the 16-digit token explained before it is printed."""
+    text = TUTORIAL.read_text(encoding="utf-8")
+    installs = [line for line in text.splitlines() if line.startswith("pip install")]
+    assert installs[0].startswith("pip install -e ")  # the clone, until the package is published
+    assert "kill %" not in text
+    assert not re.search(r"; wait\s*$", text, re.MULTILINE)
+    started = re.findall(r"^\$ (.*)&$", text, re.MULTILINE)
+    noted = re.findall(r"^(\w+_pid)=\$!$", text, re.MULTILINE) + re.findall(r"& (\w+_pid)=\$!`", text)
+    assert len(noted) == len(started) + 1  # the second instance is started in the prose
+    (stop,) = re.findall(r"`kill (\$\w+(?: \$\w+)*)`", text)
+    assert sorted(stop.replace("$", "").split()) == sorted(noted)
+    assert text.index("16-digit") < text.index("report written with fencing token")

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import httpx
 
 from resilience._context import current_context
+from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority, discarder, is_response
 from resilience.telemetry._otel import CONTEXT_TAGS
 
@@ -447,7 +448,7 @@ class ResilientTransport(httpx.BaseTransport):
     """
 
     def __init__(self, pipeline: ResiliencePipeline, transport: httpx.BaseTransport | None = None) -> None:
-        self.pipeline = pipeline
+        self.pipeline = require_pipeline(pipeline, "ResilientTransport")
         self.transport = httpx.HTTPTransport() if transport is None else transport
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -471,7 +472,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, pipeline: ResiliencePipeline, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.pipeline = pipeline
+        self.pipeline = require_pipeline(pipeline, "AsyncResilientTransport")
         self.transport = httpx.AsyncHTTPTransport() if transport is None else transport
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -27,6 +27,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from resilience._context import current_context
+from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
 from resilience.http._transport import (
     _GRACE,
@@ -177,10 +178,11 @@ class ResilientHTTPAdapter(HTTPAdapter):
         pool_maxsize: int = 10,
         pool_block: bool = False,
     ) -> None:
+        checked = require_pipeline(pipeline, "ResilientHTTPAdapter")
         super().__init__(
             pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=0, pool_block=pool_block
         )
-        self.pipeline = pipeline
+        self.pipeline = checked
 
     def send(  # noqa: PLR0917 - requests' signature
         self,

@@ -18,6 +18,7 @@ from resilience.stores._protocols import (
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
+from resilience.stores._redis_client import async_redis_client, redis_client
 
 __all__ = [
     "AsyncLockStore",
@@ -39,4 +40,6 @@ __all__ = [
     "SupportsReleaseNotification",
     "SupportsRenewMany",
     "SupportsRenewalGroups",
+    "async_redis_client",
+    "redis_client",
 ]

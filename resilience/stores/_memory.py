@@ -401,6 +401,18 @@ class MemoryLockStore(_MemoryStore):
         self._notify(callbacks)
         return released
 
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it: True if it was held, False if it was free.
+
+        The holder is not interrupted: its next renewal answers False and it learns of the loss
+        as after an expiry (the way to test a lost lease on a fake clock, where renewals keep a
+        lease alive however far the clock moves: docs/testing.md). Waiters are woken as by a
+        release.
+        """
+        with self._mutex:
+            lease = self._live(key, self._now())
+        return lease is not None and self.release(key, lease[0])
+
     async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
         return self._acquire(key, owner, ttl, join=False)

@@ -195,29 +195,82 @@ class _PostgresStore:
         yours) is committed, as `pool.connection()` would; `putconn` rolls back a failed one.
         """
         pool = self._sync_pool(method)
-        conn = pool.getconn()
         try:
-            cursor = conn.execute(query, params)
-            result = cursor.fetchone() if fetch else cursor.rowcount
-            if not conn.autocommit:
-                conn.commit()
-        finally:
-            pool.putconn(conn)
+            conn = pool.getconn()
+            try:
+                cursor = conn.execute(query, params)
+                result = cursor.fetchone() if fetch else cursor.rowcount
+                if not conn.autocommit:
+                    conn.commit()
+            finally:
+                pool.putconn(conn)
+        except Exception as exc:
+            if (cause := self._explain(exc, pool)) is not None:
+                raise exc from cause
+            raise
         return result
 
     async def _execute_async(
         self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False
     ) -> Any:
         pool = await self._get_async_pool(method)
-        conn = await pool.getconn()
         try:
-            cursor = await conn.execute(query, params)
-            result = await cursor.fetchone() if fetch else cursor.rowcount
-            if not conn.autocommit:
-                await conn.commit()
-        finally:
-            await pool.putconn(conn)
+            conn = await pool.getconn()
+            try:
+                cursor = await conn.execute(query, params)
+                result = await cursor.fetchone() if fetch else cursor.rowcount
+                if not conn.autocommit:
+                    await conn.commit()
+            finally:
+                await pool.putconn(conn)
+        except Exception as exc:
+            if (cause := await self._explain_async(exc, pool)) is not None:
+                raise exc from cause
+            raise
         return result
+
+    def _explain(self, exc: Exception, pool: Any) -> Exception | None:
+        """Say what a store error means where psycopg does not; the error keeps its type.
+
+        A missing table gets a note naming `create_schema()`. A pool that timed out waiting
+        for a connection says nothing of why; one direct connection attempt finds the real
+        cause (refused, bad password, no such database): a note, and the error's cause.
+        """
+        if not self._timed_out(exc):
+            return None
+        psycopg, _ = _psycopg()
+        conninfo, kwargs = self._conninfo_of(pool)
+        try:
+            psycopg.connect(conninfo, **kwargs).close()
+        except psycopg.Error as cause:
+            return self._noted(exc, cause)
+        return None
+
+    async def _explain_async(self, exc: Exception, pool: Any) -> Exception | None:
+        """See `_explain`."""
+        if not self._timed_out(exc):
+            return None
+        psycopg, _ = _psycopg()
+        conninfo, kwargs = self._conninfo_of(pool)
+        try:
+            await (await psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
+        except psycopg.Error as cause:
+            return self._noted(exc, cause)
+        return None
+
+    def _timed_out(self, exc: Exception) -> bool:
+        """Whether `exc` is a pool timeout (worth a connection attempt); notes a missing table."""
+        psycopg, psycopg_pool = _psycopg()
+        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
+            exc.add_note(
+                f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
+                "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
+            )
+        return isinstance(exc, psycopg_pool.PoolTimeout)
+
+    def _noted(self, exc: Exception, cause: Exception) -> Exception:
+        exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(cause).strip()}")
+        return cause
 
     def _conninfo_of(self, pool: Any) -> tuple[str, dict[str, Any]]:
         if self._conninfo is not None:
@@ -235,14 +288,25 @@ class _PostgresStore:
 
     def create_schema(self) -> None:
         """Create the sequence, the table (and functions) if missing; safe to call concurrently."""
-        with self._sync_pool("create_schema").connection() as conn, conn.transaction():
-            conn.execute(self._sql.schema)
+        pool = self._sync_pool("create_schema")
+        try:
+            with pool.connection() as conn, conn.transaction():
+                conn.execute(self._sql.schema)
+        except Exception as exc:
+            if (cause := self._explain(exc, pool)) is not None:
+                raise exc from cause
+            raise
 
     async def create_schema_async(self) -> None:
         """See `create_schema`."""
         pool = await self._get_async_pool("create_schema_async")
-        async with pool.connection() as conn, conn.transaction():
-            await conn.execute(self._sql.schema)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute(self._sql.schema)
+        except Exception as exc:
+            if (cause := await self._explain_async(exc, pool)) is not None:
+                raise exc from cause
+            raise
 
     # -- release notification ------------------------------------------------------------------
 

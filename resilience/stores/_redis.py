@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, cast
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
+from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
 if TYPE_CHECKING:
@@ -138,6 +139,8 @@ class _SyncClient:
         self._source = source
         self._owner = owner
         self._client: Any = source if _is_client(source) else None
+        if self._client is not None:
+            warn_if_untimed(source, owner)
         self._lock = threading.Lock()
 
     def get(self) -> Any:
@@ -148,6 +151,7 @@ class _SyncClient:
                     if not _is_client(client) or _is_asyncio_client(client) or _is_pipeline(client):
                         msg = f"{self._owner}: the client= factory must return a sync redis client, got {client!r}"
                         raise ValidationError(msg)
+                    warn_if_untimed(client, self._owner)
                     self._client = client
         return self._client
 
@@ -194,6 +198,7 @@ class _AsyncClient:
             if not _is_asyncio_client(source) and type(source).__module__.startswith(("redis.", "valkey.")):
                 msg = f"{owner}: async_client= takes an asyncio client; pass this sync client as client="
                 raise ValidationError(msg)
+            warn_if_untimed(source, owner)
             self._client = source
         elif inspect.isawaitable(source):
             self._pending = source
@@ -221,6 +226,7 @@ class _AsyncClient:
         if not _is_client(client) or _is_pipeline(client):
             msg = f"{self._owner}: async_client= must produce an asyncio redis client, got {client!r}"
             raise ValidationError(msg)
+        warn_if_untimed(client, self._owner)
         self._client = client
         return client
 

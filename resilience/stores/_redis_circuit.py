@@ -29,6 +29,7 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from resilience._validation import wrong_store
 from resilience.stores._redis import _AsyncClient, _check_str, _is_client, _RedisStore
 from resilience.stores._redis_scripts import LuaScript
 
@@ -324,4 +325,4 @@ def check_state_store(value: object) -> str | None:
     """A problem with `state_store=`, or None."""
     if value is None or isinstance(value, RedisCircuitStateStore):
         return None
-    return f"must be a RedisCircuitStateStore, got {value!r}"
+    return wrong_store(value, "RedisCircuitStateStore", "resilience.stores", "must be a RedisCircuitStateStore")

@@ -54,7 +54,7 @@ __all__ = [
 QUEUE_ENTRY_MS = 3_000
 """How long a waiter's queue entry lives (ms) unless it tries again; a waiter tries at least
 once a second (the backoff cap), so only a crashed or stuck waiter drops out, and a crashed
-head delays the lock by at most this much."""
+head delays the lock by at most this much plus the next waiter's backoff step (1 s at most)."""
 QUEUE_BOUND = 1_000
 """At most this many waiters queue per lock; more keep polling outside the queue."""
 

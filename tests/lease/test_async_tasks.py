@@ -47,16 +47,18 @@ async def test_renewals_under_asyncio_timeout_never_fail() -> None:
     store = TimeoutStore()
     pipeline = (
         ResiliencePipelineBuilder(telemetry=TelemetryOptions(listeners=[events]))
-        .add_lock("k", ttl=0.15, store=store)
+        .add_lock("k", ttl=0.9, store=store)
         .build()
     )
 
     async def body() -> str:
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(1.2)
         return "done"
 
+    # Renewals every 0.3 s: a loaded machine may delay one (a 0.15 s ttl was lost to that), and
+    # a renewal that fails as the bug did never counts.
     assert await pipeline.execute_async(body) == "done"
-    assert store.renewals >= 3
+    assert store.renewals >= 2
     assert events.named("OnLockRenewalFailed") == []
     assert events.named("OnLockLost") == []
 

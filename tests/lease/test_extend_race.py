@@ -61,9 +61,12 @@ def _check(store: LateReplyStore, handle: LockHandle) -> None:
     """For a while after the late reply: the local deadline stays within the store's expiry."""
     end = time.monotonic() + 0.4
     while time.monotonic() < end:
+        # The clock is read before expires_in() reads it: the holder's deadline is at most
+        # now + left however long a loaded machine pauses between the two reads.
+        now = time.monotonic()
         left = handle.expires_in()
         assert left <= 0.5 + 1e-6, f"expires_in() claims {left:.3f}s after extend(0.5)"
-        assert time.monotonic() + left <= store.expiry() + 1e-3
+        assert now + left <= store.expiry() + 1e-3
         time.sleep(0.01)
 
 
@@ -89,9 +92,10 @@ async def test_a_late_async_renewal_reply_does_not_undo_an_extend() -> None:
             await asyncio.sleep(0.005)
         end = time.monotonic() + 0.4
         while time.monotonic() < end:
+            now = time.monotonic()  # before expires_in() reads the clock, as in _check
             left = handle.expires_in()
             assert left <= 0.5 + 1e-6
-            assert time.monotonic() + left <= store.expiry() + 1e-3
+            assert now + left <= store.expiry() + 1e-3
             await asyncio.sleep(0.01)
 
     await lock(store).run_async(f"k-{uuid.uuid4().hex}", body, ttl=1.0)

@@ -18,7 +18,12 @@ from resilience.stores import MemoryLockStore
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-TTL = 0.3
+TTL = 1.0
+"""Renewals every 1/3 s: a healthy lease is lost only if its renewals starve for most of a second
+(a loaded 2-core machine starved a 0.3 s ttl's, which measured the load, not the isolation)."""
+SLACK = 0.5
+"""How late a loss may be told on a loaded machine: well below the 1 s callbacks and the 30 s hang
+that a lease stuck behind another's would wait for."""
 
 
 class HangingStore(MemoryLockStore):
@@ -86,7 +91,7 @@ def test_a_hanging_store_never_costs_a_lease_on_another_store(kind: type[Hanging
             assert not any(lease.lost for lease in leases)  # type: ignore[attr-defined]
             time.sleep(0.005)
         assert stuck_lost_at is not None
-        assert stuck_lost_at <= TTL + 0.05, f"the hanging lease was declared lost at {stuck_lost_at:.3f}s"
+        assert stuck_lost_at <= TTL + SLACK, f"the hanging lease was declared lost at {stuck_lost_at:.3f}s"
         for lease in leases:
             assert lease.finish() is None  # type: ignore[attr-defined]
     finally:
@@ -113,7 +118,7 @@ def test_a_slow_callback_never_delays_another_leases_loss(slow: str) -> None:
     while "b" not in told and time.monotonic() < deadline:
         time.sleep(0.001)
     delay = told["b"] - store.answered["b"]
-    assert delay <= 0.02, f"B's loss was told {delay * 1000:.1f} ms after its renewal answered"
+    assert delay <= SLACK, f"B's loss was told {delay * 1000:.1f} ms after its renewal answered"
     for lease in (a, b):
         lease.finish()  # type: ignore[attr-defined]
 

@@ -25,7 +25,7 @@ from tests.unit.lockkit import Events
 if TYPE_CHECKING:
     from tests.redis_support import RedisServer
 
-ATTEMPTS = 200
+ATTEMPTS = 500
 
 untraced = pytest.mark.skipif(
     sys.gettrace() is not None,

@@ -200,9 +200,61 @@ def test_the_sequence_is_forced_to_cache_1(postgres_dsn: str) -> None:
 
 
 def test_a_missing_table_is_a_store_error(postgres_dsn: str) -> None:
-    """Without create_schema, the database's error propagates unchanged."""
-    with PostgresLockStore(postgres_dsn, table=_table()) as store, pytest.raises(psycopg.errors.UndefinedTable):
+    """Without create_schema, the database's error propagates, its type unchanged, with the fix as a note."""
+    with (
+        PostgresLockStore(postgres_dsn, table=_table()) as store,
+        pytest.raises(psycopg.errors.UndefinedTable) as caught,
+    ):
         store.acquire("k", "a", 1)
+    assert any("call store.create_schema()" in note for note in caught.value.__notes__)
+
+
+async def test_a_missing_table_is_explained_in_async_calls_too(postgres_dsn: str) -> None:
+    store = PostgresSemaphoreStore(postgres_dsn, table=_table())
+    try:
+        with pytest.raises(psycopg.errors.UndefinedFunction) as caught:  # the semaphore's SQL is a function
+            await store.acquire_async("k", "a", 1, 2)
+        (note,) = caught.value.__notes__
+        assert note.startswith(f"PostgresSemaphoreStore: the table {store.table!r} (or its functions) does not exist")
+        assert "call store.create_schema()" in note
+    finally:
+        await store.aclose()
+
+
+def _unreachable() -> str:
+    from tests.redis_support import free_port
+
+    return f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+
+
+def test_a_bad_dsn_says_the_connection_was_refused() -> None:
+    """The pool's timeout keeps its type; its note and cause say why it never connected."""
+    store = PostgresLockStore(_unreachable())
+    store._sync_pool("test").timeout = 0.5  # type: ignore[attr-defined]
+    try:
+        for call in (lambda: store.acquire("k", "a", 1), store.create_schema):
+            with pytest.raises(psycopg_pool.PoolTimeout) as caught:
+                call()
+            assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+            assert "refused" in str(caught.value.__cause__)
+            (note,) = caught.value.__notes__
+            assert note.startswith("PostgresLockStore: the pool could not connect to PostgreSQL: ")
+            assert "refused" in note
+    finally:
+        store.close()
+
+
+async def test_a_bad_dsn_says_the_connection_was_refused_in_async_calls() -> None:
+    store = PostgresLockStore(_unreachable())
+    (await store._get_async_pool("test")).timeout = 0.5
+    try:
+        for call in (lambda: store.acquire_async("k", "a", 1), store.create_schema_async):
+            with pytest.raises(psycopg_pool.PoolTimeout) as caught:
+                await call()
+            assert "refused" in str(caught.value.__cause__)
+            assert "refused" in caught.value.__notes__[0]
+    finally:
+        await store.aclose()
 
 
 # -- tokens and exclusion under concurrency ----------------------------------------------------

@@ -20,7 +20,7 @@ def test_wait_gives_up_after_its_budget() -> None:
     assert holder is not None
     started = time.monotonic()
     assert locks.acquire("k", wait=0.2) is None
-    assert 0.19 <= time.monotonic() - started < 1.0
+    assert 0.19 <= time.monotonic() - started < 2.0  # the budget, plus slack for a loaded machine
     with pytest.raises(LockNotAcquiredError):
         locks.run("k", lambda _handle: None, wait=0.05)
 
@@ -34,7 +34,7 @@ def test_wait_is_woken_by_the_release() -> None:
     started = time.monotonic()
     with locks.hold("k", wait=5) as handle:
         assert handle.token > holder.token
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0  # woken by the release (0.05 s), long before the 5 s wait
     timer.join()
 
 

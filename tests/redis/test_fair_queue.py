@@ -150,6 +150,25 @@ def test_a_crashed_waiter_drops_out_of_the_queue(sync_redis: Any, key: str) -> N
         store.close()
 
 
+@pytest.mark.slow
+def test_a_crashed_head_delays_the_lock_by_its_entry_and_one_backoff_step(sync_redis: Any, key: str) -> None:
+    """docs/redis.md: 3 s for the head's entry to expire, plus at most the live waiter's next
+    backoff step (1 s), not "at most 3 s". Real time; 1 s of slack for a loaded machine."""
+    store = RedisLockStore(sync_redis)
+    try:
+        assert store.acquire(key, "holder", 10) is not None
+        before = time.monotonic()
+        assert store.acquire_or_queue(key, "crashed-head", 10)[0] is None  # queues, never tries again
+        after = time.monotonic()
+        assert store.release(key, "holder") is True  # announces the head's turn: nobody takes it
+        pipeline = ResiliencePipelineBuilder().add_lock(key, ttl=10, wait=10, store=store).build()
+        took = pipeline.execute(time.monotonic)
+        assert took - before >= 2.9, "the crashed head's entry was not honoured for its 3 s"
+        assert took - after <= 3.0 + 1.0 + 1.0, f"the live waiter got the lock {took - after:.2f}s later"
+    finally:
+        store.close()
+
+
 def test_a_release_announces_only_the_heads_turn_and_only_when_someone_waits(
     deployment: Deployment, sync_redis: Any, key: str
 ) -> None:

@@ -200,7 +200,7 @@ async def test_release_wakes_a_waiter_quickly(locks: Flavour, key: str) -> None:
         assert await releaser_sync
     elapsed = time.perf_counter() - started
     assert woke is True
-    assert elapsed < 1.0
+    assert elapsed < 2.5  # woken by the release (0.1 s), not by the wait's 3 s timeout: slack for load
     assert await locks.acquire(key, "bob", 10) is not None
 
 

@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 INTERVAL = 0.1
-MARGIN = 0.5
-"""Slack on top of `sync_interval` + 50 ms for a loaded machine; the measured values are printed."""
+MARGIN = 2.0
+"""Slack on top of `sync_interval` + 50 ms for a loaded machine (a worker process descheduled for
+a second on two busy cores); a fleet that does not share its state never sees the change at all,
+so the slack does not hide a failure. The measured values are printed."""
 
 
 class Fleet:
@@ -128,7 +130,7 @@ def fail() -> None:
 def fail_until_open(pipeline: ResiliencePipeline, opened: Any) -> int:
     """Fail here until the fleet opens: the others' successes count too, so it takes many."""
     failures = 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not opened() and time.monotonic() < deadline:
         pipeline.settle(fail)
         failures += 1

@@ -31,7 +31,7 @@ def test_a_state_store_must_be_a_circuit_state_store() -> None:
     """A lock store or any other object is refused by name."""
     found = problems(ResiliencePipelineBuilder(name="p").add_circuit_breaker(state_store=_NotARedis()))  # type: ignore[arg-type]
     assert len(found) == 1
-    assert found[0].startswith("CircuitBreaker.state_store: must be a RedisCircuitStateStore, got <")
+    assert found[0].startswith("CircuitBreaker.state_store: must be a RedisCircuitStateStore, got ")
 
 
 @pytest.mark.parametrize("interval", [0, -1, float("nan"), True, "0.1"])

@@ -47,6 +47,7 @@ FOREIGN = {
     "mn": "the shared circuit's hash",
     "st": "the shared circuit's hash",
     "un": "the shared circuit's hash",
+    "wq": "the shared circuit's hash",
     "seq": "the lock's token hash",
     # OpenTelemetry's semantic conventions
     "server.address": "OpenTelemetry",

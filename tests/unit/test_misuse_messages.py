@@ -156,3 +156,51 @@ def test_running_an_async_function_still_works_where_it_belongs() -> None:
     """The up-front check does not get in the way of `execute_async`."""
     pipeline = ResiliencePipelineBuilder().add_retry(max_retries=1, delay=0).build()
     assert asyncio.run(pipeline.execute_async(fetch)) == "async"
+
+
+# -- a builder where a pipeline belongs ------------------------------------------------------
+
+
+def test_a_builder_used_as_a_decorator_asks_for_build() -> None:
+    builder = ResiliencePipelineBuilder().add_retry()
+    with pytest.raises(ValidationError, match=r"did you forget \.build\(\)\?"):
+
+        @builder  # type: ignore[arg-type]
+        def job() -> None: ...
+
+
+def test_a_builder_given_to_the_http_transports_asks_for_build() -> None:
+    from resilience.http import AsyncResilientTransport, ResilientTransport
+    from resilience.http.requests import ResilientHTTPAdapter
+
+    builder = ResiliencePipelineBuilder().add_retry()
+    for kind in (ResilientTransport, AsyncResilientTransport, ResilientHTTPAdapter):
+        with pytest.raises(ValidationError, match=r"did you forget \.build\(\)\?") as caught:
+            kind(builder)  # type: ignore[arg-type]
+        assert str(caught.value).startswith(f"{kind.__name__}: pipeline: got a ResiliencePipelineBuilder")
+    with pytest.raises(ValidationError, match="must be a ResiliencePipeline"):
+        ResilientTransport("pipeline")  # type: ignore[arg-type]
+
+
+# -- a redis client where a store belongs ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("add", "line"),
+    [
+        (lambda b, c: b.add_rate_limiter(10, per=1, store=c), "pass RedisRateLimitStore(client)"),
+        (lambda b, c: b.add_concurrency_limiter(3, store=c), "pass RedisSemaphoreStore(client)"),
+        (lambda b, c: b.add_circuit_breaker(state_store=c, circuit_key="k"), "pass RedisCircuitStateStore(client)"),
+    ],
+    ids=["rate-limiter", "concurrency-limiter", "circuit"],
+)
+def test_a_redis_client_as_any_store_names_the_store_to_pass(add: object, line: str) -> None:
+    """As the lock does: the store to wrap the client in, its import, and no 400-character repr."""
+    client = redis.Redis()
+    with pytest.raises(ValidationError) as caught:
+        add(ResiliencePipelineBuilder(), client).build()  # type: ignore[operator]
+    (problem,) = caught.value.problems
+    assert line in problem
+    assert "got a redis client (redis.client.Redis)" in problem
+    assert len(problem) < 200
+    client.close()

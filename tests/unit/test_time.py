@@ -77,7 +77,7 @@ def test_auto_advance_makes_long_sleeps_instant() -> None:
     clock.sleep(600)
     clock.sleep(-1)
     assert clock.monotonic() == 600
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10  # far from the 600 s slept: slack for a loaded machine
 
 
 async def test_auto_advance_in_asyncio() -> None:
@@ -86,7 +86,7 @@ async def test_auto_advance_in_asyncio() -> None:
     started = time.monotonic()
     await clock.sleep_async(600)
     assert clock.monotonic() == 600
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10
 
 
 def test_a_sleeping_thread_wakes_when_another_advances(clock: FakeTimeProvider) -> None:

@@ -56,6 +56,8 @@ __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitCon
 _CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OnCircuitStateSyncFailedArguments:
     """What the `OnCircuitStateSyncFailed` event carries: the circuit and why it runs on local state."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resilience._validation import Duration, Problems, to_seconds
+from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
@@ -63,7 +63,15 @@ class ConcurrencyLimiterStrategyOptions:
             if isinstance(store, MemoryLockStore | RedisLockStore) or not isinstance(
                 store, SemaphoreStore | AsyncSemaphoreStore
             ):
-                problems.add("store", f"must implement SemaphoreStore or AsyncSemaphoreStore, got {store!r}")
+                problems.add(
+                    "store",
+                    wrong_store(
+                        store,
+                        "RedisSemaphoreStore",
+                        "resilience.stores",
+                        "must implement SemaphoreStore or AsyncSemaphoreStore",
+                    ),
+                )
             elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",

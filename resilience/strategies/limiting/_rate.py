@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from resilience._validation import Duration, Problems, to_seconds
+from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
 from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, check_rate
 from resilience.limiters._memory import MemoryRateLimitStore
@@ -130,7 +130,15 @@ class RateLimiterStrategyOptions:
         store: object = self.store
         if store is not None:
             if not isinstance(store, RateLimitStore | AsyncRateLimitStore):
-                problems.add("store", f"must implement RateLimitStore or AsyncRateLimitStore, got {store!r}")
+                problems.add(
+                    "store",
+                    wrong_store(
+                        store,
+                        "RedisRateLimitStore",
+                        "resilience.limiters",
+                        "must implement RateLimitStore or AsyncRateLimitStore",
+                    ),
+                )
             elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",

@@ -10,6 +10,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING
 
+from resilience._validation import wrong_store
 from resilience.exceptions import ValidationError
 
 if TYPE_CHECKING:
@@ -61,18 +62,9 @@ def _takes_no_argument(signature: inspect.Signature) -> bool:
 
 def check_store_kind(problems: Problems, store: object) -> None:
     """Record a store that is not a lock store, saying what to pass instead (never its whole repr)."""
-    kind = type(store)
-    module = kind.__module__.partition(".")[0]
-    if module in {"redis", "valkey"}:
-        async_client = ".asyncio" in kind.__module__
-        wrap = "RedisLockStore(async_client=client)" if async_client else "RedisLockStore(client)"
-        problems.add(
-            "store",
-            f"got a {module} client ({kind.__module__}.{kind.__qualname__}), not a lock store: pass {wrap} "
-            "(from resilience.stores import RedisLockStore)",
-        )
-    else:
-        problems.add("store", f"must implement LockStore or AsyncLockStore, got {kind.__module__}.{kind.__qualname__}")
+    problems.add(
+        "store", wrong_store(store, "RedisLockStore", "resilience.stores", "must implement LockStore or AsyncLockStore")
+    )
 
 
 def note_default_store(name: str) -> None:
@@ -87,7 +79,7 @@ def note_default_store(name: str) -> None:
     _noted_default_store = True
     _logger.info(
         "%s: no store= given, so this lock excludes executions of this process only (a MemoryLockStore); "
-        "pass store=RedisLockStore(redis.Redis(...)) to lock across processes and machines",
+        "pass store=RedisLockStore(redis_client(url)) to lock across processes and machines",
         name,
     )
 

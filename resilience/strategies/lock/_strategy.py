@@ -157,7 +157,7 @@ def lock_strategy(
             `@pipeline(operation_key=...)` (a key built from a missing operation key is refused).
         ttl: lease length (>= 1 ms); renewed every ttl/3 while the callable runs.
         wait: how long to wait for a held lock before `LockNotAcquiredError` (0: fail fast).
-        store: where leases live. Pass `RedisLockStore(redis.Redis(...))` to lock across
+        store: where leases live. Pass `RedisLockStore(redis_client(url))` (`resilience.stores`) to lock across
             processes and machines. The default (`None`) is the process's `MemoryLockStore` for
             the pipeline's clock: it excludes executions of **this process only** (`build()`
             logs that once, at INFO).
