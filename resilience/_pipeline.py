@@ -15,7 +15,7 @@ import inspect
 import sys
 import threading
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from resilience._context import (
     ResilienceContext,
@@ -26,6 +26,7 @@ from resilience._context import (
     use_context,
 )
 from resilience._outcome import Err, Ok, Outcome
+from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import traits_of
 from resilience.telemetry._event import Severity
@@ -411,7 +412,7 @@ def require_pipeline(value: object, owner: str) -> ResiliencePipeline:
     raise ValidationError(msg)
 
 
-class ResiliencePipeline:
+class ResiliencePipeline(Closing):
     """A built pipeline: `execute`/`settle` a callable through its strategies, or decorate one.
 
     One pipeline serves sync and asyncio callers at once; strategy state (a circuit) is shared
@@ -761,22 +762,6 @@ class ResiliencePipeline:
             return
         self._plan = _Plan.closed()
         plan.retire()
-
-    async def aclose(self) -> None:
-        """`close()`, for `async with` and asyncio code (closing never waits)."""
-        self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         names = ", ".join(type(s).__name__ for s in self._plan.strategies)

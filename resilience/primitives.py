@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
@@ -42,6 +42,7 @@ from resilience._lease import (
     acquire_lease,
     acquire_lease_async,
 )
+from resilience._runtime._closing import Closing
 from resilience._time import SYSTEM_TIME, lease_clock
 from resilience._validation import Problems
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
@@ -448,7 +449,7 @@ class LockHold:
 # -- the primitives ---------------------------------------------------------------------------
 
 
-class Locks:
+class Locks(Closing):
     """Locks on keys, over one store: what `lock(client)` returns.
 
     See `lock` for the arguments, and the module docstring for the lease policy. Every method
@@ -855,18 +856,6 @@ class Locks:
         store = self.store
         if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
             await store.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self.store!r} ttl={self.ttl:g}>"

@@ -15,8 +15,9 @@ import math
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final
 
+from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
@@ -77,7 +78,7 @@ def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
     return (value, None) if value > 0 else (None, -value / 1000)
 
 
-class _PostgresStore:
+class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
     _kind: str = "PostgresStore"
@@ -374,18 +375,6 @@ class _PostgresStore:
         if pool is not None:
             await pool.close()
         await asyncio.to_thread(self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         flavours = [name for name, ok in (("sync", self.has_sync_client), ("async", self.has_async_client)) if ok]

@@ -19,6 +19,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
+from resilience._runtime._closing import Closing
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
@@ -366,7 +367,7 @@ def _nothing() -> None:
     """The remover of a listener that was never added."""
 
 
-class _RedisStore:
+class _RedisStore(Closing):
     """What both stores share: clients, notification, closing.
 
     Every method exists whatever the clients (a fixed surface); a flavour without its client
@@ -569,18 +570,6 @@ class _RedisStore:
             if listener is not None:
                 await listener.aclose()
         self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         flavours = [name for name, side in (("sync", self._sync), ("async", self._async)) if side is not None]

@@ -1,0 +1,1 @@
+"""The background runtime: what owns background work, and how that work stops (private)."""
