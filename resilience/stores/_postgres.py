@@ -119,6 +119,37 @@ class _PostgresStore(Closing):
             weakref.WeakKeyDictionary()
         )
 
+    # -- what a lock and a semaphore do alike ------------------------------------------------
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Push `owner`'s live lease (the lock, or its slot) out to now + `ttl`; False if it is not ours.
+
+        Never re-acquires: a lease that ended stays ended.
+        """
+        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
+        return bool(self._execute("renew", self._sql.renew, params) == 1)
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free `owner`'s lease (True only if it held one) and wake the waiters on `key`."""
+        params = (_check_str("key", key), _check_str("owner", owner))
+        released = self._execute("release", self._sql.release, params) == 1
+        if self._due_purge():
+            self._execute("release", self._sql.purge, ())
+        return bool(released)
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
+        return bool((await self._execute_async("renew_async", self._sql.renew, params)) == 1)
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        params = (_check_str("key", key), _check_str("owner", owner))
+        released = (await self._execute_async("release_async", self._sql.release, params)) == 1
+        if self._due_purge():
+            await self._execute_async("release_async", self._sql.purge, ())
+        return bool(released)
+
     # -- pools ---------------------------------------------------------------------------------
 
     @property
@@ -403,7 +434,6 @@ class PostgresLockStore(_PostgresStore):
         self, conninfo_or_pool: Any = None, *, async_pool: Any = None, table: str = "resilience_locks"
     ) -> None:
         super().__init__(conninfo_or_pool, async_pool, LockSql(check_table(self._kind, table)))
-        self._lock_sql = LockSql(self.table)
 
     def _acquire_params(self, key: str, owner: str, ttl: float) -> dict[str, Any]:
         return {"key": _check_str("key", key), "owner": _check_str("owner", owner), "ttl": _ttl_ms(ttl)}
@@ -415,20 +445,7 @@ class PostgresLockStore(_PostgresStore):
     def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`(token, None)` when acquired; `(None, remaining seconds or None)` when held by another."""
         params = self._acquire_params(key, owner, ttl)
-        return _answer(self._execute("acquire", self._lock_sql.acquire, params, fetch=True))
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
-        return bool(self._execute("renew", self._lock_sql.renew, params) == 1)
-
-    def release(self, key: str, owner: str) -> bool:
-        """Free the lock if `owner` holds it (True), and wake the waiters on it."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = self._execute("release", self._lock_sql.release, params) == 1
-        if self._due_purge():
-            self._execute("release", self._lock_sql.purge, ())
-        return bool(released)
+        return _answer(self._execute("acquire", self._sql.acquire, params, fetch=True))
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
@@ -437,20 +454,7 @@ class PostgresLockStore(_PostgresStore):
     async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
         params = self._acquire_params(key, owner, ttl)
-        return _answer(await self._execute_async("acquire_async", self._lock_sql.acquire, params, fetch=True))
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
-        return bool((await self._execute_async("renew_async", self._lock_sql.renew, params)) == 1)
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = (await self._execute_async("release_async", self._lock_sql.release, params)) == 1
-        if self._due_purge():
-            await self._execute_async("release_async", self._lock_sql.purge, ())
-        return bool(released)
+        return _answer(await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True))
 
 
 class PostgresSemaphoreStore(_PostgresStore):
@@ -468,7 +472,6 @@ class PostgresSemaphoreStore(_PostgresStore):
         self, conninfo_or_pool: Any = None, *, async_pool: Any = None, table: str = "resilience_semaphores"
     ) -> None:
         super().__init__(conninfo_or_pool, async_pool, SemaphoreSql(check_table(self._kind, table)))
-        self._sem_sql = SemaphoreSql(self.table)
 
     @staticmethod
     def _limit(limit: object) -> int:
@@ -487,20 +490,7 @@ class PostgresSemaphoreStore(_PostgresStore):
     def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
         """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full."""
         params = self._acquire_params(key, owner, ttl, limit)
-        return _semaphore_answer(int(self._execute("acquire", self._sem_sql.acquire, params, fetch=True)[0]))
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s slot out to now + `ttl`; False if it is not held any more."""
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
-        return bool(self._execute("renew", self._sem_sql.renew, params) == 1)
-
-    def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = self._execute("release", self._sem_sql.release, params) == 1
-        if self._due_purge():
-            self._execute("release", self._sem_sql.purge, ())
-        return bool(released)
+        return _semaphore_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
         """See `acquire`."""
@@ -511,18 +501,5 @@ class PostgresSemaphoreStore(_PostgresStore):
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
         params = self._acquire_params(key, owner, ttl, limit)
-        row = await self._execute_async("acquire_async", self._sem_sql.acquire, params, fetch=True)
+        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
         return _semaphore_answer(int(row[0]))
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
-        return bool((await self._execute_async("renew_async", self._sem_sql.renew, params)) == 1)
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = (await self._execute_async("release_async", self._sem_sql.release, params)) == 1
-        if self._due_purge():
-            await self._execute_async("release_async", self._sem_sql.purge, ())
-        return bool(released)
