@@ -62,8 +62,8 @@ def _lock_id(table: str) -> str:
 
 
 @dataclass(frozen=True)
-class LockSql:
-    """The statements of one lock table."""
+class _TableSql:
+    """What the statements of a lock table and of a semaphore table share."""
 
     table: str
 
@@ -71,6 +71,22 @@ class LockSql:
     def channel(self) -> str:
         """The NOTIFY channel of releases (the payload is md5 of the key)."""
         return self.table
+
+    @property
+    def renew(self) -> str:
+        """(ttl ms, key, owner): one row updated when `owner` holds the live lease (or slot)."""
+        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %s * interval '1 millisecond'
+WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
+
+    @property
+    def purge(self) -> str:
+        """Delete the rows whose lease ended long ago (bounded table size for unbounded keys)."""
+        return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
+
+
+@dataclass(frozen=True)
+class LockSql(_TableSql):
+    """The statements of one lock table."""
 
     @property
     def schema(self) -> str:
@@ -109,12 +125,6 @@ SELECT NULL, greatest(1, ceil(extract(epoch FROM h.expires_at - clock_timestamp(
 FROM {t} h WHERE h.key = %(key)s AND NOT EXISTS (SELECT FROM acquired)"""
 
     @property
-    def renew(self) -> str:
-        """(ttl ms, key, owner): one row updated when `owner` holds the live lease."""
-        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %s * interval '1 millisecond'
-WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
-
-    @property
     def release(self) -> str:
         """(key, owner): one row updated (and a NOTIFY sent at commit) when `owner` held it."""
         return f"""UPDATE {self.table} SET owner = NULL, expires_at = clock_timestamp()
@@ -125,11 +135,6 @@ RETURNING pg_notify('{self.channel}', md5(key))"""
     def held(self) -> str:
         """(key,): one row when someone holds the live lease."""
         return f"SELECT 1 FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()"
-
-    @property
-    def purge(self) -> str:
-        """Delete the rows whose lease ended long ago (bounded table size for unbounded keys)."""
-        return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
 
     @property
     def leases(self) -> str:
@@ -145,15 +150,8 @@ FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_ti
 
 
 @dataclass(frozen=True)
-class SemaphoreSql:
+class SemaphoreSql(_TableSql):
     """The statements of one semaphore table."""
-
-    table: str
-
-    @property
-    def channel(self) -> str:
-        """The NOTIFY channel of releases (the payload is md5 of the key)."""
-        return self.table
 
     @property
     def schema(self) -> str:
@@ -203,12 +201,6 @@ $fn$;"""
         return f"SELECT {self.table}_acquire(%s, %s, %s, %s)"
 
     @property
-    def renew(self) -> str:
-        """(ttl ms, key, owner): one row updated when `owner` holds a live slot."""
-        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %s * interval '1 millisecond'
-WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
-
-    @property
     def release(self) -> str:
         """(key, owner): one row deleted (and a NOTIFY sent at commit) when `owner` held a live slot."""
         return f"""DELETE FROM {self.table}
@@ -219,8 +211,3 @@ RETURNING pg_notify('{self.channel}', md5(key))"""
     def held(self) -> str:
         """(key,): one row when the key has a live holder."""
         return f"SELECT 1 FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp() LIMIT 1"
-
-    @property
-    def purge(self) -> str:
-        """Delete the slots whose lease ended long ago."""
-        return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
