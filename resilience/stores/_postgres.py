@@ -180,20 +180,23 @@ class _PostgresStore(Closing):
         with self._pool_lock:
             if self._pool is None:
                 _, psycopg_pool = _psycopg()
-                pool = psycopg_pool.ConnectionPool(
-                    self._conninfo,
-                    kwargs=self._connect_kwargs(),
-                    min_size=1,
-                    max_size=8,
-                    open=False,
-                    timeout=_POOL_TIMEOUT,
-                    num_workers=1,
-                    name=f"resilience-{self._sql.table}",
-                )
+                pool = psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
                 pool.open(wait=False)
                 self._pool = pool
                 self._own_pool = True
             return self._pool
+
+    def _pool_options(self) -> dict[str, Any]:
+        """The pools the store makes itself: small, opened in the background, named after the table."""
+        return {
+            "kwargs": self._connect_kwargs(),
+            "min_size": 1,
+            "max_size": 8,
+            "open": False,
+            "timeout": _POOL_TIMEOUT,
+            "num_workers": 1,
+            "name": f"resilience-{self._sql.table}",
+        }
 
     async def _get_async_pool(self, method: str) -> Any:
         if self._async_pool is not None:
@@ -205,16 +208,7 @@ class _PostgresStore(Closing):
         pool = self._async_pools.get(loop)
         if pool is None:
             _, psycopg_pool = _psycopg()
-            pool = psycopg_pool.AsyncConnectionPool(
-                self._conninfo,
-                kwargs=self._connect_kwargs(),
-                min_size=1,
-                max_size=8,
-                open=False,
-                timeout=_POOL_TIMEOUT,
-                num_workers=1,
-                name=f"resilience-{self._sql.table}",
-            )
+            pool = psycopg_pool.AsyncConnectionPool(self._conninfo, **self._pool_options())
             self._async_pools[loop] = pool
             await pool.open(wait=False)
         return pool
