@@ -370,7 +370,8 @@ class _Plan:
 
     def _last_step(self, inner: ResilienceContext) -> Any:
         """The end of the sync chain: the user's callable, under the context the strategies made."""
-        inner.raise_if_aborted()
+        if inner._signal is not None or inner._signal_source is not None or inner._deadline is not None:
+            inner.raise_if_aborted()  # a root context with no signal yet cannot have aborted
         try:  # the common case: `inner` carries this plan's call (see `_target` for the others)
             target, args, kwargs, plan, _ = inner._call  # type: ignore[misc]
         except (TypeError, ValueError):  # one step under the GIL: an emptied call fails it whole
@@ -388,7 +389,8 @@ class _Plan:
 
     async def _last_step_async(self, inner: ResilienceContext) -> Any:
         """The end of the async chain (see `_last_step`)."""
-        inner.raise_if_aborted()
+        if inner._signal is not None or inner._signal_source is not None or inner._deadline is not None:
+            inner.raise_if_aborted()
         try:
             target, args, kwargs, plan, _ = inner._call  # type: ignore[misc]
         except (TypeError, ValueError):
