@@ -590,9 +590,7 @@ class ResiliencePipeline:
             raise ValidationError(plan.async_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        # With no ambient context, `execution_context(None, call)` without the function call.
-        context = _new_context() if parent is None else execution_context(parent, call)
-        context._call = call
+        context = execution_context(parent, call)
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
