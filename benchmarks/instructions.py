@@ -34,6 +34,9 @@ CASES = (
     "stack async",
     "lock sync",
     "lock async",
+    "limiter sync",
+    "limiter async",
+    "consecutive sync",
 )
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
@@ -52,6 +55,10 @@ def run_case(strategy: str, mode: str, number: int) -> None:
         builder = builder.add_timeout(30.0)
     if strategy == "lock":
         builder = builder.add_lock("bench", store=MemoryLockStore())
+    if strategy == "consecutive":
+        builder = builder.add_circuit_breaker(consecutive_failures=5)
+    if strategy == "limiter":
+        builder = builder.add_concurrency_limiter(8)
     pipeline = builder.build()
 
     def work() -> int:

@@ -327,8 +327,12 @@ class ResilienceContext:
         signal = self._signal  # the common cases first, without the walk's call
         if signal is not None:
             reason = signal._reason
-        elif self._signal_source is None and self._deadline is None:
+        elif self._deadline is not None:
+            reason = self.abort_reason
+        elif (source := self._signal_source) is None:
             return
+        elif source._signal is None and source._signal_source is None and source._deadline is None:
+            return  # a scope over a root that has no signal yet (a retry's attempt)
         else:
             reason = self.abort_reason
         if reason is not None:

@@ -14,7 +14,7 @@ import functools
 import inspect
 import sys
 import threading
-from types import FunctionType
+from types import CoroutineType, FunctionType
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from resilience._context import (
@@ -371,7 +371,14 @@ class _Plan:
 
     def _last_step(self, inner: ResilienceContext) -> Any:
         """The end of the sync chain: the user's callable, under the context the strategies made."""
-        target, args, kwargs = self._target(inner)
+        if inner._signal is not None or inner._signal_source is not None or inner._deadline is not None:
+            inner.raise_if_aborted()  # a root context with no signal yet cannot have aborted
+        try:  # the common case: `inner` carries this plan's call (see `_target` for the others)
+            target, args, kwargs, plan, _ = inner._call  # type: ignore[misc]
+        except (TypeError, ValueError):  # one step under the GIL: an emptied call fails it whole
+            plan = None
+        if plan is not self or inner._substitute is not None:
+            target, args, kwargs = self._target(inner)
         token = set_context(inner)
         try:
             result = target(*args, **kwargs)
@@ -383,15 +390,26 @@ class _Plan:
 
     async def _last_step_async(self, inner: ResilienceContext) -> Any:
         """The end of the async chain (see `_last_step`)."""
-        target, args, kwargs = self._target(inner)
+        if inner._signal is not None or inner._signal_source is not None or inner._deadline is not None:
+            inner.raise_if_aborted()
+        try:
+            target, args, kwargs, plan, _ = inner._call  # type: ignore[misc]
+        except (TypeError, ValueError):
+            plan = None
+        if plan is not self or inner._substitute is not None:
+            target, args, kwargs = self._target(inner)
         token = set_context(inner)
         try:
             awaitable = target(*args, **kwargs)
-            if not _is_awaitable(awaitable):
+            if type(awaitable) is not CoroutineType and not _is_awaitable(awaitable):
                 raise _refuse_non_awaitable(target, awaitable)
             return await awaitable
         finally:
             reset_context(token)
+
+
+# A root context is one allocation: the class holds every default (`execution_context`).
+_new_context = functools.partial(object.__new__, ResilienceContext)
 
 
 def _chain_async(plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> Awaitable[T]:
@@ -479,7 +497,10 @@ class ResiliencePipeline(Closing):
         if plan.sync_problem is not None:
             raise ValidationError(plan.sync_problem)
         parent = current_context()
-        context = execution_context(parent, [fn, args, kwargs, plan, parent])
+        call = [fn, args, kwargs, plan, parent]
+        # With no ambient context, `execution_context(None, call)` without the function call.
+        context = _new_context() if parent is None else execution_context(parent, call)
+        context._call = call
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
@@ -580,7 +601,8 @@ class ResiliencePipeline(Closing):
         if plan.async_problem is not None:
             raise ValidationError(plan.async_problem)
         parent = current_context()
-        context = execution_context(parent, [fn, args, kwargs, plan, parent])
+        call = [fn, args, kwargs, plan, parent]
+        context = execution_context(parent, call)
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
@@ -598,7 +620,7 @@ class ResiliencePipeline(Closing):
             finally:
                 if token is not None:
                     reset_context(token)
-                context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
+                call.clear()  # a kept context keeps no argument alive
         if parent is not None:
             parent.raise_if_aborted()
         token = set_context(context)
@@ -609,7 +631,7 @@ class ResiliencePipeline(Closing):
                 if not callable(fn):  # costs nothing unless the call failed
                     raise _not_callable(fn, "execute_async") from None
                 raise
-            if not _is_awaitable(awaitable):
+            if type(awaitable) is not CoroutineType and not _is_awaitable(awaitable):
                 raise _refuse_non_awaitable(fn, awaitable)
             return await awaitable
         finally:

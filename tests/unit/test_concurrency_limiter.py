@@ -161,6 +161,23 @@ def test_a_newcomer_never_overtakes_the_queue() -> None:
     assert len(permits) == 0
 
 
+def test_a_forgotten_partition_reused_by_another_key_starts_empty() -> None:
+    """An idle key's partition serves the next key that starts: its count and queue start at zero."""
+    permits = LocalPermits(2, 1, FakeTimeProvider())
+    assert permits.try_acquire("a")
+    permits.release("a")  # "a" is forgotten; its partition waits for the next key
+    assert len(permits) == 0
+    assert permits.try_acquire("b")
+    assert permits.try_acquire("b")
+    assert not permits.try_acquire("b")  # "b" has its own two permits, no more
+    assert permits.try_acquire("a")  # and "a" a fresh partition of its own
+    assert permits._partitions["a"] is not permits._partitions["b"]
+    assert (permits.in_use(), permits.queued(), len(permits)) == (3, 0, 2)
+    for key in ("a", "b", "b"):
+        permits.release(key)
+    assert (permits.in_use(), len(permits)) == (0, 0)
+
+
 def test_the_wait_runs_out_on_the_time_provider() -> None:
     """A queued caller is rejected when `wait` passes on the pipeline's clock."""
     clock = FakeTimeProvider()

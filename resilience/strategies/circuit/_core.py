@@ -130,31 +130,31 @@ class RollingWindow:
 class ConsecutiveFailures:
     """Handled failures in a row: any success (or unhandled outcome) starts the count again."""
 
-    __slots__ = ("_count", "_threshold")
+    __slots__ = ("_threshold", "count")
 
     def __init__(self, threshold: int) -> None:
         self._threshold = threshold
-        self._count = 0
+        self.count = 0
 
     def success(self, now: float) -> None:  # noqa: ARG002 - the window's shape: time does not matter here
         """A success ends the run of failures."""
-        self._count = 0
+        self.count = 0
 
     def failure(self, now: float) -> None:  # noqa: ARG002
         """One more handled failure in a row."""
-        self._count += 1
+        self.count += 1
 
     def health(self, now: float) -> tuple[int, int]:  # noqa: ARG002
         """`(failures in a row, failures in a row)`: the opening's failure rate reads 1.0."""
-        return self._count, self._count
+        return self.count, self.count
 
     def tripped(self, now: float) -> bool:  # noqa: ARG002
         """Whether the run of failures reached the threshold."""
-        return self._count >= self._threshold
+        return self.count >= self._threshold
 
     def reset(self) -> None:
         """Start counting again (the circuit closed)."""
-        self._count = 0
+        self.count = 0
 
 
 class CircuitCore:

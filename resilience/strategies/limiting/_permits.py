@@ -51,7 +51,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class LocalPermits:
     """`limit` permits per key, up to `queue` waiters per key served first come, first served."""
 
-    __slots__ = ("__weakref__", "_limit", "_lock", "_partitions", "_queue", "_time")
+    __slots__ = ("__weakref__", "_idle", "_limit", "_lock", "_partitions", "_queue", "_time")
 
     def __init__(self, limit: int, queue: int, time_provider: TimeProvider) -> None:
         self._limit = limit
@@ -59,13 +59,18 @@ class LocalPermits:
         self._time = time_provider
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
+        # The last partition forgotten (nothing held, nobody waiting), reused by the next key
+        # that starts: an uncontended execution allocates nothing.
+        self._idle: _Partition | None = None
 
     def try_acquire(self, key: str) -> bool:
         """Take a permit of `key` at once if one is free and nobody queues for it."""
         with self._lock:
             partition = self._partitions.get(key)
             if partition is None:
-                partition = self._partitions[key] = _Partition()
+                partition = self._idle or _Partition()
+                self._idle = None
+                self._partitions[key] = partition
             elif partition.held >= self._limit or partition.waiters:
                 return False
             partition.held += 1
@@ -84,6 +89,7 @@ class LocalPermits:
             partition.held -= 1
             if partition.held == 0:
                 del self._partitions[key]
+                self._idle = partition
 
     def _enqueue(self, key: str, wake: Callable[[], object]) -> _Waiter | None:
         """Join the queue of `key` (None when it is full); a permit freed meanwhile is taken at once."""
