@@ -238,3 +238,16 @@ def test_reloads_under_load_lose_no_execution_and_leak_no_thread() -> None:
     registry.close()
     assert len(stopped) == 1001
     wait_until(lambda: not any(strategy.thread.is_alive() for strategy in built))
+
+
+def test_a_store_passed_in_stays_open_after_close() -> None:
+    """Closing a pipeline leaves what the user gave it alone: its lock store still serves others."""
+    from resilience.stores import MemoryLockStore
+
+    store = MemoryLockStore()
+    pipeline = ResiliencePipelineBuilder().add_lock("job", store=store).build()
+    assert pipeline.execute(lambda: "first") == "first"
+    pipeline.close()
+    other = ResiliencePipelineBuilder().add_lock("job", store=store).build()
+    assert other.execute(lambda: "second") == "second"
+    assert store.acquire("job", "someone", 5) is not None
