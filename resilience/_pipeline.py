@@ -49,6 +49,8 @@ _INFO = Severity.INFORMATION.log_level
 # Until some code imports OpenTelemetry no SDK can be installed: one dictionary lookup tells.
 _MODULES = sys.modules
 _CLOSED = "pipeline closed: build a new one (close() stopped this one for good)"
+_SWAPS = threading.Lock()
+"""Orders the plan swaps of `close` and a reload (rare); executions read the plan without it."""
 _OTEL = "opentelemetry"
 
 
@@ -254,8 +256,10 @@ def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext]
 class _Plan:
     """What a pipeline runs: its strategies composed once, and the misuse they refuse, swapped as one reference.
 
-    An execution reads `pipeline._plan` once, so a registry's `reload` (one attribute write)
-    never shows it half of one configuration and half of another, and needs no lock.
+    An execution reads `pipeline._plan` once, without a lock, so a registry's `reload` (one
+    attribute write) never shows it half of one configuration and half of another. A plan with
+    background work counts its executions in flight, so that retiring it (a reload, `close`)
+    stops that work only once the last of them ended.
     """
 
     __slots__ = (
@@ -758,11 +762,13 @@ class ResiliencePipeline(Closing):
         plan's background work stops when the last of them ends. A closed pipeline stays
         closed (`other` is closed instead).
         """
-        old = self._plan
+        with _SWAPS:
+            old = self._plan
+            if old.sync_problem is not _CLOSED:
+                self._plan = other._plan
         if old.sync_problem is _CLOSED:
             other.close()
             raise ValidationError(_CLOSED)
-        self._plan = other._plan
         old.retire()
         other._source.emit("OnPipelineReloaded", Severity.INFORMATION)
 
@@ -779,10 +785,11 @@ class ResiliencePipeline(Closing):
         executions in flight have ended; stores and clients passed in are left open.
         Idempotent.
         """
-        plan = self._plan
-        if plan.sync_problem is _CLOSED:
-            return
-        self._plan = _Plan.closed()
+        with _SWAPS:
+            plan = self._plan
+            if plan.sync_problem is _CLOSED:
+                return
+            self._plan = _Plan.closed()
         plan.retire()
 
     def __repr__(self) -> str:

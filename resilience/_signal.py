@@ -57,7 +57,8 @@ class Signal:
 
     def __init__(self) -> None:
         self._reason: BaseException | None = None
-        # Keyed by an int from add_callback, or by the child signal itself (see child()).
+        # Keyed by an int from add_callback, or by what registered itself: a child signal (see
+        # child()), a cancel scope, a library wake-up.
         self._callbacks: dict[object, Callable[[BaseException], object]] | None = None
         self._parent: Signal | None = None
 

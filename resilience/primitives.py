@@ -146,6 +146,9 @@ class _PrefixedStore:
         listen: Callable[..., Callable[[], None]] = self.inner.add_release_listener
         return listen(self.prefix + key, callback, *owner)
 
+    def renewal_group(self, key: str) -> Any:
+        return self.inner.renewal_group(self.prefix + key)
+
     def __repr__(self) -> str:
         return f"<{self.prefix}* of {self.inner!r}>"
 
@@ -156,7 +159,7 @@ def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (*_METHODS, "add_release_listener", "acquire_or_queue", "acquire_or_queue_async")
+    names = (*_METHODS, "add_release_listener", "acquire_or_queue", "acquire_or_queue_async", "renewal_group")
     missing = tuple(name for name in names if not callable(getattr(store, name, None)))
     return _prefixed_variant(missing)(store, prefix)
 

@@ -262,7 +262,11 @@ class AsyncLease(LeaseBase):
         sent = self._tp.monotonic()
         task = asyncio.current_task()
         baseline = 0 if task is None else task.cancelling()
-        ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        try:
+            ok = await self._ops.renew_async(self.key, self.owner, ttl)
+        except Exception as exc:  # a cancellation the client turned into an error is a cancellation
+            _raise_if_cancelling(task, baseline, exc)
+            raise
         _raise_if_cancelling(task, baseline)
         return self._extended(sent, ttl, ok)
 
@@ -272,7 +276,11 @@ class AsyncLease(LeaseBase):
             return False
         task = asyncio.current_task()
         baseline = 0 if task is None else task.cancelling()
-        released = await self._ops.release_async(self.key, self.owner)
+        try:
+            released = await self._ops.release_async(self.key, self.owner)
+        except Exception as exc:
+            _raise_if_cancelling(task, baseline, exc)
+            raise
         _raise_if_cancelling(task, baseline)
         return released
 
@@ -288,7 +296,11 @@ class AsyncLease(LeaseBase):
         if self._error is not None and told is not None and not told.is_set():
             # The loss's callbacks run on this loop: the holder returns once they have.
             self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
+            try:
+                await self._waiter
+            except BaseException:
+                self._detach()  # cancelled while waiting: the lease's signal leaves its parent all the same
+                raise
         return self._detach()
 
 

@@ -37,6 +37,10 @@ _MAX_TTL: Final = 1e9
 """The longest ttl (s, about 31.7 years): `clock_timestamp()` plus it stays a valid timestamp."""
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
+_DIAGNOSE_EVERY: Final = 60.0
+"""How often (s) a pool timeout may try one direct connection to name its cause (reused meanwhile)."""
+_DIAGNOSE_TIMEOUT: Final = 2
+"""`connect_timeout` of that attempt (s): the diagnosis never waits longer than a short connect."""
 
 
 def _psycopg() -> tuple[Any, Any]:
@@ -114,6 +118,8 @@ class _PostgresStore(Closing):
             raise ValidationError(msg)
         self._pool_lock = threading.Lock()
         self._purged_at = time.monotonic()
+        self._diagnosed_at = -_DIAGNOSE_EVERY
+        self._cause: Exception | None = None  # what the last diagnosis of a pool timeout found
         self._listener: SyncReleaseListener | None = None
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
@@ -264,25 +270,29 @@ class _PostgresStore(Closing):
         """
         if not self._timed_out(exc):
             return None
+        if not self._diagnosis_due():
+            return self._noted(exc, self._cause)
         psycopg, _ = _psycopg()
         conninfo, kwargs = self._conninfo_of(pool)
         try:
             psycopg.connect(conninfo, **kwargs).close()
         except psycopg.Error as cause:
-            return self._noted(exc, cause)
-        return None
+            self._cause = cause
+        return self._noted(exc, self._cause)
 
     async def _explain_async(self, exc: Exception, pool: Any) -> Exception | None:
         """See `_explain`."""
         if not self._timed_out(exc):
             return None
+        if not self._diagnosis_due():
+            return self._noted(exc, self._cause)
         psycopg, _ = _psycopg()
         conninfo, kwargs = self._conninfo_of(pool)
         try:
             await (await psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
         except psycopg.Error as cause:
-            return self._noted(exc, cause)
-        return None
+            self._cause = cause
+        return self._noted(exc, self._cause)
 
     def _timed_out(self, exc: Exception) -> bool:
         """Whether `exc` is a pool timeout (worth a connection attempt); notes a missing table."""
@@ -294,14 +304,25 @@ class _PostgresStore(Closing):
             )
         return isinstance(exc, psycopg_pool.PoolTimeout)
 
-    def _noted(self, exc: Exception, cause: Exception) -> Exception:
-        exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(cause).strip()}")
+    def _diagnosis_due(self) -> bool:
+        """One direct connection attempt per `_DIAGNOSE_EVERY` at most: an outage is no connection storm."""
+        now = time.monotonic()
+        if now - self._diagnosed_at < _DIAGNOSE_EVERY:
+            return False
+        self._diagnosed_at, self._cause = now, None
+        return True
+
+    def _noted(self, exc: Exception, cause: Exception | None) -> Exception | None:
+        if cause is not None:
+            exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(cause).strip()}")
         return cause
 
     def _conninfo_of(self, pool: Any) -> tuple[str, dict[str, Any]]:
         if self._conninfo is not None:
-            return self._conninfo, self._connect_kwargs()
-        return pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
+            conninfo, kwargs = self._conninfo, self._connect_kwargs()
+        else:
+            conninfo, kwargs = pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
+        return conninfo, {**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT}
 
     def _due_purge(self) -> bool:
         now = time.monotonic()

@@ -313,8 +313,11 @@ class RedisCircuitStateStore(_RedisStore):
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
 
     async def release_loop_client(self) -> None:
-        """Close the client this store made for the running loop (with a factory; else nothing)."""
-        runner = self._loop_clients.pop(asyncio.get_running_loop(), None)
+        """Close the client this store made for the running loop once no other circuit's sync uses it."""
+        loop, current = asyncio.get_running_loop(), asyncio.current_task()
+        if any(task is not current and task.get_loop() is loop and not task.done() for task in self._tasks):
+            return  # another circuit of this store still syncs on this loop: the last one closes it
+        runner = self._loop_clients.pop(loop, None)
         client = None if runner is None else runner._client  # None: the factory was never called
         if client is not None:
             with contextlib.suppress(Exception):

@@ -227,8 +227,20 @@ def _unreachable() -> str:
     return f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
 
 
-def test_a_bad_dsn_says_the_connection_was_refused() -> None:
-    """The pool's timeout keeps its type; its note and cause say why it never connected."""
+def test_a_bad_dsn_says_the_connection_was_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's timeout keeps its type; its note and cause say why it never connected.
+
+    One direct connection attempt finds the cause; the next timeouts reuse it (an outage is
+    no connection storm).
+    """
+    attempts: list[str] = []
+    connect = psycopg.connect
+
+    def counted(conninfo: str, **kwargs: Any) -> Any:
+        attempts.append(conninfo)
+        return connect(conninfo, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counted)
     store = PostgresLockStore(_unreachable())
     store._sync_pool("test").timeout = 0.5  # type: ignore[attr-defined]
     try:
@@ -240,6 +252,7 @@ def test_a_bad_dsn_says_the_connection_was_refused() -> None:
             (note,) = caught.value.__notes__
             assert note.startswith("PostgresLockStore: the pool could not connect to PostgreSQL: ")
             assert "refused" in note
+        assert len(attempts) == 1
     finally:
         store.close()
 

@@ -634,3 +634,18 @@ def test_locks_are_not_reentrant_across_the_primitive_and_the_strategy() -> None
             case()
         assert _time.monotonic() - started < 3  # refused at once, not after a 5 s wait or spin
     assert locks.run("other", lambda _h: locks.run("k", lambda _h2: "different keys nest")) == "different keys nest"
+
+
+def test_the_prefixed_store_forwards_renewal_groups() -> None:
+    """A store that groups its keys by server (a Cluster) keeps doing so behind the primitive's prefix."""
+    from resilience.primitives import _prefixed
+    from resilience.stores import MemoryLockStore, SupportsRenewalGroups
+
+    class Grouped(MemoryLockStore):
+        def renewal_group(self, key: str) -> object:
+            return f"node-of-{key}"
+
+    wrapped = _prefixed(Grouped(), "app")
+    assert isinstance(wrapped, SupportsRenewalGroups)
+    assert wrapped.renewal_group("job") == "node-of-app:job"
+    assert not isinstance(_prefixed(MemoryLockStore(), "app"), SupportsRenewalGroups)

@@ -80,12 +80,12 @@ class SharedCircuitCore(CircuitCore):
     """A circuit whose openings and probes the fleet decides (see the module docstring)."""
 
     __slots__ = (
-        "_counts_shared",
         "_granted_until",
         "_interested",
         "_last_command",
         "_probe_mine",
         "_resync",
+        "counts_shared",
         "outbox",
         "probe_wanted",
         "remote_epoch",
@@ -110,7 +110,7 @@ class SharedCircuitCore(CircuitCore):
             break_duration=break_duration,
             consecutive_failures=consecutive_failures,
         )
-        self._counts_shared = consecutive_failures is None
+        self.counts_shared = consecutive_failures is None
         """A ratio is the fleet's; a run of failures in a row is each process's own (it opens for all)."""
         self.shared = True
         """False while the store is unreachable: the circuit decides alone (a local circuit)."""
@@ -224,7 +224,7 @@ class SharedCircuitCore(CircuitCore):
             return None
         state = self.state
         if state is _CLOSED:
-            if self._counts_shared:
+            if self.counts_shared:
                 if handled:
                     self.unsent_failures += 1
                 else:

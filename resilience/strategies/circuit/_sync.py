@@ -6,7 +6,7 @@ manual move) wake the sync at once. `CircuitSync` performs one exchange with the
 one circuit and applies the answer; it is run
 
 - with a sync client, by one `SyncWorker` thread per store, shared by every circuit of that
-  store (a heap of due times, like the timer thread), each exchange guarded by a watchdog on
+  store (a heap of due times, like the timer thread), its exchanges guarded by one watchdog on
   the shared timer thread: while one exchange has not answered, every circuit of the store
   whose `stall_after` has passed goes on local state (the others wait behind it), although
   the worker is still waiting for the reply;
@@ -18,7 +18,8 @@ The store being unreachable emits `OnCircuitStateSyncFailed` (Warning) once per 
 the circuit on local decisions (opening at once if what it counted meanwhile meets its rule),
 and retries with a backoff up to `_MAX_BACKOFF`; the first answer after that hands the
 decisions back to the fleet. A circuit is built only once its first exchange has answered or
-failed (at most `stall_after`), so that a new process never calls through an open circuit.
+failed (waiting at most `_FIRST_EXCHANGE`), so that a new process never calls through an open
+circuit.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitCon
 _CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
+_FIRST_EXCHANGE = 2.0
+"""The longest a `build()` waits for a shared circuit's first exchange (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,8 @@ class SharedCircuitController(CircuitController):
         with self.lock:
             if ticket == core.generation and core.state is _CLOSED:
                 core.window.success(now)
-                core.unsent_successes += 1
+                if core.counts_shared:  # a run of failures in a row is this process's own
+                    core.unsent_successes += 1
                 return None
         return self.record(ticket, handled=False)
 
@@ -174,7 +178,7 @@ class CircuitSync:
 
     def wake(self) -> None:
         """Exchange as soon as possible (a command is waiting)."""
-        if self._worker is not None:
+        if self._worker is not None and not self._closed:
             self._worker.schedule(self, 0.0)
         # An asyncio sync looks at the outbox when it wakes: at most one interval later.
 
@@ -289,7 +293,10 @@ class CircuitSync:
         try:
             async with asyncio.timeout(self.stall_after):
                 reply = await self._store.exchange_async(self.key, exchange)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
+        except Exception as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # a cancellation the client turned into an error
+                raise asyncio.CancelledError from exc
             self.failed(exc)
             return
         self.answered(reply)
@@ -303,6 +310,8 @@ class CircuitSync:
         """
         task = self._task
         if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            if self._closed:  # its pipeline closed: no sync starts again
+                return None
             if self._store.closed:
                 self.detach()
                 return None
@@ -533,7 +542,8 @@ def shared_controller(
     """A shared circuit's controller, its sync already scheduled."""
     controller = SharedCircuitController(core, options, time_provider=time_provider, telemetry=telemetry)
     sync = controller.sync = CircuitSync(controller, store, key, interval)
-    # The first exchange before the first call (bounded: the watchdog ends a hung one).
-    if sync._worker is not None and not sync.heard.wait(sync.stall_after + 2 * interval):
+    # The first exchange before the first call; `build()` waits for it a bounded time only
+    # (a long sync_interval must not make a build, maybe on an event loop, wait for long).
+    if sync._worker is not None and not sync.heard.wait(min(sync.stall_after + 2 * interval, _FIRST_EXCHANGE)):
         sync.stalled()
     return controller

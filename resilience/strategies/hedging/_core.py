@@ -132,13 +132,13 @@ class HedgingState:
     def abandoned(self, attempt: int) -> bool:
         """A launched attempt never started (the execution finished, or the caller aborted, first).
 
-        True if this made the execution finish: nothing runs any more, and the last handled
-        outcome is the answer.
+        True if this made the execution finish: nothing runs any more, and every attempt that
+        ran was handled, so the answer is as in `ended` (the original call's, as in Polly).
         """
         self.running.discard(attempt)
         if self.finished or self.running or self._last is None:
             return False
-        self._finish(self._last)
+        self._finish(self._last if self._original is None else self._original)
         return True
 
     def _finish(self, outcome: Outcome[Any] | None) -> None:
