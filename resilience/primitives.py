@@ -356,7 +356,7 @@ class LockHold:
     time.
     """
 
-    __slots__ = ("_context_token", "_handle", "_key", "_options", "_primitive", "_started")
+    __slots__ = ("_context_token", "_handle", "_key", "_options", "_primitive")
 
     def __init__(self, primitive: Locks, key: str, options: _Options) -> None:
         self._primitive = primitive
@@ -364,7 +364,6 @@ class LockHold:
         self._options = options
         self._handle: LockHandle | None = None
         self._context_token: Token[ResilienceContext | None] | None = None
-        self._started = 0.0
 
     def _begin(self) -> tuple[float, Signal | None]:
         if self._handle is not None:

@@ -454,7 +454,6 @@ class MemorySemaphoreStore(_MemoryStore):
         super().__init__(time_provider)
         self._holders: dict[str, dict[str, tuple[int, float]]] = {}  # key -> owner -> (token, expires)
         self._queues: dict[str, dict[str, float]] = {}  # key -> waiting owner -> entry expiry, FIFO
-        self._slots = 0
 
     def __len__(self) -> int:
         """How many keys hold state."""

@@ -58,7 +58,6 @@ T = TypeVar("T")
 _logger = logging.getLogger("resilience")
 
 HELD_LOCKS: Final[ResiliencePropertyKey[frozenset[tuple[int, str]]]] = ResiliencePropertyKey("resilience._held_locks")
-_HELD = HELD_LOCKS  # (store id, key) of every lock the execution chain holds
 """(store id, key) of every lock the execution chain holds: locks are not reentrant."""
 
 
@@ -366,7 +365,7 @@ class LockStrategy:
         return key if isinstance(key, str) else resolve_key(self.name, key, context)
 
     def _held(self, context: ResilienceContext) -> frozenset[tuple[int, str]]:
-        held = context.properties.get(_HELD)
+        held = context.properties.get(HELD_LOCKS)
         return frozenset() if held is None else held
 
     # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
@@ -409,7 +408,7 @@ class LockStrategy:
         key = run.key
         self._events.acquired(context, key, lease, started)
         held |= {(self._store_id, key)}
-        inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, _HELD: held})
+        inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
         return inner
