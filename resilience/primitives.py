@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
+    HELD_LOCKS,
     AsyncLease,
     BackoffSchedule,
     Lease,
     LeaseParams,
+    LockEvents,
     LockOps,
     SemaphoreOps,
     SpinSchedule,
@@ -49,7 +51,6 @@ from resilience.exceptions import LockLostError, LockNotAcquiredError, Semaphore
 from resilience.stores._memory import _MemoryStore
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
-from resilience.strategies.lock._strategy import HELD_LOCKS, LockEvents
 from resilience.telemetry._source import TelemetrySource
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@
   pool for user callbacks (each lease's in order), and the fork generation.
 - `_lease`: `LeaseParams`, the per-clock `Scheduler`, the sync `Lease` and `acquire_lease`.
 - `_async`: `AsyncLease` and `acquire_lease_async`.
+- `_events`: the lock events (`LockEvents`) and the held-lock set (`HELD_LOCKS`).
 
 How a caller uses it (the strategy does this; the primitives will too)::
 
@@ -30,11 +31,13 @@ The primitives' handles: `lease.key`, `.token`, `.signal`, `.expires_in()`, `.ex
 
 from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_async
 from resilience._lease._core import BackoffSchedule, LeaseMachine, SpinSchedule, lease_deadline, safety_margin
+from resilience._lease._events import HELD_LOCKS, LockEventArguments, LockEvents
 from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
 from resilience._lease._ops import LockOps, SemaphoreOps, StoreOps
 from resilience._lease._workers import wait_idle
 
 __all__ = [
+    "HELD_LOCKS",
     "RELEASE_TIMEOUT",
     "AsyncLease",
     "BackoffSchedule",
@@ -42,6 +45,8 @@ __all__ = [
     "LeaseBase",
     "LeaseMachine",
     "LeaseParams",
+    "LockEventArguments",
+    "LockEvents",
     "LockOps",
     "SemaphoreOps",
     "SpinSchedule",

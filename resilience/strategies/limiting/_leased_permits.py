@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextvars
 from typing import TYPE_CHECKING, TypeVar
 
-from resilience._lease import LeaseParams, SemaphoreOps
+from resilience._lease import LeaseParams, LockEvents, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.strategies._common import call_back, call_back_async, store_traits
 from resilience.strategies.limiting._rate import reject
-from resilience.strategies.lock._strategy import LockEvents, LockStrategy, LockStrategyOptions
+from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
 from resilience.telemetry._source import Tally
 
 if TYPE_CHECKING:
