@@ -465,8 +465,21 @@ def _registered(listener: Any, count: int) -> bool:
     return False
 
 
-def test_a_release_wakes_the_longest_waiting_waiter_only(pg_locks: PostgresLockStore, pg_key: str) -> None:
+def test_a_release_wakes_the_longest_waiting_waiter_only(
+    pg_locks: PostgresLockStore, pg_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """FIFO within a store: three waiters, three releases, woken in the order they came."""
+    from resilience.stores import _postgres_notify
+
+    checked: set[threading.Thread] = set()
+    check = _postgres_notify._checked
+
+    def recorded(is_free: Any) -> bool:
+        free = check(is_free)
+        checked.add(threading.current_thread())
+        return free
+
+    monkeypatch.setattr(_postgres_notify, "_checked", recorded)
     assert pg_locks.acquire(pg_key, "holder", 30) is not None
     woken: list[str] = []
     threads = []
@@ -476,9 +489,13 @@ def test_a_release_wakes_the_longest_waiting_waiter_only(pg_locks: PostgresLockS
         threads.append(thread)
         pg_locks.wait_released(pg_key + ":warm", 0.01)  # makes the listener exist
         assert _registered(pg_locks._listener, index + 1)
-    # A waiter registers, then checks once whether the key is already free: let the last one
-    # pass that check, or a release meanwhile lets it return by its check, not by a wake-up.
-    time.sleep(0.3)
+    # A waiter registers, then checks once whether the key is already free: every one must
+    # have passed that check, or a release meanwhile lets it return by its check, not by a
+    # wake-up (on a loaded machine a thread can be late for it by far more than 0.3 s).
+    deadline = time.monotonic() + 10
+    while not checked.issuperset(threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checked.issuperset(threads)
     for expected in (["a"], ["a", "b"], ["a", "b", "c"]):
         assert pg_locks.release(pg_key, "holder")
         deadline = time.monotonic() + 10
@@ -491,12 +508,33 @@ def test_a_release_wakes_the_longest_waiting_waiter_only(pg_locks: PostgresLockS
         thread.join(10)
 
 
-async def test_an_async_release_wakes_the_longest_waiting_task_only(pg_locks: PostgresLockStore, pg_key: str) -> None:
+async def test_an_async_release_wakes_the_longest_waiting_task_only(
+    pg_locks: PostgresLockStore, pg_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from resilience.stores import _postgres_notify
+
+    checked: set[asyncio.Task[Any] | None] = set()
+    check = _postgres_notify._checked_async
+
+    async def recorded(is_free: Any) -> bool:
+        free = await check(is_free)
+        checked.add(asyncio.current_task())
+        return free
+
+    async def passed(task: asyncio.Future[Any]) -> None:
+        """Until `task` has checked once whether the key is free (a loaded machine is slow to)."""
+        for _ in range(1000):
+            if task in checked:
+                return
+            await asyncio.sleep(0.01)
+        pytest.fail("the waiter never checked the key")
+
+    monkeypatch.setattr(_postgres_notify, "_checked_async", recorded)
     assert await pg_locks.acquire_async(pg_key, "holder", 30) is not None
     first = asyncio.ensure_future(pg_locks.wait_released_async(pg_key, 20))
-    await asyncio.sleep(0.3)
+    await passed(first)
     second = asyncio.ensure_future(pg_locks.wait_released_async(pg_key, 20))
-    await asyncio.sleep(0.3)
+    await passed(second)
     assert await pg_locks.release_async(pg_key, "holder")
     assert await asyncio.wait_for(first, 10) is True
     await asyncio.sleep(0.2)
