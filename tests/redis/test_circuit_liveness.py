@@ -20,11 +20,12 @@ import pytest
 import redis
 import redis.asyncio
 
-from resilience import BrokenCircuitError, ResiliencePipeline, ResiliencePipelineBuilder
+from resilience import BrokenCircuitError, ResiliencePipeline
 from resilience.stores import RedisCircuitStateStore
 from resilience.stores._redis_circuit import CircuitExchange
 from resilience.strategies import CircuitBreakerManualControl, CircuitBreakerStateProvider, CircuitState
 from resilience.testing import capture_events
+from tests.redis.test_circuit_sync import fail, shared, until
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -32,49 +33,6 @@ if TYPE_CHECKING:
     from tests.redis_support import RedisServer
 
 pytestmark = pytest.mark.redis
-
-
-def shared(
-    store: RedisCircuitStateStore,
-    key: str,
-    *,
-    provider: CircuitBreakerStateProvider | None = None,
-    control: CircuitBreakerManualControl | None = None,
-    interval: float = 0.05,
-    brk: float = 0.3,
-    throughput: int = 4,
-    sampling: float = 30.0,
-) -> ResiliencePipeline:
-    return (
-        ResiliencePipelineBuilder(name="liveness")
-        .add_circuit_breaker(
-            failure_ratio=0.5,
-            minimum_throughput=throughput,
-            sampling_duration=sampling,
-            break_duration=brk,
-            handle=ConnectionError,
-            state_store=store,
-            circuit_key=key,
-            sync_interval=interval,
-            state_provider=provider,
-            manual_control=control,
-        )
-        .build()
-    )
-
-
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> float:
-    """Poll (bounded) until `condition()`; the seconds it took."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"not within {timeout}s")
-        time.sleep(0.005)
-    return time.monotonic() - start
-
-
-def fail() -> None:
-    raise ConnectionError("dependency down")
 
 
 @pytest.fixture
