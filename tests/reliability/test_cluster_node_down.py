@@ -3,9 +3,9 @@
 Three masters, no replicas, of this test's own; 30 sync leases held at once, each by a thread of
 its own (not nested: a hold inside another is aborted with it), their renewals batched together
 by the lease runtime; one master frozen (`SIGSTOP`) or killed
-(`SIGKILL`). Over 3x the ttl — well before the Cluster itself declares the slot range down
-(`cluster-node-timeout` 5 s) — every lease on a healthy master is kept, and every lease on
-the bad one is lost by its deadline.
+(`SIGKILL`). Over 3x the ttl — before the Cluster itself declares the slot range down
+(`cluster-node-timeout`, 60 s in this test) — every lease on a healthy master is kept, and
+every lease on the bad one is lost by its deadline.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ def own_cluster() -> Iterator[RedisCluster]:
     cluster = RedisCluster()
     try:
         cluster.start()
+        # The Cluster must not declare the bad master down (and itself with it: no replicas)
+        # while the test watches, however slowly a loaded machine runs it.
+        for host, port in cluster.startup_nodes:
+            with redis.Redis(host=host, port=port) as node:
+                node.config_set("cluster-node-timeout", 60_000)
         yield cluster
     finally:
         for node in cluster.nodes:  # a frozen node must be thawed to be stopped
