@@ -67,6 +67,9 @@ _LIVE: dict[int, LeaseBase] = {}
 
 _NEVER = float("inf")
 
+_HANDING_ON = 1000
+"""Milliseconds a finishing holder waits for a loss another thread recorded to be handed on (it takes microseconds)."""
+
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
 
@@ -485,7 +488,6 @@ class LeaseBase:
             _LIVE.pop(id(self), None)
             if flags & LOSE:
                 self._error = self._params.error_type(self.key, self.token)
-                self._told = threading.Event()  # with the error: a holder that sees one sees both
         return flags
 
     def _then(self, flags: int, *, inline: bool = False, failure: Exception | None = None) -> None:
@@ -499,6 +501,7 @@ class LeaseBase:
         if flags & LOSE:
             error = self._error
             assert error is not None
+            self._told = threading.Event()
             loss = self._loss
             runs = [self.signal._abort_deferred(error)]
             if loss is not None:
@@ -645,11 +648,19 @@ class Lease(LeaseBase):
         """A loss known now has had its callbacks run before the holder returns (a process may exit right after).
 
         The holder runs what its strand still queues itself (never waiting for a pool thread);
-        a callback already running elsewhere, or a loss another thread recorded and is handing
-        on right now, is waited for.
+        a callback already running elsewhere is waited for. A loss recorded by another thread
+        that is handing it on right now is given up to `_HANDING_ON` ms (real time) to get there.
         """
+        if self._error is None or self._forked():
+            return
         told = self._told
-        if told is None or self._forked():
+        pause = threading.Event()
+        for _ in range(_HANDING_ON):
+            if told is not None:
+                break
+            pause.wait(0.001)
+            told = self._told
+        else:
             return
         strand = self._callbacks()
         while not told.is_set():
