@@ -8,6 +8,7 @@ from resilience.stores._protocols import (
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
+    AsyncSupportsSharedHolds,
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
@@ -15,6 +16,7 @@ from resilience.stores._protocols import (
     SupportsReleaseNotification,
     SupportsRenewalGroups,
     SupportsRenewMany,
+    SupportsSharedHolds,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
@@ -26,6 +28,7 @@ __all__ = [
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
+    "AsyncSupportsSharedHolds",
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
@@ -40,6 +43,7 @@ __all__ = [
     "SupportsReleaseNotification",
     "SupportsRenewMany",
     "SupportsRenewalGroups",
+    "SupportsSharedHolds",
     "async_redis_client",
     "redis_client",
 ]
