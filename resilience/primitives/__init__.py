@@ -1,0 +1,14 @@
+"""Locks, semaphores and leader election for code that holds a Redis client but no pipeline.
+
+    from resilience.primitives import lock
+    from resilience.stores import redis_client
+
+    locks = lock(redis_client("redis://localhost:6379/0"), ttl=30)
+    receipt = locks.run("order:42", lambda handle: charge(handle.token))
+
+`lock` and `semaphore` live in `_locks` (the lease policy is described there).
+"""
+
+from resilience.primitives._locks import LockHandle, LockHold, Locks, Semaphores, lock, semaphore
+
+__all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
