@@ -10,5 +10,6 @@
 """
 
 from resilience.primitives._locks import LockHandle, LockHold, Locks, Semaphores, lock, semaphore
+from resilience.stores import HolderInfo, LockInfo
 
-__all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
+__all__ = ["HolderInfo", "LockHandle", "LockHold", "LockInfo", "Locks", "Semaphores", "lock", "semaphore"]
