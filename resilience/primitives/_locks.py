@@ -674,6 +674,10 @@ class Locks(Closing):
         """The key as the lock strategy records held keys (store, key in it); None: reentry is allowed."""
         return (id(self.store), self._key_prefix + key)
 
+    def _owner(self) -> str | None:
+        """The owner id of the next acquisition (None: a random one, `new_owner`)."""
+        return None
+
     def _schedule(self, options: _Options) -> AcquireSchedule | None:
         """`wait=`: the lock strategy's backoff within a time budget; `retries=`: a bounded spin; else fail fast."""
         if options.wait:
@@ -691,6 +695,7 @@ class Locks(Closing):
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
+            owner=self._owner(),
         )
 
     async def _acquire_async(
@@ -704,6 +709,7 @@ class Locks(Closing):
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
+            owner=self._owner(),
         )
 
     # -- the API ----------------------------------------------------------------------------
