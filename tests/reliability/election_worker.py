@@ -3,7 +3,8 @@
 It runs `election(client, key, identity=..., ttl=...).run(lead)` on the test server and logs to
 a Redis list, with the server's clock (µs): `elected <identity> <term> <time>` on its first act
 as leader, `write <identity> <term> <accepted>` for each write to the fenced resource of the
-key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost` at the end.
+key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost|interrupted`
+at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def main() -> None:
         candidate.run(lead)
     except LockLeaseLostError:
         client.rpush(args.log, f"result {args.identity} lost")
+    except KeyboardInterrupt:
+        client.rpush(args.log, f"result {args.identity} interrupted")
     else:
         client.rpush(args.log, f"result {args.identity} returned")
     finally:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from resilience.primitives import election
+from resilience.primitives import election, lock
 from tests.reliability.conftest import ROOT, read_log, wait_for
 from tests.reliability.fencing import fenced_keys, server_us
 
@@ -149,3 +149,30 @@ def _no_stale_write_accepted(client: Any, key: str) -> None:
     accepted = [int(line.split()[0]) for line in client.lrange(fenced_keys(key)[1], 0, -1)]
     assert accepted
     assert all(later >= earlier for earlier, later in itertools.pairwise(accepted))
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_waiting_candidate_which_leaves_the_line(
+    redis_server: RedisServer, client: Any, candidates: Candidates
+) -> None:
+    """SIGINT to a candidate waiting in line: its `run` raises KeyboardInterrupt and its queue entry goes at once."""
+    candidates.start("a")
+    leader, _, _ = _elected(client, candidates.log)
+    candidates.start("b")
+    inspector = lock(client, prefix="election")
+
+    def waiters() -> int | None:
+        info = inspector.info(candidates.key)
+        return None if info is None else info.waiters
+
+    wait_for(lambda: waiters() == 1, timeout=30)
+    waiting = candidates.by_identity["b"]
+    os.kill(waiting.pid, signal.SIGINT)
+    # It leaves the line: left alone, its entry would live 3 s after its last attempt, made at
+    # most 1 s before the interrupt (a waiter tries again at least once a second).
+    wait_for(lambda: waiters() == 0, timeout=1.5)
+    assert waiting.wait(timeout=30) == 0
+    assert ["result", "b", "interrupted"] in read_log(client, candidates.log)
+    info = election(client, candidates.key).leader()
+    assert info is not None
+    assert info.identity == leader == "a"
