@@ -91,6 +91,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lock_memory.py
 	$(BIN)/python benchmarks/redis_lock.py
 	$(BIN)/python benchmarks/redis_contention.py
+	$(BIN)/python benchmarks/election_handoff.py
 	$(BIN)/python benchmarks/http_transport.py --server raw
 	$(BIN)/python benchmarks/http_transport.py --server stdlib
 	$(BIN)/python benchmarks/circuit_fleet.py

@@ -5,10 +5,11 @@
     resilience locks --redis redis://host release order:42 --force
     resilience locks --postgres postgresql://app@db/app watch
 
-It reads the stores' own layout (Redis hashes `<prefix>:<key>`, the PostgreSQL lock table)
-and releases through the stores' own owner-checked release, with the owner it just read: a
-lease that changed hands in between is left alone. Exit codes: 0 done, 1 the key is not held
-or the server failed, 2 bad arguments (including a URL or DSN that cannot be parsed).
+It finds the held keys in the stores' own layout (Redis hashes `<prefix>:<key>`, the
+PostgreSQL lock table); who holds them, and breaking them, are the stores' inspection
+capability (`SupportsInspection`: `info`, `force_release`), as `lock(...).info` uses it. Exit
+codes: 0 done, 1 the key is not held or the server failed, 2 bad arguments (including a URL or
+DSN that cannot be parsed).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import math
 import sys
 import time
 import urllib.parse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO
+
+    from resilience.stores import LockInfo, SupportsInspection
 
 __all__ = ["main"]
 
@@ -42,23 +44,17 @@ class CliError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True)
-class Lease:
-    """One live lease as the store holds it."""
-
-    key: str
-    owner: str
-    token: int
-    left: float | None
-    waiters: int | None  # None: the store does not record waiters
-
-
 class Inspector(Protocol):
-    """Reads and breaks leases of one store."""
+    """Finds the held keys of one store; the store itself tells who holds them and breaks them."""
 
-    def leases(self) -> list[Lease]: ...
-    def lease(self, key: str) -> Lease | None: ...
-    def release(self, key: str, owner: str) -> bool: ...
+    @property
+    def store(self) -> SupportsInspection: ...
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """What the store's client raises when the server fails: reported in one line, exit code 1."""
+        ...
+
+    def held_keys(self) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -82,56 +78,27 @@ class RedisInspector:
             msg = f"cannot reach Redis at {_redact(url)}: {exc}"
             raise CliError(msg) from exc
         self._prefix = prefix
-        self._store = RedisLockStore(self._client, prefix=prefix)
+        self.store = RedisLockStore(self._client, prefix=prefix)
+        self.errors: tuple[type[Exception], ...] = (redis.RedisError,)
 
-    def _read(self, names: Sequence[bytes]) -> list[Lease]:
-        from resilience.stores._redis import companions
+    def held_keys(self) -> list[str]:
+        """The keys of the lock hashes under the prefix (SCAN: safe on a busy server), in order.
 
+        Other data under the prefix is skipped; a released lock's tombstone is skipped by `info`.
+        """
+        names = list(self._client.scan_iter(match=_glob_escape(self._prefix) + ":*", count=1000))
         pipe = self._client.pipeline(transaction=False)
-        pipe.time()
         for name in names:
             pipe.type(name)
-        (seconds, micros), *types = pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000  # the server's clock, as the stores' scripts read it
-        hashes = [name for name, kind in zip(names, types, strict=True) if kind in {b"hash", "hash"}]
-        queues = [companions(name.decode("utf-8", "replace")) for name in hashes]
-        for name, queue in zip(hashes, queues, strict=True):
-            pipe.hmget(name, "owner", "token")
-            pipe.pttl(name)
-            # Waiters: the live entries of the key's fair queue (each entry's score is its expiry);
-            # a key that cannot have a queue (a `}` without a hash tag) answers a placeholder.
-            pipe.zcount(queue[1], f"({now_ms}", "+inf") if queue is not None else pipe.exists(name)
-        replies = pipe.execute()
-        found = []
         start = len(self._prefix) + 1
-        for index, (name, queue) in enumerate(zip(hashes, queues, strict=True)):
-            (owner, token), pttl, waiting = replies[3 * index : 3 * index + 3]
-            if owner is None or token is None:  # a released key's tombstone
-                continue
-            left = pttl / 1000 if pttl >= 0 else None
-            key = name.decode("utf-8", "replace")[start:]
-            waiters = None if queue is None else int(waiting)
-            found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, waiters))
-        return found
-
-    def leases(self) -> list[Lease]:
-        """Every held lock under the prefix (SCAN: safe on a busy server)."""
-        pattern = _glob_escape(self._prefix) + ":*"
-        names = list(self._client.scan_iter(match=pattern, count=1000))
-        return sorted(self._read(names), key=lambda lease: lease.key)
-
-    def lease(self, key: str) -> Lease | None:
-        """The lock on `key`, if held."""
-        found = self._read([self._store.key(key).encode()])
-        return found[0] if found else None
-
-    def release(self, key: str, owner: str) -> bool:
-        """`owner`'s release through the store's own script (it wakes the waiters)."""
-        return self._store.release(key, owner)
+        kinds = pipe.execute()
+        return sorted(
+            name.decode("utf-8", "replace")[start:] for name, kind in zip(names, kinds, strict=True) if kind == b"hash"
+        )
 
     def close(self) -> None:
         """Close the connection."""
-        self._store.close()
+        self.store.close()
         self._client.close()
 
 
@@ -153,7 +120,7 @@ class PostgresInspector:
             )
             raise CliError(msg, 2) from exc
         try:
-            self._store = PostgresLockStore(dsn, table=table)
+            self.store = PostgresLockStore(dsn, table=table)
         except ValidationError as exc:
             raise CliError(f"--table: {exc}", 2) from exc
         self._sql = LockSql(table)
@@ -164,33 +131,26 @@ class PostgresInspector:
         except psycopg.Error as exc:
             msg = f"cannot reach PostgreSQL at {_redact(dsn)}: {exc}".strip()
             raise CliError(msg) from exc
-        self._psycopg = psycopg
+        self.errors: tuple[type[Exception], ...] = (psycopg.Error,)
+        self._missing_table = psycopg.errors.UndefinedTable
 
-    def _rows(self, query: str, params: Sequence[Any]) -> list[Lease]:
+    def held_keys(self) -> list[str]:
+        """The keys with a live lease, in order."""
         try:
-            rows = self._conn.execute(query, params).fetchall()
-        except self._psycopg.errors.UndefinedTable as exc:
+            return [key for (key,) in self._conn.execute(self._sql.held_keys).fetchall()]
+        except self._missing_table as exc:
             msg = f"no lock table {self._sql.table!r} in this database (PostgresLockStore.create_schema() makes it)"
             raise CliError(msg) from exc
-        return [Lease(key, owner, int(token), left_ms / 1000, None) for key, owner, token, left_ms in rows]
-
-    def leases(self) -> list[Lease]:
-        """Every held lock of the table."""
-        return self._rows(self._sql.leases, ())
-
-    def lease(self, key: str) -> Lease | None:
-        """The lock on `key`, if held."""
-        found = self._rows(self._sql.lease, (key,))
-        return found[0] if found else None
-
-    def release(self, key: str, owner: str) -> bool:
-        """`owner`'s release through the store's own statement (it notifies the waiters)."""
-        return self._store.release(key, owner)
 
     def close(self) -> None:
         """Close the connections."""
         self._conn.close()
-        self._store.close()
+        self.store.close()
+
+
+def _held(inspector: Inspector) -> list[LockInfo]:
+    """Every held lock, as its store tells it."""
+    return [info for key in inspector.held_keys() if (info := inspector.store.info(key)) is not None]
 
 
 def _glob_escape(text: str) -> str:
@@ -231,23 +191,31 @@ def _seconds(left: float | None) -> str:
     return "?" if left is None else f"{left:.3f}s"
 
 
-def _table(leases: Sequence[Lease]) -> str:
+def _table(found: Sequence[LockInfo]) -> str:
     rows = [("KEY", "TOKEN", "OWNER", "LEFT", "WAITERS")]
     rows += [
-        (_printable(lease.key), str(lease.token), _suffix(lease.owner), _seconds(lease.left), _count(lease.waiters))
-        for lease in leases
+        (
+            _printable(info.key),
+            str(holder.token),
+            _suffix(holder.owner),
+            _seconds(holder.expires_in),
+            _count(info.waiters),
+        )
+        for info in found
+        for holder in info.holders
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(lines) + f"\n{len(leases)} held\n"
+    return "\n".join(lines) + f"\n{len(found)} held\n"
 
 
-def _show(lease: Lease) -> str:
-    waiters = "not recorded by this store" if lease.waiters is None else str(lease.waiters)
-    return (
-        f"key:     {_printable(lease.key)}\ntoken:   {lease.token}\nowner:   {_printable(lease.owner)}\n"
-        f"left:    {_seconds(lease.left)}\nwaiters: {waiters}\n"
+def _show(info: LockInfo) -> str:
+    waiters = "not recorded by this store" if info.waiters is None else str(info.waiters)
+    holders = "".join(
+        f"token:   {holder.token}\nowner:   {_printable(holder.owner)}\nleft:    {_seconds(holder.expires_in)}\n"
+        for holder in info.holders
     )
+    return f"key:     {_printable(info.key)}\nmode:    {info.mode}\n{holders}waiters: {waiters}\n"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -282,13 +250,11 @@ def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> int
     if not force:
         msg = f"refusing to release {key!r} without --force. {_FENCING}"
         raise CliError(msg, 2)
-    lease = inspector.lease(key)
-    if lease is None:
+    info = inspector.store.info(key)
+    if info is None or not inspector.store.force_release(key):
         raise CliError(f"{key!r} is not held")
-    if not inspector.release(key, lease.owner):
-        msg = f"{key!r} changed hands while releasing it; nothing was released (run show again)"
-        raise CliError(msg)
-    out.write(f"released {key!r} (token {lease.token}, owner {_printable(lease.owner)}). {_FENCING}\n")
+    holders = "; ".join(f"token {holder.token}, owner {_printable(holder.owner)}" for holder in info.holders)
+    out.write(f"released {key!r} ({holders}). {_FENCING}\n")
     return 0
 
 
@@ -300,7 +266,7 @@ def _watch(inspector: Inspector, interval: float, count: int | None, out: TextIO
     while count is None or shown < count:
         if shown:
             time.sleep(interval)
-        out.write(f"{clear}{time.strftime('%H:%M:%S')}\n{_table(inspector.leases())}")
+        out.write(f"{clear}{time.strftime('%H:%M:%S')}\n{_table(_held(inspector))}")
         out.flush()
         shown += 1
     return 0
@@ -313,18 +279,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         inspector = _inspector(args)
         try:
-            if args.action == "list":
-                out.write(_table(inspector.leases()))
-                return 0
-            if args.action == "show":
-                lease = inspector.lease(args.key)
-                if lease is None:
-                    raise CliError(f"{args.key!r} is not held")
-                out.write(_show(lease))
-                return 0
-            if args.action == "release":
-                return _release(inspector, args.key, force=args.force, out=out)
-            return _watch(inspector, args.interval, args.count, out)
+            return _act(inspector, args, out)
+        except inspector.errors as exc:
+            raise CliError(" ".join([str(exc).strip(), *getattr(exc, "__notes__", ())])) from exc
         finally:
             inspector.close()
     except CliError as exc:
@@ -332,6 +289,21 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 0
+
+
+def _act(inspector: Inspector, args: argparse.Namespace, out: TextIO) -> int:
+    if args.action == "list":
+        out.write(_table(_held(inspector)))
+        return 0
+    if args.action == "show":
+        info = inspector.store.info(args.key)
+        if info is None:
+            raise CliError(f"{args.key!r} is not held")
+        out.write(_show(info))
+        return 0
+    if args.action == "release":
+        return _release(inspector, args.key, force=args.force, out=out)
+    return _watch(inspector, args.interval, args.count, out)
 
 
 def main() -> None:

@@ -36,7 +36,14 @@ def run(name: str, *args: str, timeout: float = 60, env: dict[str, str] | None =
 
 def test_every_example_is_covered_here() -> None:
     """A new example must get a test in this module."""
-    tested = {"quickstart.py", "nightly_job.py", "telemetry_prometheus.py", "http_client.py", "worker_pool.py"}
+    tested = {
+        "quickstart.py",
+        "nightly_job.py",
+        "telemetry_prometheus.py",
+        "http_client.py",
+        "worker_pool.py",
+        "leader_election.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} <= tested
 
 
@@ -77,6 +84,33 @@ def test_nightly_job_on_redis_runs_in_one_process_of_four(redis_server: RedisSer
     (written,) = re.findall(r"Reports written: (.*)", out)
     assert written.startswith(f"[({token}, 'report by {winner}'), (")
     assert written.count("report by") == 2
+
+
+def test_leader_election_hands_over_in_turn_and_refuses_a_stale_term() -> None:
+    """Three candidates lead one after the other with increasing terms; the shutdown ends the last."""
+    out = run("leader_election.py")
+    leads = re.findall(r"(scheduler-\d) leads \(term (\d+)\)", out)
+    assert [name for name, _ in leads] == ["scheduler-1", "scheduler-2", "scheduler-3"]
+    assert [int(term) for _, term in leads] == [1, 2, 3]
+    assert "leader now: scheduler-3 (term 3" in out
+    assert out.count("stepped down after 3 ticks") == 2
+    assert "scheduler-3 stepped down after" in out
+    assert "refused: stale term 1 (already saw 3)" in out
+    assert "enqueued by terms [1, 2, 3]" in out
+
+
+@pytest.mark.redis
+def test_leader_election_on_redis_replaces_a_killed_leader(redis_server: RedisServer) -> None:
+    """With REDIS_URL the candidates are processes: each SIGKILLed leader is replaced by another, with a higher term."""
+    out = run("leader_election.py", env={**os.environ, "REDIS_URL": redis_server.url}, timeout=120)
+    killed = re.findall(r"killed the leader (scheduler-\d) \(term (\d+)\)", out)
+    took = re.findall(r"(scheduler-\d) took over in ([\d.]+) s", out)
+    assert len(killed) == 2
+    assert len(took) == 2
+    assert killed[1][0] == took[0][0]  # the one that took over is the next one killed
+    assert int(killed[1][1]) > int(killed[0][1])
+    assert {name for name, _ in killed} | {took[1][0]} == {"scheduler-1", "scheduler-2", "scheduler-3"}
+    assert all(float(seconds) < 30 for _, seconds in took)
 
 
 def _free_port() -> int:

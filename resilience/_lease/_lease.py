@@ -67,8 +67,6 @@ _LIVE: dict[int, LeaseBase] = {}
 
 _NEVER = float("inf")
 
-_HANDING_ON = 1000
-"""Milliseconds a finishing holder waits for a loss another thread recorded to be handed on (it takes microseconds)."""
 
 _NOTIFY_SLICE = 0.05
 """A sync wait on a store that only offers a blocking `wait_released` checks its signal this often."""
@@ -366,6 +364,7 @@ class LeaseBase:
         "_params",
         "_queued",
         "_scheduler",
+        "_teller",
         "_told",
         "_tp",
         "acquired_at",
@@ -409,8 +408,10 @@ class LeaseBase:
         self._scheduler = self._scheduler_for(time_provider)
         self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
-        # Set once the loss's callbacks (signal, `on_lost`) have run; created when they are handed on.
+        # Set once the loss's callbacks (signal, `on_lost`) have run; created with the loss record,
+        # together with the thread that owes their hand-on (`_then`).
         self._told: threading.Event | None = None
+        self._teller: threading.Thread | None = None
         self._generation = fork_generation()
         self.acquired_at = now = time_provider.monotonic()
         try:
@@ -488,6 +489,8 @@ class LeaseBase:
             _LIVE.pop(id(self), None)
             if flags & LOSE:
                 self._error = self._params.error_type(self.key, self.token)
+                self._told = threading.Event()
+                self._teller = threading.current_thread()
         return flags
 
     def _then(self, flags: int, *, inline: bool = False, failure: Exception | None = None) -> None:
@@ -501,21 +504,25 @@ class LeaseBase:
         if flags & LOSE:
             error = self._error
             assert error is not None
-            self._told = threading.Event()
-            loss = self._loss
-            runs = [self.signal._abort_deferred(error)]
-            if loss is not None:
-                runs.insert(0, loss._abort_deferred(error))
-            self._after_loss()
-            for run in runs:
-                if run is not None:
-                    if inline:
-                        run()
-                    else:
-                        self._deliver(run)
-            if params.on_lost is not None:
-                self._call_hook(params.on_lost, self)
-            self._loss_told()
+            try:
+                loss = self._loss
+                runs = [self.signal._abort_deferred(error)]
+                if loss is not None:
+                    runs.insert(0, loss._abort_deferred(error))
+                self._after_loss()
+                for run in runs:
+                    if run is not None:
+                        if inline:
+                            run()
+                        else:
+                            self._deliver(run)
+                if params.on_lost is not None:
+                    self._call_hook(params.on_lost, self)
+                self._loss_told()
+            except BaseException:
+                assert self._told is not None
+                self._told.set()  # the hand-on was cut short: a finishing holder must not wait for it
+                raise
         if flags & REPORT and failure is not None and params.on_renew_error is not None:
             self._call_hook(params.on_renew_error, self, failure)
 
@@ -648,23 +655,19 @@ class Lease(LeaseBase):
         """A loss known now has had its callbacks run before the holder returns (a process may exit right after).
 
         The holder runs what its strand still queues itself (never waiting for a pool thread);
-        a callback already running elsewhere is waited for. A loss recorded by another thread
-        that is handing it on right now is given up to `_HANDING_ON` ms (real time) to get there.
+        a callback already running elsewhere is waited for. The thread that recorded the loss
+        hands its callbacks on right after: the holder waits for that while the thread lives.
+        When the holder recorded it itself, the hand-on ran (or was interrupted) before now.
         """
-        if self._error is None or self._forked():
-            return
         told = self._told
-        pause = threading.Event()
-        for _ in range(_HANDING_ON):
-            if told is not None:
-                break
-            pause.wait(0.001)
-            told = self._told
-        else:
+        if told is None or self._forked():
             return
+        teller = self._teller
         strand = self._callbacks()
-        while not told.is_set():
-            strand.join()
+        while True:
+            strand.join()  # after it, every job submitted before has run
+            if told.is_set() or teller is threading.current_thread() or teller is None or not teller.is_alive():
+                return  # told, or the hand-on was cut short (an interrupt) and never comes
             told.wait(0.001)
 
     def extend(self, ttl: float | None = None) -> bool:

@@ -1,16 +1,19 @@
 """Stores: leases for the lock strategy and the primitives, and shared circuit state."""
 
+from resilience.stores._info import HolderInfo, LockInfo
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._postgres import PostgresLockStore, PostgresSemaphoreStore
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
+    AsyncSupportsInspection,
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
     AsyncSupportsSharedHolds,
     LockStore,
     SemaphoreStore,
+    SupportsInspection,
     SupportsLeaseInfo,
     SupportsReleaseListener,
     SupportsReleaseNotification,
@@ -25,10 +28,13 @@ from resilience.stores._redis_client import async_redis_client, redis_client
 __all__ = [
     "AsyncLockStore",
     "AsyncSemaphoreStore",
+    "AsyncSupportsInspection",
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
     "AsyncSupportsSharedHolds",
+    "HolderInfo",
+    "LockInfo",
     "LockStore",
     "MemoryLockStore",
     "MemorySemaphoreStore",
@@ -38,6 +44,7 @@ __all__ = [
     "RedisLockStore",
     "RedisSemaphoreStore",
     "SemaphoreStore",
+    "SupportsInspection",
     "SupportsLeaseInfo",
     "SupportsReleaseListener",
     "SupportsReleaseNotification",

@@ -20,6 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Self
 
 from resilience._time import SYSTEM_TIME, SystemTimeProvider, lease_clock, sync_call_later
+from resilience.stores._info import HolderInfo, LockInfo, lock_mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Container, Sequence
@@ -522,6 +523,25 @@ class MemoryLockStore(_MemoryStore):
             return []
         return self._take_listeners(key, turns)
 
+    def info(self, key: str) -> LockInfo | None:
+        """`key`'s holders (by token) and its queue's length, or None when it is free (`SupportsInspection`).
+
+        The mode is "exclusive" for a lock holder, "shared" for shared holders (every one listed).
+        """
+        with self._mutex:
+            now = self._now()
+            lease = self._live(key, now)
+            readers = None if lease is not None else self._readers(key, now)
+            if lease is not None:
+                holders = [HolderInfo(lease[0], lease[1], lease[2] - now)]
+            elif readers is not None:
+                holders = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in readers.items()]
+            else:
+                return None
+            waiters = len(self._queue(key, now) or ())
+        holders.sort(key=lambda holder: holder.token)
+        return LockInfo(key, lock_mode(shared=lease is None), tuple(holders), waiters)
+
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (every shared holder too): True if it was held, False if it was free.
 
@@ -566,6 +586,14 @@ class MemoryLockStore(_MemoryStore):
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
         return self.release(key, owner)
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        return self.info(key)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        return self.force_release(key)
 
     def __repr__(self) -> str:
         return f"MemoryLockStore(time_provider={self._time_provider!r})"
@@ -748,9 +776,39 @@ class MemorySemaphoreStore(_MemoryStore):
         """See `renew`."""
         return self.renew(key, owner, ttl)
 
+    def info(self, key: str) -> LockInfo | None:
+        """`key`'s live holders (by token) and the length of its waiter queue, or None when none holds it."""
+        with self._mutex:
+            now = self._now()
+            holders = self._live(key, now)
+            if holders is None:
+                return None
+            found = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in holders.items()]
+            waiters = len(self._waiting(key, now) or ())
+        found.sort(key=lambda holder: holder.token)
+        return LockInfo(key, "semaphore", tuple(found), waiters)
+
+    def force_release(self, key: str) -> bool:
+        """Free every slot of `key`: True if any was held. Each holder's next renewal answers False."""
+        with self._mutex:
+            if self._live(key, self._now()) is None:
+                return False
+            del self._holders[key]
+            callbacks = self._take_listeners(key)
+        self._notify(callbacks)
+        return True
+
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
         return self.release(key, owner)
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        return self.info(key)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        return self.force_release(key)
 
     def __repr__(self) -> str:
         return f"MemorySemaphoreStore(time_provider={self._time_provider!r})"

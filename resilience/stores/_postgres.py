@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
+from resilience.stores._info import HolderInfo, LockInfo, LockMode, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
 
@@ -87,6 +88,7 @@ class _PostgresStore(Closing):
 
     _kind: str = "PostgresStore"
     _lease_info_takes_limit = False
+    _mode: LockMode = lock_mode(shared=False)
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -156,6 +158,35 @@ class _PostgresStore(Closing):
             await self._execute_async("release_async", self._sql.purge, ())
         return bool(released)
 
+    def info(self, key: str) -> LockInfo | None:
+        """`key`'s live holders (by token; time left on the database's clock), or None when free.
+
+        Waiters are not recorded in the database (`waiters` is None). `SupportsInspection`.
+        """
+        rows = self._execute("info", self._sql.holders, (_check_str("key", key),), fetch="all")
+        return self._info(key, rows)
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        rows = await self._execute_async("info_async", self._sql.holders, (_check_str("key", key),), fetch="all")
+        return self._info(key, rows)
+
+    def _info(self, key: str, rows: Sequence[Sequence[Any]]) -> LockInfo | None:
+        holders = tuple(HolderInfo(owner, int(token), int(left_ms) / 1000) for owner, token, left_ms in rows)
+        return LockInfo(key, self._mode, holders, None) if holders else None
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it, in one statement: True if it was held, False if free.
+
+        The holders' next renewal answers False; waiters are notified as by a release.
+        """
+        return bool(self._execute("force_release", self._sql.force_release, (_check_str("key", key),)) > 0)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        params = (_check_str("key", key),)
+        return bool(await self._execute_async("force_release_async", self._sql.force_release, params) > 0)
+
     # -- pools ---------------------------------------------------------------------------------
 
     @property
@@ -219,8 +250,10 @@ class _PostgresStore(Closing):
             await pool.open(wait=False)
         return pool
 
-    def _execute(self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False) -> Any:
-        """Run one statement: its first row when `fetch`, else its rowcount.
+    def _execute(
+        self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool | str = False
+    ) -> Any:
+        """Run one statement: its first row when `fetch`, every row when `fetch="all"`, else its rowcount.
 
         `getconn`/`putconn` rather than `pool.connection()`: the same, minus a context manager
         (about a tenth of a round trip). A connection that is not in autocommit (a pool of
@@ -231,7 +264,7 @@ class _PostgresStore(Closing):
             conn = pool.getconn()
             try:
                 cursor = conn.execute(query, params)
-                result = cursor.fetchone() if fetch else cursor.rowcount
+                result = cursor.fetchall() if fetch == "all" else cursor.fetchone() if fetch else cursor.rowcount
                 if not conn.autocommit:
                     conn.commit()
             finally:
@@ -243,14 +276,17 @@ class _PostgresStore(Closing):
         return result
 
     async def _execute_async(
-        self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False
+        self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool | str = False
     ) -> Any:
         pool = await self._get_async_pool(method)
         try:
             conn = await pool.getconn()
             try:
                 cursor = await conn.execute(query, params)
-                result = await cursor.fetchone() if fetch else cursor.rowcount
+                if fetch == "all":
+                    result = await cursor.fetchall()
+                else:
+                    result = await cursor.fetchone() if fetch else cursor.rowcount
                 if not conn.autocommit:
                     await conn.commit()
             finally:
@@ -480,6 +516,7 @@ class PostgresSemaphoreStore(_PostgresStore):
     """
 
     _kind = "PostgresSemaphoreStore"
+    _mode = "semaphore"
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
 

@@ -79,6 +79,18 @@ class _TableSql:
 WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
 
     @property
+    def holders(self) -> str:
+        """(key,): the live holders of one key, by token: owner, token, ms left."""
+        return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY token"""
+
+    @property
+    def held_keys(self) -> str:
+        """(): every key with a live holder, in order (for `python -m resilience locks list`)."""
+        return f"""SELECT DISTINCT key FROM {self.table}
+WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
+
+    @property
     def purge(self) -> str:
         """Delete the rows whose lease ended long ago (bounded table size for unbounded keys)."""
         return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
@@ -137,16 +149,11 @@ RETURNING pg_notify('{self.channel}', md5(key))"""
         return f"SELECT 1 FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()"
 
     @property
-    def leases(self) -> str:
-        """(): every live lease: key, owner, token, ms left (for `python -m resilience locks`)."""
-        return f"""SELECT key, owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM {self.table} WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
-
-    @property
-    def lease(self) -> str:
-        """(key,): the live lease of one key, as `leases` gives it."""
-        return f"""SELECT key, owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()"""
+    def force_release(self) -> str:
+        """(key,): the live lease freed whoever holds it (and a NOTIFY sent at commit)."""
+        return f"""UPDATE {self.table} SET owner = NULL, expires_at = clock_timestamp()
+WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()
+RETURNING pg_notify('{self.channel}', md5(key))"""
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,12 @@ $fn$;"""
         """(key, owner): one row deleted (and a NOTIFY sent at commit) when `owner` held a live slot."""
         return f"""DELETE FROM {self.table}
 WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()
+RETURNING pg_notify('{self.channel}', md5(key))"""
+
+    @property
+    def force_release(self) -> str:
+        """(key,): every live slot deleted (and a NOTIFY sent at commit)."""
+        return f"""DELETE FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp()
 RETURNING pg_notify('{self.channel}', md5(key))"""
 
     @property

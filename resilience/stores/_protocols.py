@@ -17,15 +17,19 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
+    from resilience.stores._info import LockInfo
+
 __all__ = [
     "AsyncLockStore",
     "AsyncSemaphoreStore",
+    "AsyncSupportsInspection",
     "AsyncSupportsLeaseInfo",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
     "AsyncSupportsSharedHolds",
     "LockStore",
     "SemaphoreStore",
+    "SupportsInspection",
     "SupportsLeaseInfo",
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
@@ -217,11 +221,43 @@ class SupportsSharedHolds(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
+class SupportsInspection(Protocol, metaclass=_StoreMeta):
+    """A store that tells who holds a key and can break its leases: what `info` and the CLI use.
+
+    `info(key)` is None when the key is free, else a `LockInfo` built by the store (its `key`
+    as the store was given it; holders by token). `force_release(key)` frees the key whatever
+    its holders (True if it was held): each holder's next `renew` answers False, so it learns
+    of the loss; waiters are woken as by a release.
+    """
+
+    def info(self, key: str) -> LockInfo | None:
+        """The key's live holders and waiters, or None when it is free."""
+        ...
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it: True if it was held, False if it was free."""
+        ...
+
+
+@runtime_checkable
 class AsyncSupportsSharedHolds(Protocol, metaclass=_StoreMeta):
     """The asyncio flavour of `SupportsSharedHolds`."""
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `SupportsSharedHolds.acquire_shared`."""
+        ...
+
+
+@runtime_checkable
+class AsyncSupportsInspection(Protocol, metaclass=_StoreMeta):
+    """The asyncio flavour of `SupportsInspection`."""
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `SupportsInspection.info`."""
+        ...
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `SupportsInspection.force_release`."""
         ...
 
 
@@ -273,5 +309,7 @@ _FLAVOURED.update(
         AsyncSupportsReleaseNotification,
         SupportsSharedHolds,
         AsyncSupportsSharedHolds,
+        SupportsInspection,
+        AsyncSupportsInspection,
     }
 )

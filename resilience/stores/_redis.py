@@ -23,6 +23,13 @@ from resilience._runtime._closing import Closing
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
+from resilience.stores._info import (
+    HolderInfo,
+    LockInfo,
+    force_release_by_owner,
+    force_release_by_owner_async,
+    lock_mode,
+)
 from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
@@ -124,6 +131,31 @@ def _answer(reply: Any) -> tuple[int | None, float | None]:
     if value > 0:
         return value, None
     return None, (-value / 1000 if value < 0 else None)
+
+
+def _lock_info(key: str, reply: Any) -> LockInfo | None:
+    """`LOCK_INFO`'s reply as a `LockInfo`."""
+    if reply is None:
+        return None
+    owner, token, left_ms, waiters = reply
+    holder = HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
+    return LockInfo(key, lock_mode(shared=False), (holder,), int(waiters) if int(waiters) >= 0 else None)
+
+
+def _semaphore_info(key: str, reply: Any) -> LockInfo | None:
+    """`SEMAPHORE_INFO`'s reply as a `LockInfo`: each holder is four fields (owner, token, ms left, permits)."""
+    waiters, *fields = reply
+    holders = [
+        HolderInfo(_text(fields[at]), int(fields[at + 1]), int(fields[at + 2]) / 1000, int(fields[at + 3]))
+        for at in range(0, len(fields), 4)
+    ]
+    holders.sort(key=lambda holder: holder.token)
+    return LockInfo(key, "semaphore", tuple(holders), int(waiters)) if holders else None
+
+
+def _text(value: str | bytes) -> str:
+    """A reply's string (a client without decode_responses answers bytes)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class _SyncClient:
@@ -746,6 +778,26 @@ class RedisLockStore(_RedisStore):
         check = self._held_check(key, owner, timeout)
         return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
+    def info(self, key: str) -> LockInfo | None:
+        """The lock's holder (time left on the server's clock) and its live waiters; None when free."""
+        return _lock_info(key, self._sync_client("info").run(scripts.LOCK_INFO, self._keys(key, 3), []))
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        return _lock_info(key, await self._async_client("info_async").run(scripts.LOCK_INFO, self._keys(key, 3), []))
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
+
+        The holder's own owner-checked release, so waiters are woken and the token kept as after
+        any release; the holders' next renewal answers False (`SupportsInspection`).
+        """
+        return force_release_by_owner(self.info, self.release, key)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        return await force_release_by_owner_async(self.info_async, self.release_async, key)
+
 
 class RedisSemaphoreStore(_RedisStore):
     """A semaphore store over Redis: up to `limit` holders per key, each with its own token.
@@ -918,3 +970,24 @@ class RedisSemaphoreStore(_RedisStore):
             check = self._turn_check(key, owner, limit)
             return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check)
         return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+
+    def info(self, key: str) -> LockInfo | None:
+        """The semaphore's live holders (by token) and waiters; None when no slot is held."""
+        return _semaphore_info(key, self._sync_client("info").run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        runner = self._async_client("info_async")
+        return _semaphore_info(key, await runner.run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
+
+        The holder's own owner-checked release, so waiters are woken and the token kept as after
+        any release; the holders' next renewal answers False (`SupportsInspection`).
+        """
+        return force_release_by_owner(self.info, self.release, key)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        return await force_release_by_owner_async(self.info_async, self.release_async, key)

@@ -38,12 +38,14 @@ from dataclasses import dataclass, field
 __all__ = [
     "LOCK_ACQUIRE",
     "LOCK_HELD",
+    "LOCK_INFO",
     "LOCK_RELEASE",
     "LOCK_RENEW",
     "QUEUE_BOUND",
     "QUEUE_ENTRY_MS",
     "SEMAPHORE_ACQUIRE",
     "SEMAPHORE_HELD",
+    "SEMAPHORE_INFO",
     "SEMAPHORE_RELEASE",
     "SEMAPHORE_RENEW",
     "SEMAPHORE_TURN",
@@ -491,5 +493,50 @@ if free > 0 and among_first(ARGV[1], free) then
   return 0
 end
 return 1
+""",
+)
+
+# The inspection scripts only read; expired holders and queue entries are skipped, not pruned.
+_NOW_MS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local live = string.format('(%d', now_ms)
+"""
+
+LOCK_INFO = LuaScript(
+    "lock_info",
+    _NOW_MS
+    + """
+-- KEYS[1] lock key; KEYS[3] its queue's entry expiries (absent: no queue).
+-- Returns nil when the lock is free, else {owner, token, ms left (PTTL), live waiters or -1
+-- when the key has no queue}.
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if not lease[1] then
+  return nil
+end
+local waiters = -1
+if KEYS[3] then
+  waiters = redis.call('ZCOUNT', KEYS[3], live, '+inf')
+end
+return {lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1]), waiters}
+""",
+)
+
+SEMAPHORE_INFO = LuaScript(
+    "semaphore_info",
+    _NOW_MS
+    + """
+-- KEYS[1] holders; KEYS[2] tokens; KEYS[4] the queue's entry expiries.
+-- Returns {live waiters, then per live holder: owner, token, ms left, permits}.
+local found = {redis.call('ZCOUNT', KEYS[4], live, '+inf')}
+local holders = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES')
+for i = 1, #holders, 2 do
+  local token = tonumber(redis.call('HGET', KEYS[2], 'o:' .. holders[i])) or 0
+  local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms, 1}
+  for j = 1, #rest do
+    found[#found + 1] = rest[j]
+  end
+end
+return found
 """,
 )

@@ -638,7 +638,7 @@ def test_locks_are_not_reentrant_across_the_primitive_and_the_strategy() -> None
 
 def test_the_prefixed_store_forwards_renewal_groups() -> None:
     """A store that groups its keys by server (a Cluster) keeps doing so behind the primitive's prefix."""
-    from resilience.primitives import _prefixed
+    from resilience.primitives._locks import _prefixed
     from resilience.stores import MemoryLockStore, SupportsRenewalGroups
 
     class Grouped(MemoryLockStore):

@@ -34,11 +34,14 @@ import pytest
 from resilience.stores import (
     AsyncLockStore,
     AsyncSemaphoreStore,
+    AsyncSupportsInspection,
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
+    LockInfo,
     LockStore,
     SemaphoreStore,
+    SupportsInspection,
     SupportsLeaseInfo,
     SupportsReleaseNotification,
     SupportsRenewMany,
@@ -132,6 +135,19 @@ class Driver:
         if self.is_async:
             return await self.store.renew_many_async(items)  # type: ignore[no-any-return]
         return self.store.renew_many(items)  # type: ignore[no-any-return]
+
+    async def inspect(self, key: str) -> LockInfo | None:
+        """`info(key)`, skipping the test when the store cannot inspect."""
+        if not isinstance(self.store, AsyncSupportsInspection if self.is_async else SupportsInspection):
+            pytest.skip("the store offers no inspection")
+        if self.is_async:
+            return await self.store.info_async(key)  # type: ignore[no-any-return]
+        return self.store.info(key)  # type: ignore[no-any-return]
+
+    async def force_release(self, key: str) -> bool:
+        if self.is_async:
+            return await self.store.force_release_async(key)  # type: ignore[no-any-return]
+        return self.store.force_release(key)  # type: ignore[no-any-return]
 
     def has_notification(self) -> bool:
         kind = AsyncSupportsReleaseNotification if self.is_async else SupportsReleaseNotification
@@ -346,6 +362,27 @@ class TestLockStoreConformance:
         await lock_store.advance(WAIT_TIMEOUT * 1.5)
         assert await _settled(waiting) is False
 
+    async def test_info_and_force_release(self, lock_store: Driver, key: str) -> None:
+        """`SupportsInspection`: None when free; the holder (owner, token, time left, 1 permit); break-glass."""
+        assert await lock_store.inspect(key) is None
+        token = await lock_store.acquire(key, "a", LONG_TTL)
+        found = await lock_store.inspect(key)
+        assert found is not None
+        assert (found.key, found.mode, len(found.holders)) == (key, "exclusive", 1)
+        holder = found.holders[0]
+        assert (holder.owner, holder.token, holder.permits) == ("a", token, 1)
+        assert holder.expires_in is not None
+        assert 0 < holder.expires_in <= LONG_TTL
+        assert found.waiters is None or found.waiters == 0
+        assert await lock_store.force_release(key) is True
+        assert await lock_store.inspect(key) is None
+        assert await lock_store.renew(key, "a", LONG_TTL) is False  # the holder learns of the loss
+        assert await lock_store.force_release(key) is False
+        later = await lock_store.acquire(key, "b", LONG_TTL)
+        assert token is not None
+        assert later is not None
+        assert later > token
+
 
 class TestSemaphoreStoreConformance:
     """What every `SemaphoreStore` / `AsyncSemaphoreStore` guarantees (DESIGN §2.8)."""
@@ -392,3 +429,20 @@ class TestSemaphoreStoreConformance:
         await semaphore_store.acquire(key, "a", LONG_TTL, 1)
         assert await semaphore_store.acquire(key, "b", LONG_TTL, 1) is None
         assert await semaphore_store.acquire(key, "b", LONG_TTL, 2) is not None
+
+    async def test_info_and_force_release(self, semaphore_store: Driver, key: str) -> None:
+        """`SupportsInspection`: every live holder by token, mode "semaphore"; break-glass frees every slot."""
+        assert await semaphore_store.inspect(key) is None
+        tokens = [await semaphore_store.acquire(key, owner, LONG_TTL, 3) for owner in "ab"]
+        found = await semaphore_store.inspect(key)
+        assert found is not None
+        assert (found.key, found.mode) == (key, "semaphore")
+        assert [(holder.owner, holder.token, holder.permits) for holder in found.holders] == [
+            ("a", tokens[0], 1),
+            ("b", tokens[1], 1),
+        ]
+        assert await semaphore_store.force_release(key) is True
+        assert await semaphore_store.inspect(key) is None
+        assert await semaphore_store.renew(key, "a", LONG_TTL) is False
+        assert await semaphore_store.renew(key, "b", LONG_TTL) is False
+        assert await semaphore_store.force_release(key) is False

@@ -25,7 +25,7 @@ import pytest
 
 from resilience import get_lock_token
 from resilience.exceptions import LockLeaseLostError, LockNotAcquiredError
-from resilience.primitives import LockHandle, Locks, lock
+from resilience.primitives import LockHandle, LockInfo, Locks, lock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -75,6 +75,11 @@ class RW:
         if self.is_async:
             return await self.locks.acquire_async(key, ttl=ttl, shared=shared, wait=wait)
         return await self._thread(lambda: self.locks.acquire(key, ttl=ttl, shared=shared, wait=wait))  # type: ignore[no-any-return]
+
+    async def info(self, key: str) -> LockInfo | None:
+        if self.is_async:
+            return await self.locks.info_async(key)
+        return await self._thread(lambda: self.locks.info(key))  # type: ignore[no-any-return]
 
     async def release(self, handle: LockHandle) -> bool:
         if self.is_async:
@@ -166,6 +171,26 @@ class TestSharedHolds:
         assert writer is not None
         assert await rw.acquire(rw_key, shared=True) is None  # a writer excludes readers
         assert await rw.release(writer) is True
+
+    async def test_info_shows_the_mode_and_every_holder(self, rw: RW, rw_key: str) -> None:
+        """`info(key)`: "shared" with each shared holder (by token), "exclusive" with the one writer."""
+        first = await rw.acquire(rw_key, shared=True)
+        second = await rw.acquire(rw_key, shared=True)
+        assert first is not None
+        assert second is not None
+        info = await rw.info(rw_key)
+        assert info is not None
+        assert info.mode == "shared"
+        assert [holder.token for holder in info.holders] == [first.token, second.token]
+        assert await rw.release(first) is True
+        assert await rw.release(second) is True
+        writer = await rw.acquire(rw_key, shared=False)
+        assert writer is not None
+        info = await rw.info(rw_key)
+        assert info is not None
+        assert (info.mode, [holder.token for holder in info.holders]) == ("exclusive", [writer.token])
+        assert await rw.release(writer) is True
+        assert await rw.info(rw_key) is None
 
     async def test_tokens_come_from_one_sequence_and_a_writer_outranks_every_earlier_hold(
         self, rw: RW, rw_key: str

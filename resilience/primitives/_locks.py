@@ -26,6 +26,7 @@ same scripts and keys, so they exclude each other on the same key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
@@ -49,8 +50,15 @@ from resilience._runtime._closing import Closing
 from resilience._time import SYSTEM_TIME, lease_clock
 from resilience._validation import Problems
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
+from resilience.stores import (
+    AsyncLockStore,
+    AsyncSemaphoreStore,
+    AsyncSupportsInspection,
+    LockStore,
+    SemaphoreStore,
+    SupportsInspection,
+)
 from resilience.stores._memory import _MemoryStore
-from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
 from resilience.telemetry._source import TelemetrySource
 
@@ -65,6 +73,7 @@ if TYPE_CHECKING:
     from resilience._signal import Signal
     from resilience._time import TimeProvider
     from resilience._validation import Duration
+    from resilience.stores import LockInfo
 
 __all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
 
@@ -81,6 +90,10 @@ _METHODS: Final = (
     "renew_async",
     "release_async",
     "wait_released_async",
+    "info",
+    "info_async",
+    "force_release",
+    "force_release_async",
 )
 
 
@@ -149,6 +162,18 @@ class _PrefixedStore:
 
     async def wait_released_async(self, key: str, *args: Any) -> Any:
         return await self.inner.wait_released_async(self.prefix + key, *args)
+
+    def info(self, key: str) -> Any:
+        return self.inner.info(self.prefix + key)
+
+    async def info_async(self, key: str) -> Any:
+        return await self.inner.info_async(self.prefix + key)
+
+    def force_release(self, key: str) -> Any:
+        return self.inner.force_release(self.prefix + key)
+
+    async def force_release_async(self, key: str) -> Any:
+        return await self.inner.force_release_async(self.prefix + key)
 
     def add_release_listener(self, key: str, callback: Callable[[], object], *owner: str | None) -> Callable[[], None]:
         listen: Callable[..., Callable[[], None]] = self.inner.add_release_listener
@@ -707,6 +732,10 @@ class Locks(Closing):
         """The key as the lock strategy records held keys (store, key in it); None: reentry is allowed."""
         return (id(self.store), self._key_prefix + key)
 
+    def _owner(self) -> str | None:
+        """The owner id of the next acquisition (None: a random one, `new_owner`)."""
+        return None
+
     def _schedule(self, options: _Options) -> AcquireSchedule | None:
         """`wait=`: the lock strategy's backoff within a time budget; `retries=`: a bounded spin; else fail fast."""
         if options.wait:
@@ -725,6 +754,7 @@ class Locks(Closing):
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
+            owner=self._owner(),
             tag=events,
         )
 
@@ -740,6 +770,7 @@ class Locks(Closing):
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
+            owner=self._owner(),
             tag=events,
         )
 
@@ -923,6 +954,51 @@ class Locks(Closing):
         events.acquired(None, key, lease, started)
         return LockHandle(lease, events)
 
+    # -- inspection -------------------------------------------------------------------------
+
+    def _inspector(self, key: object, method: str, *, is_async: bool) -> Any:
+        """The store, once `method`'s flavour, its `key` and the store's inspection capability are checked."""
+        self._need(method, is_async=is_async)
+        if not isinstance(key, str) or not key:
+            msg = f"key: must be a non-empty str, got {key!r}"
+            raise ValidationError(msg)
+        store = self._ops.store
+        if not isinstance(store, AsyncSupportsInspection if is_async else SupportsInspection):
+            capability = "AsyncSupportsInspection" if is_async else "SupportsInspection"
+            msg = f"{self._kind}(...).{method}: the store {self.store!r} cannot inspect its keys (no {capability})"
+            raise ValidationError(msg)
+        return store
+
+    def info(self, key: str, /) -> LockInfo | None:
+        """Who holds `key` now: None when it is free, else a `LockInfo` (`key` as you named it).
+
+        `mode` is `"exclusive"` for a lock (`"semaphore"` for a semaphore); `holders` are the
+        live holders by token, each with its owner id, token, seconds left on the store's
+        clock and permits; `waiters` is the length of the key's queue (None when the store
+        does not record waiters: PostgreSQL).
+        """
+        found = self._inspector(key, "info", is_async=False).info(key)
+        return None if found is None else dataclasses.replace(found, key=key)
+
+    async def info_async(self, key: str, /) -> LockInfo | None:
+        """See `info`."""
+        found = await self._inspector(key, "info_async", is_async=True).info_async(key)
+        return None if found is None else dataclasses.replace(found, key=key)
+
+    def force_release(self, key: str, /) -> bool:
+        """Break `key` whoever holds it: True if it was held, False if it was free.
+
+        The holders are not interrupted: each one's next renewal answers False, which aborts
+        its signal (`run` / `hold` then raise the lease-lost error); queued waiters are woken
+        as by a release. What keeps a holder that is still running from doing harm is fencing:
+        the next holder's token is larger.
+        """
+        return bool(self._inspector(key, "force_release", is_async=False).force_release(key))
+
+    async def force_release_async(self, key: str, /) -> bool:
+        """See `force_release`."""
+        return bool(await self._inspector(key, "force_release_async", is_async=True).force_release_async(key))
+
     # -- closing ----------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -990,6 +1066,21 @@ class Semaphores(Locks):
     def _held_id(self, key: str) -> tuple[int, str] | None:  # noqa: ARG002 - the lock's hook
         """A chain may hold several slots of one semaphore: no reentry check."""
         return None
+
+    def _available(self, found: LockInfo | None) -> int:
+        return self.limit - (0 if found is None else sum(holder.permits for holder in found.holders))
+
+    def available(self, key: str, /) -> int:
+        """How many slots of `key` are free now: `limit` minus the permits its live holders have.
+
+        Never negative (holders taken under a larger limit count in full). Needs the store's
+        inspection capability, as `info` does.
+        """
+        return max(0, self._available(self.info(key)))
+
+    async def available_async(self, key: str, /) -> int:
+        """See `available`."""
+        return max(0, self._available(await self.info_async(key)))
 
 
 def lock(

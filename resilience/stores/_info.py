@@ -1,0 +1,81 @@
+"""What a store tells about a held key: `LockInfo` and its `HolderInfo`s (the inspection capability).
+
+Stores build these in their `info` methods (`SupportsInspection`); the primitives hand them to
+the caller with the key as the caller named it, and the CLI prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["HolderInfo", "LockInfo", "LockMode", "force_release_by_owner", "force_release_by_owner_async", "lock_mode"]
+
+LockMode = Literal["exclusive", "shared", "semaphore"]
+"""How a key is held: by one lock holder, by shared (read) holders, or by semaphore holders."""
+
+_ROUNDS = 3
+"""How often `force_release_by_owner` reads again when every holder it read was gone already."""
+
+
+@dataclass(frozen=True, slots=True)
+class HolderInfo:
+    """One live holder of a key: its owner id, fencing token, seconds left and permits taken."""
+
+    owner: str
+    token: int
+    expires_in: float | None
+    """Seconds until the store expires the lease (None: the store keeps no expiry for it)."""
+    permits: int = 1
+    """The slots this holder takes (1 for a lock holder)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    """A held key: how it is held, its live holders (by token), and how many wait (None: unknown)."""
+
+    key: str
+    mode: LockMode
+    holders: tuple[HolderInfo, ...]
+    waiters: int | None
+    """The length of the key's waiter queue; None when the store does not record waiters."""
+
+
+def lock_mode(*, shared: bool) -> LockMode:
+    """The mode of a held lock key: the one place a lock store's `info` decides it."""
+    return "shared" if shared else "exclusive"
+
+
+def force_release_by_owner(
+    info: Callable[[str], LockInfo | None], release: Callable[[str, str], bool], key: str
+) -> bool:
+    """Break `key` through the store's own owner-checked `release`: each holder `info` reads.
+
+    True if a holder was released; False when the key was free. A holder that ended between
+    the read and its release is skipped; when all had, the key is read again (a few times).
+    """
+    for _ in range(_ROUNDS):
+        found = info(key)
+        if found is None:
+            return False
+        released = [release(key, holder.owner) for holder in found.holders]  # every holder, then any
+        if any(released):
+            return True
+    return False
+
+
+async def force_release_by_owner_async(
+    info: Callable[[str], Awaitable[LockInfo | None]], release: Callable[[str, str], Awaitable[bool]], key: str
+) -> bool:
+    """See `force_release_by_owner`."""
+    for _ in range(_ROUNDS):
+        found = await info(key)
+        if found is None:
+            return False
+        released = [await release(key, holder.owner) for holder in found.holders]
+        if any(released):
+            return True
+    return False

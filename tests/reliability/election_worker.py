@@ -1,0 +1,56 @@
+"""A candidate of the election process tests: `python -m tests.reliability.election_worker ...`.
+
+It runs `election(client, key, identity=..., ttl=...).run(lead)` on the test server and logs to
+a Redis list, with the server's clock (µs): `elected <identity> <term> <time>` on its first act
+as leader, `write <identity> <term> <accepted>` for each write to the fenced resource of the
+key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost|interrupted`
+at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import redis
+
+from resilience import LockLeaseLostError
+from resilience.primitives import LockHandle, election
+from tests.reliability.fencing import fenced_write, server_us
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--identity", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--ttl", type=float, required=True)
+    parser.add_argument("--lead-for", type=float, default=60.0)
+    args = parser.parse_args()
+    client = redis.Redis(port=args.port, socket_timeout=5, socket_connect_timeout=5, decode_responses=True)
+    candidate = election(client, args.key, identity=args.identity, ttl=args.ttl)
+
+    def lead(handle: LockHandle) -> None:
+        client.rpush(args.log, f"elected {args.identity} {handle.token} {server_us(client)}")
+        for _ in range(int(args.lead_for / 0.05)):
+            if handle.signal.aborted:
+                return
+            accepted = fenced_write(client, args.key, handle.token, args.identity)
+            client.rpush(args.log, f"write {args.identity} {handle.token} {int(accepted)}")
+            handle.signal.wait(0.05)
+
+    try:
+        candidate.run(lead)
+    except LockLeaseLostError:
+        client.rpush(args.log, f"result {args.identity} lost")
+    except KeyboardInterrupt:
+        client.rpush(args.log, f"result {args.identity} interrupted")
+    else:
+        client.rpush(args.log, f"result {args.identity} returned")
+    finally:
+        candidate.close()
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
