@@ -65,7 +65,8 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
     raw = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     advisory = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
+    release_params = {"key": raw_key, "owner": raw_owner}
     key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
     locks = lock(store, ttl=TTL)
     prim_key = f"prim:{uuid.uuid4().hex}"
@@ -73,8 +74,8 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
     def raw_pair() -> None:
         row = raw.execute(sql.acquire, raw_params).fetchone()
         assert row is not None
-        assert row[0] is not None
-        assert raw.execute(sql.release, (raw_key, raw_owner)).rowcount == 1
+        assert row[0] > 0
+        assert raw.execute(sql.release, release_params).fetchone() == (1,)
 
     def store_pair() -> None:
         assert store.acquire(key, owner, TTL) is not None
@@ -113,14 +114,15 @@ async def run_turns_async(dsn: str, store: PostgresLockStore, ops: int) -> dict[
     sql = LockSql("resilience_locks")
     raw = await psycopg.AsyncConnection.connect(dsn, autocommit=True, prepare_threshold=0)
     raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
+    release_params = {"key": raw_key, "owner": raw_owner}
     key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
 
     async def raw_pair() -> None:
         row = await (await raw.execute(sql.acquire, raw_params)).fetchone()
         assert row is not None
-        assert row[0] is not None
-        assert (await raw.execute(sql.release, (raw_key, raw_owner))).rowcount == 1
+        assert row[0] > 0
+        assert await (await raw.execute(sql.release, release_params)).fetchone() == (1,)
 
     async def store_pair() -> None:
         assert await store.acquire_async(key, owner, TTL) is not None

@@ -420,7 +420,7 @@ class _PostgresStore(Closing):
                     lambda: psycopg.Connection.connect(conninfo, **kwargs), self._sql.channel
                 )
             listener = self._listener
-        return listener.wait(key, timeout, lambda: self._is_free(key, owner), queued=owner is not None)
+        return listener.wait(key, timeout, lambda: self._is_free(key, owner), owner=owner)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
@@ -436,7 +436,7 @@ class _PostgresStore(Closing):
                 return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
 
             listener = self._async_listeners[loop] = AsyncReleaseListener(connect, self._sql.channel)
-        return await listener.wait(key, timeout, lambda: self._is_free_async(key, owner), queued=owner is not None)
+        return await listener.wait(key, timeout, lambda: self._is_free_async(key, owner), owner=owner)
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -629,12 +629,13 @@ class PostgresLockStore(_PostgresStore):
 
         The holders' next renewal answers False; waiters are notified as by a release.
         """
-        row = self._execute("force_release", self._sql.force_release, {"key": _check_str("key", key)}, fetch=True)
+        params = {"key": _check_str("key", key), "owner": None}
+        row = self._execute("force_release", self._sql.force_release, params, fetch=True)
         return bool(row[0] > 0)
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        params = {"key": _check_str("key", key)}
+        params = {"key": _check_str("key", key), "owner": None}
         row = await self._execute_async("force_release_async", self._sql.force_release, params, fetch=True)
         return bool(row[0] > 0)
 

@@ -41,20 +41,23 @@ def digest(key: str) -> str:
     return hashlib.md5(key.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
-def _first(waiters: dict[str, dict[Any, bool]], name: str) -> list[Any]:
-    """The events a release of key digest `name` sets, taken off its queue.
+def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]:
+    """The events a notification sets, taken off their key's queue.
 
-    One release wakes one plain waiter of this process, the first that arrived: waiters of one
-    store take the key in turn instead of racing for it (and there is no herd to wake). Waiters
-    queued in the database (`queued`) are all woken: each checks its own turn, one read.
+    A payload `<digest>` (a release) wakes one plain waiter of this process, the first that
+    arrived: waiters of one store take the key in turn instead of racing for it (and there is no
+    herd to wake). A payload `<digest> <owner>` names a waiter queued in the database whose turn
+    has come: only that waiter wakes.
     """
+    name, _, owner = payload.partition(" ")
     events = waiters.get(name)
     if not events:
         return []
-    woken = [event for event, queued in events.items() if queued]
-    plain = next((event for event, queued in events.items() if not queued), None)
-    if plain is not None:
-        woken.append(plain)
+    if owner:
+        woken = [event for event, waiting in events.items() if waiting == owner]
+    else:
+        woken = [next((event for event, waiting in events.items() if waiting is None), None)]
+    woken = [event for event in woken if event is not None]
     for event in woken:
         del events[event]
     if not events:
@@ -85,23 +88,23 @@ class SyncReleaseListener:
         self._connect = connect
         self._channel = channel
         self._lock = threading.Lock()
-        self._waiters: dict[str, dict[threading.Event, bool]] = {}  # per key, in arrival order: queued?
+        self._waiters: dict[str, dict[threading.Event, str | None]] = {}  # per key, in arrival order: owner
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._listening = False
         self._failed_at = -_RETRY_AFTER
         self._closed = False
 
-    def wait(self, key: str, timeout: float, is_free: Callable[[], bool], *, queued: bool = False) -> bool:
+    def wait(self, key: str, timeout: float, is_free: Callable[[], bool], *, owner: str | None = None) -> bool:
         """True when `key` is free now or released within `timeout`; False after `timeout`.
 
-        `queued`: the waiter waits in the database's queue (every release wakes it to check its turn).
+        `owner`: the waiter waits in the database's queue; it wakes when a notification names it.
         """
         name = digest(key)
         event = threading.Event()
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
-            self._waiters.setdefault(name, {})[event] = queued
+            self._waiters.setdefault(name, {})[event] = owner
             ready = self._start()
         try:
             if ready is not None:
@@ -180,19 +183,19 @@ class AsyncReleaseListener:
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str) -> None:
         self._connect = connect
         self._channel = channel
-        self._waiters: dict[str, dict[asyncio.Event, bool]] = {}  # per key, in arrival order: queued?
+        self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # per key, in arrival order: owner
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._listening = False
         self._failed_at = -_RETRY_AFTER
 
     async def wait(
-        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], *, queued: bool = False
+        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], *, owner: str | None = None
     ) -> bool:
         """See `SyncReleaseListener.wait`."""
         name = digest(key)
         event = asyncio.Event()
-        self._waiters.setdefault(name, {})[event] = queued
+        self._waiters.setdefault(name, {})[event] = owner
         ready = self._start()
         scope = asyncio.timeout(max(0.0, timeout))
         try:

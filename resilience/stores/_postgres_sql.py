@@ -216,17 +216,31 @@ SELECT 1 FROM x UNION ALL SELECT 1 FROM s"""
     def release(self) -> str:
         """(key, owner): 1 when `owner` held the live lease (either mode), 0 when it only left the queue.
 
-        No row when it did neither. A NOTIFY is sent at commit when anything changed.
+        No row when it did neither. When something changed, NOTIFYs are sent at commit: the
+        key's digest (for waiters outside the queue) and `<digest> <owner>` for each queued
+        waiter whose turn it may be now (the head; the shared requests at the head together).
         """
         t = self.table
         live = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
-        notify = f"pg_notify('{self.channel}', md5(key))"
         return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp() WHERE {live}
-    RETURNING 1 AS held, {notify}),
-s AS (DELETE FROM {t}_shared WHERE {live} RETURNING 1 AS held, {notify}),
-q AS (DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING 0 AS held, {notify})
-SELECT max(held) FROM (SELECT held FROM x UNION ALL SELECT held FROM s UNION ALL SELECT held FROM q) c
-HAVING count(*) > 0"""
+    RETURNING 1 AS held),
+s AS (DELETE FROM {t}_shared WHERE {live} RETURNING 1 AS held),
+q AS (DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING 0 AS held),
+changed AS (SELECT held FROM x UNION ALL SELECT held FROM s UNION ALL SELECT held FROM q),
+{self._turns}
+SELECT max(held) FROM changed, LATERAL (
+    SELECT pg_notify('{self.channel}', md5(%(key)s))
+    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
+) notified HAVING count(*) > 0"""
+
+    @property
+    def _turns(self) -> str:
+        """CTEs `waiting`, `turns`: the queued owners (but the caller) whose turn may have come."""
+        t = self.table
+        return f"""waiting AS (SELECT owner, shared, ticket FROM {t}_queue
+    WHERE key = %(key)s AND owner IS DISTINCT FROM %(owner)s AND expires_at > clock_timestamp()),
+turns AS (SELECT owner FROM waiting WHERE ticket = (SELECT min(ticket) FROM waiting)
+    OR (shared AND ticket < coalesce((SELECT min(ticket) FROM waiting WHERE NOT shared), {TOKEN_MAX})))"""
 
     @property
     def holders(self) -> str:
@@ -273,13 +287,17 @@ UNION ALL SELECT 1 FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_ti
 
     @property
     def force_release(self) -> str:
-        """(key,): how many live holds of the key were freed, whoever held them (NOTIFY sent at commit)."""
+        """(key, owner NULL): > 0 when live holds of the key were freed, whoever held them (NOTIFYs as `release`)."""
         t = self.table
-        notify = f"pg_notify('{self.channel}', md5(key))"
         return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp()
-    WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp() RETURNING {notify}),
-s AS (DELETE FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp() RETURNING {notify})
-SELECT (SELECT count(*) FROM x) + (SELECT count(*) FROM s)"""
+    WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp() RETURNING 1),
+s AS (DELETE FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp() RETURNING 1),
+freed AS (SELECT 1 FROM x UNION ALL SELECT 1 FROM s),
+{self._turns}
+SELECT count(*) FROM freed, LATERAL (
+    SELECT pg_notify('{self.channel}', md5(%(key)s))
+    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
+) notified"""
 
     @property
     def purge(self) -> str:
