@@ -85,7 +85,7 @@ class RedisInspector:
         self._store = RedisLockStore(self._client, prefix=prefix)
 
     def _read(self, names: Sequence[bytes]) -> list[Lease]:
-        from resilience.stores._redis import companions
+        from resilience.stores._redis import companions, live_waiters
 
         pipe = self._client.pipeline(transaction=False)
         pipe.time()
@@ -98,19 +98,21 @@ class RedisInspector:
         for name, queue in zip(hashes, queues, strict=True):
             pipe.hmget(name, "owner", "token")
             pipe.pttl(name)
-            # Waiters: the live entries of the key's fair queue (each entry's score is its expiry);
-            # a key that cannot have a queue (a `}` without a hash tag) answers a placeholder.
-            pipe.zcount(queue[1], f"({now_ms}", "+inf") if queue is not None else pipe.exists(name)
+            # Waiters: the live entries of the key's fair queue (arrivals scored in server µs,
+            # and the refreshed expiries of those that tried again); a key that cannot have a
+            # queue (a `}` without a hash tag) answers placeholders.
+            for queue_key in queue or (name, name):
+                pipe.zrange(queue_key, 0, -1, withscores=True) if queue is not None else pipe.exists(queue_key)
         replies = pipe.execute()
         found = []
         start = len(self._prefix) + 1
         for index, (name, queue) in enumerate(zip(hashes, queues, strict=True)):
-            (owner, token), pttl, waiting = replies[3 * index : 3 * index + 3]
+            (owner, token), pttl, arrivals, refreshed = replies[4 * index : 4 * index + 4]
             if owner is None or token is None:  # a released key's tombstone
                 continue
             left = pttl / 1000 if pttl >= 0 else None
             key = name.decode("utf-8", "replace")[start:]
-            waiters = None if queue is None else int(waiting)
+            waiters = None if queue is None else live_waiters(arrivals, refreshed, now_ms)
             found.append(Lease(key, owner.decode("utf-8", "replace"), int(token), left, waiters))
         return found
 

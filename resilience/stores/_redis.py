@@ -29,7 +29,7 @@ from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseLis
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
-__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions"]
+__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions", "live_waiters"]
 
 _SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
 _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
@@ -96,8 +96,8 @@ def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     return ValidationError(msg)
 
 
-def companions(lock_key: str) -> tuple[str, str, str] | None:
-    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (queue, expiries, watch).
+def companions(lock_key: str) -> tuple[str, str] | None:
+    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (arrivals, refreshed expiries).
 
     A key with a hash tag keeps it when a suffix is appended; a key without one is wrapped in
     braces, so that its whole text becomes the tag (the slot it already hashes to). A key that
@@ -110,12 +110,21 @@ def companions(lock_key: str) -> tuple[str, str, str] | None:
         base = "{" + lock_key + "}"
     else:
         return None
-    return f"{base}:q", f"{base}:q:t", f"{base}:q:w"
+    return f"{base}:q", f"{base}:q:t"
 
 
-def _wait_ms(timeout: float) -> int:
-    """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
-    return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
+def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tuple[Any, float]], now_ms: int) -> int:
+    """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
+
+    An entry lives `QUEUE_ENTRY_MS` from its arrival (µs) or until its refreshed expiry (ms),
+    whichever is later (the lock scripts' `entry_left`).
+    """
+    again = dict(refreshed)
+    return sum(
+        1
+        for owner, arrival in arrivals
+        if arrival // 1000 + scripts.QUEUE_ENTRY_MS > now_ms or again.get(owner, 0) > now_ms
+    )
 
 
 def _answer(reply: Any) -> tuple[int | None, float | None]:
@@ -609,27 +618,27 @@ class RedisLockStore(_RedisStore):
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
 
-    def queue_keys(self, key: str) -> tuple[str, str, str] | None:
-        """The Redis keys of `key`'s waiter queue (arrivals, entry expiries, watch), in its hash slot.
+    def queue_keys(self, key: str) -> tuple[str, str] | None:
+        """The Redis keys of `key`'s waiter queue (arrivals, refreshed entry expiries), in its hash slot.
 
         None for a key that has a `}` but no hash tag: it cannot share a Cluster slot with
         companion keys, so its waiters are not queued (they poll, as before fair waiting).
         """
         return companions(self.key(key))
 
-    def _keys(self, key: str, count: int) -> list[str]:
+    def _keys(self, key: str) -> list[str]:
         lock_key = self.key(key)
         queue = companions(lock_key)
-        return [lock_key] if queue is None else [lock_key, *queue[: count - 1]]
+        return [lock_key] if queue is None else [lock_key, *queue]
 
     def _acquire_args(self, key: str, owner: str, ttl: float, entry_ms: int = 0) -> tuple[list[str], list[object]]:
-        return self._keys(key, 3), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+        return self._keys(key), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return [self.key(key)], [_check_str("owner", owner), _ttl_ms(ttl)]
 
-    def _held_check(self, key: str, owner: str | None, timeout: float) -> tuple[list[str], list[object]]:
-        return self._keys(key, 4), ["" if owner is None else _check_str("owner", owner), _wait_ms(timeout)]
+    def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
+        return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another.
@@ -653,7 +662,9 @@ class RedisLockStore(_RedisStore):
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
         The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
-        waiter that gives up leaves the queue. The lock, once free, goes to the queue's head.
+        waiter that gives up leaves the queue. A release hands the lock straight to the queue's
+        live head and tells it so (`add_release_listener`); the head's next call here answers
+        its token and sets its ttl.
         """
         keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
@@ -679,22 +690,26 @@ class RedisLockStore(_RedisStore):
         return self._node_of(self.key(key))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free the lock if `owner` holds it (True), and wake the head of its queue.
+        """Give up the lock if `owner` holds it (True): to the live head of its queue, or free.
 
-        A waiter that does not hold the lock leaves the queue instead (False).
+        Handed on, the lock belongs to the head at once (a fresh token, for as long as the
+        head's queue entry had left) and the head alone is told. A waiter that does not hold
+        the lock leaves the queue instead (False); a head that gives up after the lock was
+        handed to it releases it like a holder (True).
         """
-        keys = self._keys(key, 4)
+        keys = self._keys(key)
         return self._run_release_sync(keys, scripts.LOCK_RELEASE, [_check_str("owner", owner), scripts.TOMBSTONE_MS])
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True) or `timeout` seconds pass (False).
 
         True at once when the key is free for the caller: with `owner` (a queued waiter), when
-        it is free and `owner` heads the queue; woken only when its turn comes. True is a hint
+        a release handed it the lock, or it is free and `owner` heads the queue; woken only when
+        its turn comes. True is a hint
         to try again now; without pub/sub on the client a held key is simply waited out for
         `timeout` (a plain poll interval).
         """
-        check = self._held_check(key, owner, timeout)
+        check = self._held_check(key, owner)
         return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
     def add_release_listener(
@@ -737,13 +752,13 @@ class RedisLockStore(_RedisStore):
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        keys = self._keys(key, 4)
+        keys = self._keys(key)
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
-        check = self._held_check(key, owner, timeout)
+        check = self._held_check(key, owner)
         return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
 
