@@ -1,0 +1,180 @@
+"""What a Redis lock costs the server, counted by the server (`INFO commandstats`).
+
+The counts include the commands each script runs inside Redis, so a script that does more
+work shows here. Uncontended, a cycle is what a fenced lock must do: one script to acquire
+(token from the server clock, owner, expiry) plus one look at the queue, one to release. A
+hand-off is three scripts: the waiter's refused attempt (it joins the queue), the release that
+hands the lock to it, and its attempt that takes the token. A Cluster (keys on one master)
+costs no more than a standalone server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from resilience.primitives import lock
+from resilience.stores import RedisLockStore
+
+if TYPE_CHECKING:
+    from tests.redis.conftest import Deployment
+
+pytestmark = pytest.mark.redis
+
+UNCONTENDED = Counter(
+    {"evalsha": 2, "hmget": 2, "exists": 1, "time": 1, "hset": 1, "pexpire": 2, "zrange": 1, "hdel": 1}
+)
+HANDOFF = Counter(
+    # the waiter's refused attempt: it joins the queue and learns the holder's time left
+    {"evalsha": 3, "hmget": 3, "time": 2, "zadd": 1, "zcard": 1, "pexpire": 3, "pttl": 1}
+    # the holder's release hands the lock on (ZRANGE finds the head), the waiter takes it (PEXPIRE)
+    | {"zrange": 1, "publish": 1, "zrem": 1, "hset": 1}
+)
+
+
+def _stats(deployment: Deployment) -> Counter[str]:
+    """Calls per command, summed over the deployment's servers (INFO commandstats)."""
+    servers = deployment.server.nodes if deployment.cluster else [deployment.server]  # type: ignore[union-attr]
+    calls: Counter[str] = Counter()
+    for server in servers:
+        for line in server.command("INFO", "commandstats").split("\r\n"):
+            if line.startswith("cmdstat_"):
+                name, _, rest = line.removeprefix("cmdstat_").partition(":")
+                calls[name] += int(rest.split("calls=")[1].split(",")[0])
+    return calls
+
+
+def _since(deployment: Deployment, before: Counter[str]) -> Counter[str]:
+    """The lock's commands since `before`: the test's own reads and a Cluster client's topology reads left out."""
+    delta = _stats(deployment) - before
+    for name in ("info", "cluster|nodes", "cluster|slots", "cluster|shards", "command|docs", "ping"):
+        delta.pop(name, None)
+    return delta
+
+
+def _counted(deployment: Deployment, run: Any) -> Counter[str]:
+    before = _stats(deployment)
+    run()
+    return _since(deployment, before)
+
+
+def test_an_uncontended_cycle_costs_eleven_commands(deployment: Deployment, sync_redis: Any, key: str) -> None:
+    store = RedisLockStore(sync_redis)
+    try:
+        assert store.acquire(key, "warm", 10) is not None  # scripts cached, connections open
+        assert store.release(key, "warm")
+
+        def cycle() -> None:
+            assert store.acquire(key, "owner", 10) is not None
+            assert store.release(key, "owner")
+
+        assert _counted(deployment, cycle) == UNCONTENDED
+    finally:
+        store.close()
+
+
+async def test_an_async_uncontended_cycle_costs_the_same(deployment: Deployment, async_redis: Any, key: str) -> None:
+    store = RedisLockStore(async_client=async_redis)
+    try:
+        assert await store.acquire_async(key, "warm", 10) is not None
+        assert await store.release_async(key, "warm")
+        before = _stats(deployment)
+        assert await store.acquire_async(key, "owner", 10) is not None
+        assert await store.release_async(key, "owner")
+        assert _since(deployment, before) == UNCONTENDED
+    finally:
+        await store.aclose()
+
+
+def test_a_hand_off_costs_eighteen_commands(deployment: Deployment, sync_redis: Any, key: str) -> None:
+    """Refused attempt (joins), release (hands on, one message to the head only), the head's attempt."""
+    store = RedisLockStore(sync_redis)
+    try:
+        assert store.acquire(key, "warm", 10) is not None  # every script cached
+        assert store.acquire_or_queue(key, "warm-waiter", 10)[0] is None
+        assert store.release(key, "warm")
+        assert store.acquire_or_queue(key, "warm-waiter", 10)[0] is not None
+        assert store.release(key, "warm-waiter")
+        assert store.acquire(key, "holder", 10) is not None
+
+        def hand_off() -> None:
+            assert store.acquire_or_queue(key, "waiter", 10)[0] is None
+            assert store.release(key, "holder")
+            assert store.acquire_or_queue(key, "waiter", 10)[0] is not None
+
+        expected = HANDOFF.copy()
+        if deployment.cluster:
+            expected["spublish"] = expected.pop("publish")
+        assert _counted(deployment, hand_off) == expected
+        assert store.release(key, "waiter")
+    finally:
+        store.close()
+
+
+def test_renew_many_costs_three_commands_per_lease(deployment: Deployment, sync_redis: Any, key: str) -> None:
+    store = RedisLockStore(sync_redis)
+    keys = [f"{key}:{n}" for n in range(10)]
+    try:
+        for name in keys:
+            assert store.acquire(name, "owner", 10) is not None
+        store.renew_many([(name, "owner", 10) for name in keys])  # warm
+
+        def renew() -> None:
+            assert store.renew_many([(name, "owner", 10) for name in keys]) == [True] * len(keys)
+
+        assert _counted(deployment, renew) == Counter({"evalsha": 10, "hget": 10, "pexpire": 10})
+    finally:
+        for name in keys:
+            store.release(name, "owner")
+        store.close()
+
+
+@pytest.mark.timeout(120)
+def test_eight_threads_on_one_key_cost_at_most_twenty_commands_per_section(
+    deployment: Deployment, sync_redis: Any, key: str
+) -> None:
+    """Through the primitive: queue, hand-off, notification and the odd safety-net attempt.
+
+    18 per contended section plus what a loaded machine adds (a waiter whose wake-up comes
+    late tries again once a second at most); the bound leaves room for that, not for a
+    script that does more work.
+    """
+    locks = lock(sync_redis, ttl=10)
+    sections = [0]
+    guard = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        def body(handle: Any) -> None:
+            with guard:
+                sections[0] += 1
+            time.sleep(0.001)
+
+        while not stop.is_set():
+            locks.run(key, body, wait=60)
+            time.sleep(0.002)
+
+    try:
+        locks.run(key, lambda handle: None, wait=60)  # warm: scripts cached, subscription made
+        before = _stats(deployment)
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while sections[0] < 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        delta = _since(deployment, before)
+    finally:
+        stop.set()
+        locks.close()
+    per_section = delta.total() / sections[0]
+    print(f"{deployment.name}: {per_section:.1f} server commands per section over {sections[0]}")  # noqa: T201
+    assert sections[0] >= 100
+    assert per_section <= 20, f"{per_section:.1f} server commands per section: {dict(delta)}"
