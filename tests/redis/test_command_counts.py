@@ -38,7 +38,7 @@ HANDOFF = Counter(
 
 def _stats(deployment: Deployment) -> Counter[str]:
     """Calls per command, summed over the deployment's servers (INFO commandstats)."""
-    servers = deployment.server.nodes if deployment.cluster else [deployment.server]  # type: ignore[union-attr]
+    servers: list[Any] = deployment.server.nodes if deployment.cluster else [deployment.server]  # type: ignore[union-attr]
     calls: Counter[str] = Counter()
     for server in servers:
         for line in server.command("INFO", "commandstats").split("\r\n"):
