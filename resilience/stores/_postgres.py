@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import time
 import weakref
@@ -41,6 +42,12 @@ _DIAGNOSE_EVERY: Final = 60.0
 """How often (s) a pool timeout may try one direct connection to name its cause (reused meanwhile)."""
 _DIAGNOSE_TIMEOUT: Final = 2
 """`connect_timeout` of that attempt (s): the diagnosis never waits longer than a short connect."""
+_KEEP_FOR: Final = 1.0
+"""How long (s) the store keeps one pool connection between statements before it hands it back.
+
+The hot path (one caller at a time) skips the pool's checkout and check-in; handed back at the
+next statement after this long, the connection meets the pool's checks again (its state, its
+`max_lifetime`, a `check=` callback), and so does the one the store takes next."""
 
 
 def _psycopg() -> tuple[Any, Any]:
@@ -121,6 +128,12 @@ class _PostgresStore(Closing):
         self._diagnosed_at = -_DIAGNOSE_EVERY
         self._cause: Exception | None = None  # what the last diagnosis of a pool timeout found
         self._listener: SyncReleaseListener | None = None
+        # The connection kept between statements (`_execute`): used by one caller at a time.
+        self._kept: Any = None
+        self._kept_from: Any = None  # the pool it came from
+        self._kept_since = 0.0
+        self._kept_by = 0  # the process that took it (a forked child never uses its parent's)
+        self._kept_lock = threading.Lock()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
@@ -222,11 +235,17 @@ class _PostgresStore(Closing):
     def _execute(self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False) -> Any:
         """Run one statement: its first row when `fetch`, else its rowcount.
 
-        `getconn`/`putconn` rather than `pool.connection()`: the same, minus a context manager
-        (about a tenth of a round trip). A connection that is not in autocommit (a pool of
+        On the connection the store keeps (`_execute_kept`) when no other caller is using it;
+        else on one checked out of the pool: `getconn`/`putconn` rather than `pool.connection()`,
+        the same minus a context manager. A connection that is not in autocommit (a pool of
         yours) is committed, as `pool.connection()` would; `putconn` rolls back a failed one.
         """
         pool = self._sync_pool(method)
+        if self._kept_lock.acquire(blocking=False):
+            try:
+                return self._execute_kept(pool, query, params, fetch=fetch)
+            finally:
+                self._kept_lock.release()
         try:
             conn = pool.getconn()
             try:
@@ -241,6 +260,45 @@ class _PostgresStore(Closing):
                 raise exc from cause
             raise
         return result
+
+    def _execute_kept(self, pool: Any, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool) -> Any:
+        """`_execute` on the connection the store keeps (under `_kept_lock`): no pool checkout.
+
+        Kept for `_KEEP_FOR` at most, then handed back at the next statement and a fresh one
+        checked out, so the pool's checks still see it. A statement that fails hands it back
+        at once (the pool rolls it back, or discards a broken one).
+        """
+        conn, now = self._kept, time.monotonic()
+        if conn is not None and (now - self._kept_since > _KEEP_FOR or self._kept_from is not pool):
+            self._hand_back()
+            conn = None
+        try:
+            if conn is None or self._kept_by != os.getpid():
+                conn = pool.getconn()
+                self._kept, self._kept_from, self._kept_since, self._kept_by = conn, pool, now, os.getpid()
+            try:
+                cursor = conn.execute(query, params)
+                result = cursor.fetchone() if fetch else cursor.rowcount
+                if not conn.autocommit:
+                    conn.commit()
+            except BaseException:
+                self._kept = self._kept_from = None
+                pool.putconn(conn)
+                raise
+        except Exception as exc:
+            if (cause := self._explain(exc, pool)) is not None:
+                raise exc from cause
+            raise
+        return result
+
+    def _hand_back(self) -> None:
+        """Return the kept connection to the pool it came from (a closed pool closes it); under `_kept_lock`.
+
+        A forked child drops its parent's without touching it: the connection is the parent's.
+        """
+        conn, pool, self._kept, self._kept_from = self._kept, self._kept_from, None, None
+        if conn is not None and self._kept_by == os.getpid():
+            pool.putconn(conn)
 
     async def _execute_async(
         self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False
@@ -401,6 +459,8 @@ class _PostgresStore(Closing):
 
     def close(self) -> None:
         """Stop the sync listener and close the pool the store made (a pool you passed stays open)."""
+        with self._kept_lock:
+            self._hand_back()
         with self._pool_lock:
             listener, self._listener = self._listener, None
             pool = self._pool if self._own_pool else None
