@@ -89,6 +89,18 @@ def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
     return (value, None) if value > 0 else (None, -value / 1000)
 
 
+class _KeptAsync:
+    """The connection a store keeps between statements on one event loop (see `_execute_kept`)."""
+
+    __slots__ = ("busy", "conn", "pool", "since")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.conn: Any = None
+        self.pool: Any = None
+        self.since = 0.0
+
+
 class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
@@ -134,6 +146,7 @@ class _PostgresStore(Closing):
         self._kept_since = 0.0
         self._kept_by = 0  # the process that took it (a forked child never uses its parent's)
         self._kept_lock = threading.Lock()
+        self._kept_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _KeptAsync] = weakref.WeakKeyDictionary()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
@@ -291,6 +304,34 @@ class _PostgresStore(Closing):
             raise
         return result
 
+    async def _execute_kept_async(
+        self, kept: _KeptAsync, pool: Any, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool
+    ) -> Any:
+        """See `_execute_kept` (one per event loop; `kept.busy` is its lock)."""
+        conn, now = kept.conn, time.monotonic()
+        if conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool):
+            kept.conn = None
+            await kept.pool.putconn(conn)
+            conn = None
+        try:
+            if conn is None:
+                conn = await pool.getconn()
+                kept.conn, kept.pool, kept.since = conn, pool, now
+            try:
+                cursor = await conn.execute(query, params)
+                result = await cursor.fetchone() if fetch else cursor.rowcount
+                if not conn.autocommit:
+                    await conn.commit()
+            except BaseException:
+                kept.conn = None
+                await pool.putconn(conn)
+                raise
+        except Exception as exc:
+            if (cause := await self._explain_async(exc, pool)) is not None:
+                raise exc from cause
+            raise
+        return result
+
     def _hand_back(self) -> None:
         """Return the kept connection to the pool it came from (a closed pool closes it); under `_kept_lock`.
 
@@ -304,6 +345,19 @@ class _PostgresStore(Closing):
         self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False
     ) -> Any:
         pool = await self._get_async_pool(method)
+        loop = asyncio.get_running_loop()
+        kept = self._kept_async.get(loop)
+        if kept is None:
+            kept = self._kept_async[loop] = _KeptAsync()
+        if not kept.busy:
+            kept.busy = True
+            try:
+                return await self._execute_kept_async(kept, pool, query, params, fetch=fetch)
+            finally:
+                kept.busy = False
+                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
+                    conn, kept.conn = kept.conn, None
+                    await kept.pool.putconn(conn)
         try:
             conn = await pool.getconn()
             try:
@@ -477,6 +531,10 @@ class _PostgresStore(Closing):
         listener = self._async_listeners.pop(loop, None)
         if listener is not None:
             await listener.aclose()
+        kept = self._kept_async.pop(loop, None)
+        if kept is not None and kept.conn is not None and not kept.busy:  # a busy one goes back when done
+            conn, kept.conn = kept.conn, None
+            await kept.pool.putconn(conn)
         pool = self._async_pools.pop(loop, None)
         if pool is not None:
             await pool.close()

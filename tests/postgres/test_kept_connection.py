@@ -40,7 +40,7 @@ def _pool(dsn: str, name: str, *, size: int = 2) -> CountingPool:
     return pool
 
 
-def _in_use(pool: psycopg_pool.ConnectionPool) -> int:
+def _in_use(pool: psycopg_pool.ConnectionPool | psycopg_pool.AsyncConnectionPool) -> int:
     stats = pool.get_stats()
     return int(stats["pool_size"]) - int(stats["pool_available"])
 
@@ -127,3 +127,32 @@ def test_a_kept_connection_that_dies_fails_one_call_and_is_replaced(postgres_dsn
     finally:
         store.close()
         pool.close()
+
+
+class CountingAsyncPool(psycopg_pool.AsyncConnectionPool):
+    """An asyncio pool that counts its checkouts."""
+
+    checkouts = 0
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        self.checkouts += 1
+        return await super().getconn(timeout)
+
+
+async def test_an_async_caller_keeps_one_connection_too(postgres_dsn: str, pg_key: str) -> None:
+    pool = CountingAsyncPool(postgres_dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open(wait=True)
+    store = PostgresLockStore(async_pool=pool)
+    try:
+        started = time.monotonic()
+        for n in range(100):
+            assert await store.acquire_async(pg_key, f"owner-{n}", 30) is not None
+            assert await store.release_async(pg_key, f"owner-{n}")
+        seconds = time.monotonic() - started
+        assert pool.checkouts <= 2 + seconds, f"{pool.checkouts} checkouts in {seconds:.2f}s"
+        assert _in_use(pool) == 1
+        await store.aclose()
+        assert _in_use(pool) == 0
+    finally:
+        await store.aclose()
+        await pool.close()
