@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import math
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions", "live_waiters"]
 
+_ASKED_KEPT: Final = 100_000
+"""At most this many refused async attempts remembered for their waits (`RedisLockStore._asked`)."""
 _SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
 _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
 
@@ -539,6 +542,8 @@ class _RedisStore(Closing):
         held: scripts.LuaScript,
         check: tuple[Sequence[str], Sequence[object]] | None = None,
         owner: str | None = None,
+        *,
+        since: float | None = None,
     ) -> bool:
         runner = self._async_client("wait_released_async")
         client = await runner.get()
@@ -561,7 +566,7 @@ class _RedisStore(Closing):
                 return True
             await asyncio.sleep(max(0.0, timeout))
             return False
-        return await listener.wait(channel, timeout, is_free, owner)
+        return await listener.wait(channel, timeout, is_free, owner, since=since)
 
     def close(self) -> None:
         """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
@@ -610,6 +615,9 @@ class RedisLockStore(_RedisStore):
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
+        # When each queued owner's last refused async attempt was sent (monotonic), for its wait
+        # (`AsyncReleaseListener.wait`'s `since`); taken by that wait or by the owner's release.
+        self._asked: dict[tuple[str, str], float] = {}
 
     _fair_queue = True
     """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
@@ -738,7 +746,13 @@ class RedisLockStore(_RedisStore):
     async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
         keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
-        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        sent = time.monotonic()
+        answer = _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        if answer[0] is None:
+            if len(self._asked) >= _ASKED_KEPT:  # waits that never came (cancelled between the two)
+                self._asked.clear()
+            self._asked[key, owner] = sent
+        return answer
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
@@ -754,12 +768,14 @@ class RedisLockStore(_RedisStore):
         """See `release`."""
         keys = self._keys(key)
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        self._asked.pop((key, owner), None)
         return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
         check = self._held_check(key, owner)
-        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
+        since = None if owner is None else self._asked.pop((key, owner), None)
+        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner, since=since)
 
 
 class RedisSemaphoreStore(_RedisStore):

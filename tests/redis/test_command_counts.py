@@ -10,6 +10,7 @@ costs no more than a standalone server.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -178,3 +179,81 @@ def test_eight_threads_on_one_key_cost_at_most_twenty_commands_per_section(
     print(f"{deployment.name}: {per_section:.1f} server commands per section over {sections[0]}")  # noqa: T201
     assert sections[0] >= 100
     assert per_section <= 20, f"{per_section:.1f} server commands per section: {dict(delta)}"
+
+
+@pytest.mark.timeout(120)
+async def test_eight_tasks_on_one_key_cost_no_more_than_threads(
+    deployment: Deployment, async_redis: Any, key: str
+) -> None:
+    """The asyncio waiter skips its turn check when its subscription predates its attempt."""
+    locks = lock(async_redis, ttl=10)
+    sections = [0]
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        async def body(handle: Any) -> None:
+            sections[0] += 1
+            await asyncio.sleep(0.001)
+
+        while not stop.is_set():
+            await locks.run_async(key, body, wait=60)
+            await asyncio.sleep(0.002)
+
+    try:
+        await locks.run_async(key, _nothing, wait=60)  # warm: scripts cached, subscription made
+        before = _stats(deployment)
+        tasks = [asyncio.create_task(worker()) for _ in range(8)]
+        deadline = time.monotonic() + 60
+        while sections[0] < 300 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        delta = _since(deployment, before)
+    finally:
+        stop.set()
+        await locks.aclose()
+    per_section = delta.total() / sections[0]
+    print(f"{deployment.name}: {per_section:.1f} server commands per section over {sections[0]}")  # noqa: T201
+    assert sections[0] >= 100
+    assert per_section <= 20, f"{per_section:.1f} server commands per section: {dict(delta)}"
+
+
+async def _nothing(handle: Any) -> None:
+    del handle
+
+
+async def test_an_async_waiter_hears_its_turn_without_checking(
+    deployment: Deployment, sync_redis: Any, async_redis: Any, key: str
+) -> None:
+    """Subscribed before its attempt, a queued asyncio waiter sends nothing while it waits.
+
+    Its turn announced while its attempt's reply was on its way is kept for it; one announced
+    during the wait wakes it. Either way no `wait_released` check goes to the server.
+    """
+    holder = RedisLockStore(sync_redis)
+    store = RedisLockStore(async_client=async_redis)
+    try:
+        assert holder.acquire(key, "holder", 10) is not None
+        assert await store.wait_released_async(key, 0.05) is False  # subscribes (kept 2 s)
+        assert (await store.acquire_or_queue_async(key, "early", 10))[0] is None
+        assert holder.release(key, "holder")  # hands the lock to "early" before it waits
+        await asyncio.sleep(0.2)  # the listener hears the turn first
+        before = _stats(deployment)
+        assert await store.wait_released_async(key, 5, "early") is True
+        assert _since(deployment, before) == Counter()
+        assert (await store.acquire_or_queue_async(key, "early", 10))[0] is not None
+
+        assert (await store.acquire_or_queue_async(key, "late", 10))[0] is None
+        before = _stats(deployment)
+        waiting = asyncio.create_task(store.wait_released_async(key, 5, "late"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        assert await store.release_async(key, "early")
+        assert await asyncio.wait_for(waiting, 5) is True
+        sent = _since(deployment, before)
+        assert sent["evalsha"] == 1, dict(sent)  # the release only
+        assert (await store.acquire_or_queue_async(key, "late", 10))[0] is not None
+        assert await store.release_async(key, "late")
+    finally:
+        holder.close()
+        await store.aclose()
