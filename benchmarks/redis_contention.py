@@ -458,8 +458,8 @@ ANALYSIS = [
     "which finds itself the owner and sets its own ttl (`HMGET`, `PEXPIRE`). Each script also",
     "counts as a command (`EVALSHA`), and the token needs the server clock (`TIME`) at every grant.",
     "That is 18 commands; python-redis-lock's 10 buy no fencing token, no FIFO order and no expiry",
-    "hand-off. The asyncio waiter checks its turn once more after it subscribes (`wait_released`:",
-    "`EVALSHA` + `HGET`), because the turn may have been announced while its attempt was in flight.",
+    "hand-off. An asyncio waiter costs the same: subscribed before its attempt, it needs no check",
+    "of its turn (its listener keeps a turn announced while the attempt's reply was on its way).",
     "The hand-off gap is the release's round trip, the message, two thread hand-overs (the",
     "listener thread wakes the waiting thread) and the head's round trip for its token.",
 ]
