@@ -47,7 +47,7 @@ _KEEP_FOR: Final = 1.0
 
 The hot path (one caller at a time) skips the pool's checkout and check-in; handed back at the
 next statement after this long, the connection meets the pool's checks again (its state, its
-`max_lifetime`, a `check=` callback), and so does the one the store takes next."""
+max_lifetime, a `check=` callback), and so does the one the store takes next."""
 
 
 def _psycopg() -> tuple[Any, Any]:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions", "live_waiters"]
 
 _ASKED_KEPT: Final = 100_000
-"""At most this many refused async attempts remembered for their waits (`RedisLockStore._asked`)."""
+"""At most this many refused async attempts remembered for their waits (a lock store's `_asked`)."""
 _SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
 _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
 
@@ -120,7 +120,7 @@ def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tupl
     """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
 
     An entry lives `QUEUE_ENTRY_MS` from its arrival (µs) or until its refreshed expiry (ms),
-    whichever is later (the lock scripts' `entry_left`).
+    whichever is later (as the lock scripts' entry_left decides).
     """
     again = dict(refreshed)
     return sum(
