@@ -89,16 +89,17 @@ def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
     return (value, None) if value > 0 else (None, -value / 1000)
 
 
-class _KeptAsync:
-    """The connection a store keeps between statements on one event loop (see `_execute_kept`)."""
+class _Kept:
+    """The connection a store keeps between statements (`_PostgresStore._take_kept`), with where it came from."""
 
-    __slots__ = ("busy", "conn", "pool", "since")
+    __slots__ = ("busy", "conn", "pid", "pool", "since")
 
     def __init__(self) -> None:
-        self.busy = False
+        self.busy = False  # an asyncio caller runs on it (the sync side has a lock)
         self.conn: Any = None
-        self.pool: Any = None
+        self.pool: Any = None  # the pool it came from
         self.since = 0.0
+        self.pid = 0  # the process that took it
 
 
 class _PostgresStore(Closing):
@@ -140,13 +141,10 @@ class _PostgresStore(Closing):
         self._diagnosed_at = -_DIAGNOSE_EVERY
         self._cause: Exception | None = None  # what the last diagnosis of a pool timeout found
         self._listener: SyncReleaseListener | None = None
-        # The connection kept between statements (`_execute`): used by one caller at a time.
-        self._kept: Any = None
-        self._kept_from: Any = None  # the pool it came from
-        self._kept_since = 0.0
-        self._kept_by = 0  # the process that took it (a forked child never uses its parent's)
+        # The connection kept between statements (`_execute`), for one caller at a time.
+        self._kept = _Kept()
         self._kept_lock = threading.Lock()
-        self._kept_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _KeptAsync] = weakref.WeakKeyDictionary()
+        self._kept_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept] = weakref.WeakKeyDictionary()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
@@ -248,130 +246,96 @@ class _PostgresStore(Closing):
     def _execute(self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False) -> Any:
         """Run one statement: its first row when `fetch`, else its rowcount.
 
-        On the connection the store keeps (`_execute_kept`) when no other caller is using it;
-        else on one checked out of the pool: `getconn`/`putconn` rather than `pool.connection()`,
-        the same minus a context manager. A connection that is not in autocommit (a pool of
-        yours) is committed, as `pool.connection()` would; `putconn` rolls back a failed one.
+        On the connection the store keeps (`_take_kept`) when no other caller is using it;
+        else on one checked out of the pool (`getconn`/`putconn`). A connection that is not in
+        autocommit (a pool of yours) is committed, as `pool.connection()` would; a statement
+        that fails gives its connection back to the pool at once, which rolls it back (or
+        discards a broken one).
         """
         pool = self._sync_pool(method)
-        if self._kept_lock.acquire(blocking=False):
+        kept = self._kept_lock.acquire(blocking=False)
+        try:
+            conn = self._take_kept(self._kept, pool) if kept else pool.getconn()
             try:
-                return self._execute_kept(pool, query, params, fetch=fetch)
-            finally:
+                cursor = conn.execute(query, params)
+                result = cursor.fetchone() if fetch else cursor.rowcount
+                if not conn.autocommit:
+                    conn.commit()
+            except BaseException:
+                if kept:
+                    self._kept.conn = None
+                pool.putconn(conn)
+                raise
+            if not kept:
+                pool.putconn(conn)
+        except Exception as exc:
+            if (cause := self._explain(exc, pool)) is not None:
+                raise exc from cause
+            raise
+        finally:
+            if kept:
                 self._kept_lock.release()
-        try:
-            conn = pool.getconn()
-            try:
-                cursor = conn.execute(query, params)
-                result = cursor.fetchone() if fetch else cursor.rowcount
-                if not conn.autocommit:
-                    conn.commit()
-            finally:
-                pool.putconn(conn)
-        except Exception as exc:
-            if (cause := self._explain(exc, pool)) is not None:
-                raise exc from cause
-            raise
         return result
 
-    def _execute_kept(self, pool: Any, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool) -> Any:
-        """`_execute` on the connection the store keeps (under `_kept_lock`): no pool checkout.
+    @staticmethod
+    def _take_kept(kept: _Kept, pool: Any) -> Any:
+        """The kept connection; one checked out of `pool` when there is none or it is `_KEEP_FOR` old.
 
-        Kept for `_KEEP_FOR` at most, then handed back at the next statement and a fresh one
-        checked out, so the pool's checks still see it. A statement that fails hands it back
-        at once (the pool rolls it back, or discards a broken one).
+        The old one goes back to the pool it came from, so the pool's checks still see it (a
+        forked child drops its parent's untouched: the connection is the parent's).
         """
-        conn, now = self._kept, time.monotonic()
-        if conn is not None and (now - self._kept_since > _KEEP_FOR or self._kept_from is not pool):
-            self._hand_back()
-            conn = None
-        try:
-            if conn is None or self._kept_by != os.getpid():
-                conn = pool.getconn()
-                self._kept, self._kept_from, self._kept_since, self._kept_by = conn, pool, now, os.getpid()
-            try:
-                cursor = conn.execute(query, params)
-                result = cursor.fetchone() if fetch else cursor.rowcount
-                if not conn.autocommit:
-                    conn.commit()
-            except BaseException:
-                self._kept = self._kept_from = None
-                pool.putconn(conn)
-                raise
-        except Exception as exc:
-            if (cause := self._explain(exc, pool)) is not None:
-                raise exc from cause
-            raise
-        return result
-
-    async def _execute_kept_async(
-        self, kept: _KeptAsync, pool: Any, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool
-    ) -> Any:
-        """See `_execute_kept` (one per event loop; `kept.busy` is its lock)."""
-        conn, now = kept.conn, time.monotonic()
-        if conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool):
-            kept.conn = None
-            await kept.pool.putconn(conn)
-            conn = None
-        try:
-            if conn is None:
-                conn = await pool.getconn()
-                kept.conn, kept.pool, kept.since = conn, pool, now
-            try:
-                cursor = await conn.execute(query, params)
-                result = await cursor.fetchone() if fetch else cursor.rowcount
-                if not conn.autocommit:
-                    await conn.commit()
-            except BaseException:
-                kept.conn = None
-                await pool.putconn(conn)
-                raise
-        except Exception as exc:
-            if (cause := await self._explain_async(exc, pool)) is not None:
-                raise exc from cause
-            raise
-        return result
-
-    def _hand_back(self) -> None:
-        """Return the kept connection to the pool it came from (a closed pool closes it); under `_kept_lock`.
-
-        A forked child drops its parent's without touching it: the connection is the parent's.
-        """
-        conn, pool, self._kept, self._kept_from = self._kept, self._kept_from, None, None
-        if conn is not None and self._kept_by == os.getpid():
-            pool.putconn(conn)
+        now, pid = time.monotonic(), os.getpid()
+        if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool or kept.pid != pid):
+            conn, kept.conn = kept.conn, None
+            if kept.pid == pid:
+                kept.pool.putconn(conn)
+        if kept.conn is None:
+            kept.conn, kept.pool, kept.since, kept.pid = pool.getconn(), pool, now, pid
+        return kept.conn
 
     async def _execute_async(
         self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool = False
     ) -> Any:
         pool = await self._get_async_pool(method)
         loop = asyncio.get_running_loop()
-        kept = self._kept_async.get(loop)
-        if kept is None:
-            kept = self._kept_async[loop] = _KeptAsync()
-        if not kept.busy:
-            kept.busy = True
-            try:
-                return await self._execute_kept_async(kept, pool, query, params, fetch=fetch)
-            finally:
-                kept.busy = False
-                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
-                    conn, kept.conn = kept.conn, None
-                    await kept.pool.putconn(conn)
+        kept = self._kept_async.setdefault(loop, _Kept())
+        mine, kept.busy = not kept.busy, True
         try:
-            conn = await pool.getconn()
+            conn = await self._take_kept_async(kept, pool) if mine else await pool.getconn()
             try:
                 cursor = await conn.execute(query, params)
                 result = await cursor.fetchone() if fetch else cursor.rowcount
                 if not conn.autocommit:
                     await conn.commit()
-            finally:
+            except BaseException:
+                if mine:
+                    kept.conn = None
+                await pool.putconn(conn)
+                raise
+            if not mine:
                 await pool.putconn(conn)
         except Exception as exc:
             if (cause := await self._explain_async(exc, pool)) is not None:
                 raise exc from cause
             raise
+        finally:
+            if mine:
+                kept.busy = False
+                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
+                    conn, kept.conn = kept.conn, None
+                    await kept.pool.putconn(conn)
         return result
+
+    @staticmethod
+    async def _take_kept_async(kept: _Kept, pool: Any) -> Any:
+        """See `_take_kept` (one per event loop; `_Kept.busy` is its lock)."""
+        now = time.monotonic()
+        if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool):
+            conn, kept.conn = kept.conn, None
+            await kept.pool.putconn(conn)
+        if kept.conn is None:
+            kept.conn, kept.pool, kept.since = await pool.getconn(), pool, now
+        return kept.conn
 
     def _explain(self, exc: Exception, pool: Any) -> Exception | None:
         """Say what a store error means where psycopg does not; the error keeps its type.
@@ -514,7 +478,9 @@ class _PostgresStore(Closing):
     def close(self) -> None:
         """Stop the sync listener and close the pool the store made (a pool you passed stays open)."""
         with self._kept_lock:
-            self._hand_back()
+            conn, self._kept.conn = self._kept.conn, None
+            if conn is not None and self._kept.pid == os.getpid():
+                self._kept.pool.putconn(conn)
         with self._pool_lock:
             listener, self._listener = self._listener, None
             pool = self._pool if self._own_pool else None

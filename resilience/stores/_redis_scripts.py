@@ -230,20 +230,13 @@ local function live_head()
   end
 end
 -- Queue `owner` at the back (its arrival kept when it is queued already: then its entry is
--- refreshed), unless `bound` entries wait after the gone ones are dropped.
+-- refreshed), unless `bound` entries wait (gone ones count until the head reaches them or
+-- the queue key expires, 3 s after the last attempt).
 local function join(owner, entry_ms, bound)
   if redis.call('ZADD', qa, 'NX', now_us(), owner) == 1 then
     if redis.call('ZCARD', qa) > tonumber(bound) then
-      local old = redis.call('ZRANGEBYSCORE', qa, '-inf', now_us() - ENTRY_MS * 1000, 'WITHSCORES')
-      for i = 1, #old, 2 do
-        if entry_left(old[i], old[i + 1]) <= 0 then
-          leave(old[i])
-        end
-      end
-      if redis.call('ZCARD', qa) > tonumber(bound) then
-        redis.call('ZREM', qa, owner)  -- full: this waiter keeps polling outside the queue
-        return
-      end
+      redis.call('ZREM', qa, owner)  -- full: this waiter keeps polling outside the queue
+      return
     end
   else
     redis.call('ZADD', qe, now_ms() + tonumber(entry_ms), owner)
