@@ -280,9 +280,7 @@ LOCK_ACQUIRE = LuaScript(
 -- says 0: the waiter tries again right after the expiry); when free but promised to the live
 -- head of the queue (a lease that expired while waiters queue), -ms until the head's entry
 -- expires; 0 only for a held key without an expiry. A refused caller with ARGV[3] > 0 joins
--- the queue (or refreshes its entry). Uncontended (no queue): HMGET, EXISTS, TIME, HSET,
--- PEXPIRE; a waiter's first, refused attempt: HMGET, TIME, ZADD, ZCARD, PEXPIRE, PTTL; the
--- head taking a lock handed to it: HMGET, PEXPIRE.
+-- the queue (or refreshes its entry). The commands each case runs: docs/performance.md.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -354,8 +352,6 @@ LOCK_RELEASE = LuaScript(
 -- caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
 -- acquire was interrupted); a free lock it leaves (its lease expired meanwhile) goes to the
 -- next live head. A publish fails (a server without SPUBLISH) before anything is freed.
--- Uncontended: HMGET, ZRANGE, HDEL, PEXPIRE; handing on: HMGET, ZRANGE, TIME, PUBLISH, ZREM,
--- HSET, PEXPIRE.
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w')
 if lease[1] ~= ARGV[1] then
   if qa and redis.call('ZREM', qa, ARGV[1]) == 1 then
