@@ -7,6 +7,8 @@ the server's CPU, not a disk's flush).
 1. Uncontended acquire + release of one key, one thread, `--ops` times each:
    - raw psycopg: one connection in autocommit, the store's very two statements (acquire,
      release), prepared — the floor for this work (target: the store at >= 0.9x of it);
+   - the same two statements each on a connection checked out of a `psycopg_pool` and back
+     (what the store did before it kept one connection between statements);
    - `PostgresLockStore.acquire` + `.release` (sync), and the `_async` twins against raw async;
    - the `lock()` primitive's `acquire` + `handle.release()` over the store;
    - `pg_advisory_lock` + `pg_advisory_unlock` on one session (no ttl, no fencing token: the
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from resilience import ResiliencePipelineBuilder
@@ -77,6 +80,25 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
         assert row[0] > 0
         assert raw.execute(sql.release, release_params).fetchone() == (1,)
 
+    pool = psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=True)
+    pool_key = f"pool:{uuid.uuid4().hex}"
+    pool_params = {"key": pool_key, "owner": raw_owner, "ttl": 30_000}
+
+    def pool_pair() -> None:
+        # What the store did before it kept a connection: a pool checkout per statement.
+        conn = pool.getconn()
+        try:
+            row = conn.execute(sql.acquire, pool_params).fetchone()
+        finally:
+            pool.putconn(conn)
+        assert row is not None
+        assert row[0] is not None
+        conn = pool.getconn()
+        try:
+            assert conn.execute(sql.release, (pool_key, raw_owner)).rowcount == 1
+        finally:
+            pool.putconn(conn)
+
     def store_pair() -> None:
         assert store.acquire(key, owner, TTL) is not None
         assert store.release(key, owner)
@@ -92,6 +114,7 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
 
     return {
         RAW_SYNC: raw_pair,
+        "same two statements, pool checkout each (sync)": pool_pair,
         "PostgresLockStore acquire+release (sync)": store_pair,
         "lock(store).acquire + handle.release (sync)": primitive_pair,
         "pg_advisory_lock + unlock (sync)": advisory_pair,

