@@ -680,7 +680,7 @@ class Locks(Closing):
             problems.add(
                 "shared",
                 f"the store {self.store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
-                "use a MemoryLockStore or a PostgresLockStore, or shared=False",
+                "use a MemoryLockStore, PostgresLockStore or RedisLockStore, or shared=False",
             )
 
     def _mode_of(self, *, shared: bool) -> tuple[StoreOps, LockEvents]:

@@ -1,6 +1,9 @@
 """A worker process of the shared-holds run (test_shared_processes.py): readers and writers on one key.
 
-    python -m tests.reliability.rw_worker DSN TABLE KEY NAME ROLE ROUNDS TTL
+    python -m tests.reliability.rw_worker DSN TABLE KEY NAME ROLE ROUNDS TTL [REDIS_PORT]
+
+The lock store is `PostgresLockStore(DSN, table=TABLE)`, or with REDIS_PORT a `RedisLockStore`
+on that server (prefix TABLE); the resource and the log are in PostgreSQL either way.
 
 ROLE is "mixed" (holds, shared or exclusive at random, until the test says stop), or a victim that takes one hold
 and stays in it until the test kills or stops it: "stay-shared", "stay-exclusive", and
@@ -23,10 +26,11 @@ import sys
 import time
 
 import psycopg
+import redis
 
 from resilience.exceptions import LockLeaseLostError
 from resilience.primitives import LockHandle, lock
-from resilience.stores import PostgresLockStore
+from resilience.stores import PostgresLockStore, RedisLockStore
 
 # The resource: `w` the highest writer token it accepted, `m` the highest token of any access.
 # A write is accepted when its token is >= m, a read when its token is > w.
@@ -40,7 +44,11 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"""
 def main() -> None:
     dsn, table, key, name, role, rounds, ttl = sys.argv[1:8]
     conn = psycopg.connect(dsn, autocommit=True)
-    store = PostgresLockStore(dsn, table=table)
+    store: PostgresLockStore | RedisLockStore = (
+        PostgresLockStore(dsn, table=table)
+        if len(sys.argv) < 9
+        else RedisLockStore(redis.Redis(port=int(sys.argv[8]), socket_timeout=5), prefix=table)
+    )
     locks = lock(store, prefix="rw", ttl=float(ttl))
     rng = random.Random(name)
 

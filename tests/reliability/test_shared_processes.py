@@ -1,4 +1,4 @@
-"""Shared and exclusive holds across real processes on PostgreSQL, with holders killed and stopped.
+"""Shared and exclusive holds across real processes (PostgreSQL and Redis stores), with holders killed and stopped.
 
 Four processes take one key again and again, shared or exclusive at random; a holder of each
 mode is SIGKILLed inside its hold, and an exclusive one is SIGSTOPped past its ttl, then resumed
@@ -55,15 +55,20 @@ class Section:
     lost: bool
 
 
-@pytest.fixture
-def rw_db(postgres_server: PostgresServer) -> Iterator[tuple[str, str, Any]]:
+@pytest.fixture(params=["postgres", pytest.param("redis", marks=pytest.mark.redis)])
+def rw_db(request: pytest.FixtureRequest, postgres_server: PostgresServer) -> Iterator[tuple[str, str, Any, list[str]]]:
+    """The resource's database, the lock table (or Redis prefix), a connection, and the store's extra worker argument."""
     dsn = postgres_server.dsn
     table = f"rwp_{uuid.uuid4().hex[:8]}"
-    with PostgresLockStore(dsn, table=table) as store:
-        store.create_schema()
+    extra: list[str] = []
+    if request.param == "redis":
+        extra = [str(request.getfixturevalue("redis_server").port)]
+    else:
+        with PostgresLockStore(dsn, table=table) as store:
+            store.create_schema()
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(SCHEMA)
-    yield dsn, table, conn
+    yield dsn, table, conn, extra
     conn.close()
 
 
@@ -98,14 +103,28 @@ def check(sections: list[Section]) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_readers_and_writers_across_processes_with_holders_killed_and_stopped(rw_db: tuple[str, str, Any]) -> None:
-    dsn, table, conn = rw_db
+def test_readers_and_writers_across_processes_with_holders_killed_and_stopped(
+    rw_db: tuple[str, str, Any, list[str]],
+) -> None:
+    dsn, table, conn, extra = rw_db
     key = f"doc-{uuid.uuid4().hex[:8]}"
     conn.execute("INSERT INTO rw_resource (key, w, m) VALUES (%s, 0, 0)", (key,))
     processes: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, role: str) -> subprocess.Popen[bytes]:
-        args = [sys.executable, "-m", "tests.reliability.rw_worker", dsn, table, key, name, role, "2000", str(TTL)]
+        args = [
+            sys.executable,
+            "-m",
+            "tests.reliability.rw_worker",
+            dsn,
+            table,
+            key,
+            name,
+            role,
+            "2000",
+            str(TTL),
+            *extra,
+        ]
         process = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         processes.append(process)
         return process
