@@ -82,7 +82,7 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
 
     pool = psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=True)
     pool_key = f"pool:{uuid.uuid4().hex}"
-    pool_params = {"key": pool_key, "owner": raw_owner, "ttl": 30_000}
+    pool_params = {"key": pool_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
 
     def pool_pair() -> None:
         # What the store did before it kept a connection: a pool checkout per statement.
@@ -92,10 +92,10 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
         finally:
             pool.putconn(conn)
         assert row is not None
-        assert row[0] is not None
+        assert row[0] > 0
         conn = pool.getconn()
         try:
-            assert conn.execute(sql.release, (pool_key, raw_owner)).rowcount == 1
+            assert conn.execute(sql.release, {"key": pool_key, "owner": raw_owner}).fetchone() == (1,)
         finally:
             pool.putconn(conn)
 
