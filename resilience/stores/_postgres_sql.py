@@ -153,6 +153,21 @@ BEGIN
         INSERT INTO {t} (key, owner, token, expires_at) VALUES (p_key, NULL, 0, clock_timestamp())
             ON CONFLICT (key) DO NOTHING;
     END LOOP;
+    IF NOT EXISTS (SELECT FROM {t}_shared WHERE key = p_key) AND NOT EXISTS (SELECT FROM {t}_queue WHERE key = p_key)
+    THEN  -- nobody holds it shared or waits: the key's row decides alone (the common case)
+        v_now := clock_timestamp();
+        IF v_row.owner IS NULL OR v_row.expires_at <= v_now THEN
+            v_token := nextval('{t}_token');
+            IF p_shared THEN
+                INSERT INTO {t}_shared (key, owner, token, expires_at)
+                    VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms {ms});
+            ELSE
+                UPDATE {t} SET owner = p_owner, token = v_token, expires_at = v_now + p_ttl_ms {ms}
+                    WHERE key = p_key;
+            END IF;
+            RETURN v_token;
+        END IF;
+    END IF;
     -- Expired holds and entries go (a renewal in flight is waited for, and decides).
     DELETE FROM {t}_shared WHERE key = p_key AND expires_at <= clock_timestamp();
     DELETE FROM {t}_queue WHERE key = p_key AND expires_at <= clock_timestamp();
@@ -184,7 +199,9 @@ BEGIN
                                            AND (v_ticket IS NULL OR ticket < v_ticket)) THEN
             v_token := nextval('{t}_token');
             UPDATE {t} SET owner = p_owner, token = v_token, expires_at = v_now + p_ttl_ms {ms} WHERE key = p_key;
-            DELETE FROM {t}_queue WHERE key = p_key AND owner = p_owner;
+            IF v_ticket IS NOT NULL THEN
+                DELETE FROM {t}_queue WHERE key = p_key AND owner = p_owner;
+            END IF;
             RETURN v_token;
         END IF;
     END IF;
