@@ -80,7 +80,10 @@ def _answer(row: Sequence[Any] | None) -> tuple[int | None, float | None]:
 
 
 def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
-    return (value, None) if value > 0 else (None, -value / 1000)
+    """The acquire function's answer: a token (> 0), -ms until a holder's lease ends (< 0), 0 (time unknown)."""
+    if value > 0:
+        return value, None
+    return None, (-value / 1000 if value < 0 else None)
 
 
 class _PostgresStore(Closing):
