@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar, Unpack
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
@@ -330,6 +330,17 @@ class LockHandle:
 
 
 # -- run / hold -------------------------------------------------------------------------------
+
+
+class HoldOptions(TypedDict, total=False):
+    """The options of `Locks.run` and `Locks.hold` after the key (and the body), as `Semaphores` passes them on."""
+
+    ttl: Duration | None
+    retries: int
+    retry_delay: Duration
+    wait: Duration | None
+    heartbeat: Duration | Literal[False] | None
+    on_renew_error: Callable[[Exception], object] | None
 
 
 class _Options:
@@ -955,87 +966,25 @@ class Semaphores(Locks):
         """A chain may hold several slots of one semaphore: no reentry check."""
         return None
 
-    def hold(
-        self,
-        key: str,
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        permits: int = 1,
-    ) -> LockHold:
-        """`Locks.hold`, taking `permits` slots (1 <= permits <= limit) at once."""
+    def hold(self, key: str, /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> LockHold:
+        """`Locks.hold` (same options), taking `permits` slots (1 <= permits <= limit) at once."""
         count = self._permits(permits)
-        held = super().hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-        )
+        held = super().hold(key, **options)
         held._options.permits = count
         return held
 
-    def run(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], T],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        permits: int = 1,
-    ) -> T:
-        """`Locks.run`, holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
+    def run(self, key: str, fn: Callable[[LockHandle], T], /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> T:
+        """`Locks.run` (same options), holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
         self._need("run", is_async=False)
-        with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            permits=permits,
-        ) as handle:
+        with self.hold(key, permits=permits, **options) as handle:
             return fn(handle)
 
     async def run_async(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], Awaitable[T]],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        permits: int = 1,
+        self, key: str, fn: Callable[[LockHandle], Awaitable[T]], /, *, permits: int = 1, **options: Unpack[HoldOptions]
     ) -> T:
         """The asyncio twin of `run`."""
         self._need("run_async", is_async=True)
-        async with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            permits=permits,
-        ) as handle:
+        async with self.hold(key, permits=permits, **options) as handle:
             return await fn(handle)
 
     def acquire(
@@ -1043,13 +992,17 @@ class Semaphores(Locks):
         key: str,
         /,
         *,
+        permits: int = 1,
         ttl: Duration | None = None,
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
-        permits: int = 1,
     ) -> LockHandle | None:
-        """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit, all or none)."""
+        """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit) all at once, or none.
+
+        With `wait=`, the request queues in arrival order: later, smaller requests do not take
+        the slots it waits for. The handle's `release()` frees all of them.
+        """
         self._need("acquire", is_async=False)
         count = self._permits(permits)
         options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
@@ -1061,11 +1014,11 @@ class Semaphores(Locks):
         key: str,
         /,
         *,
+        permits: int = 1,
         ttl: Duration | None = None,
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
-        permits: int = 1,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
         self._need("acquire_async", is_async=True)

@@ -10,18 +10,16 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from resilience.stores import SupportsRenewalGroups
+from resilience.stores import AsyncSupportsPermits, SupportsPermits, SupportsRenewalGroups
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
     AsyncSupportsLeaseInfo,
-    AsyncSupportsPermits,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
-    SupportsPermits,
     SupportsReleaseListener,
     SupportsReleaseNotification,
     SupportsRenewMany,

@@ -20,7 +20,7 @@ from resilience.stores import MemorySemaphoreStore, SupportsPermits
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from resilience.primitives import LockHandle, Semaphores
+    from resilience.primitives import LockHandle
     from resilience.testing import FakeTimeProvider
 
 
@@ -169,27 +169,6 @@ class TestAtomicTake:
         assert await slots.run_async("k", body, permits=3) > handle.token
 
 
-def _run_in_order(slots: Semaphores, key: str, asks: list[tuple[str, int]], queue_len: Callable[[], int]) -> list[str]:
-    """Start the waiters one after another (each queued before the next starts); the order they ran in."""
-    order: list[str] = []
-    threads = []
-    for count, (name, permits) in enumerate(asks, start=1):
-
-        def waiter(name: str = name, permits: int = permits) -> None:
-            slots.run(key, lambda _h: order.append(name), wait=30, permits=permits)
-
-        thread = threading.Thread(target=waiter)
-        thread.start()
-        threads.append(thread)
-        deadline = time.monotonic() + 10
-        while queue_len() < count:
-            assert time.monotonic() < deadline, "a waiter never queued"
-            time.sleep(0.002)
-    for thread in threads:
-        thread.join(30)
-    return order
-
-
 class TestFairness:
     def test_a_big_request_at_the_head_is_not_overtaken_by_later_small_ones(self) -> None:
         store = MemorySemaphoreStore()
@@ -197,29 +176,24 @@ class TestFairness:
         holder = slots.acquire("k", permits=2)  # one slot stays free all along
         assert holder is not None
         order: list[str] = []
-        done = threading.Event()
+        threads = []
+        for count, (name, permits) in enumerate([("big", 3), ("s1", 1), ("s2", 1)], start=1):
 
-        def release_later() -> None:
+            def waiter(name: str = name, permits: int = permits) -> None:
+                slots.run("k", lambda _h: order.append(name), wait=30, permits=permits)
+
+            threads.append(threading.Thread(target=waiter))
+            threads[-1].start()
             deadline = time.monotonic() + 10
-            while len(store._queues.get("semaphore:k", {})) < 3:  # big, then two small ones queued
-                assert time.monotonic() < deadline
+            while len(store._queues.get("semaphore:k", {})) < count:  # queued, one after another
+                assert time.monotonic() < deadline, f"{name} never queued"
                 time.sleep(0.002)
-            assert order == []  # the free slot went to nobody: it is the big one's
-            holder.release()
-            done.set()
-
-        releaser = threading.Thread(target=release_later)
-        releaser.start()
-        result = _run_in_order(
-            slots,
-            "k",
-            [("big", 3), ("s1", 1), ("s2", 1)],
-            lambda: len(store._queues.get("semaphore:k", {})) + len(order),
-        )
-        releaser.join(10)
-        assert done.is_set()
-        assert result[0] == "big", result
-        assert sorted(result[1:]) == ["s1", "s2"]
+        assert order == []  # the free slot went to nobody: the big request at the head waits for it
+        assert holder.release()
+        for thread in threads:
+            thread.join(30)
+        assert order[0] == "big", order
+        assert sorted(order[1:]) == ["s1", "s2"]
 
     def test_a_release_wakes_only_the_waiters_its_slots_serve(self) -> None:
         """Each waiter's listener counts its wake-ups: freeing 2 slots of 6 waiters wakes 2."""
