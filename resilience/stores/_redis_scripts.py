@@ -26,8 +26,8 @@ queue, see `LOCK_HELD`), so an uncontended release publishes nothing.
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
 milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last
 token issued, `o:<owner>` = that holder's token, `p:<owner>` = its permits when more than one,
-`x` = the permits held beyond one per holder, `l` = the limit of the latest grant); the braces
-put them all in one hash slot. A key's held permits are `ZCARD + x`. Its waiters queue in
+"x" = the permits held beyond one per holder, "l" = the limit of the latest grant); the braces
+put them all in one hash slot. A key's held permits are ZCARD + "x". Its waiters queue in
 `{<prefix>:<key>}:q` and `:q:t` (as a lock's) and `:q:p` (a hash: the permits a waiter asks
 for, when more than one); `:q:w` is the watch key of waiters outside the queue. Free slots go
 to the live entries in arrival order while they fit: a request that does not fit holds back
