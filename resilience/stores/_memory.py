@@ -508,6 +508,10 @@ class MemorySemaphoreStore(_MemoryStore):
                 key=lambda holder: holder[1],
             )
 
+    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        return self.holders(key)
+
     @staticmethod
     def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
         return 0 if holders is None else sum(permits for _, _, permits in holders.values())

@@ -609,6 +609,19 @@ class PostgresSemaphoreStore(_PostgresStore):
         rows = self._fetch_all("holders", self._sql.holders, (_check_str("key", key),))
         return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
 
+    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        pool = await self._get_async_pool("holders_async")
+        try:
+            async with pool.connection() as conn:
+                cursor = await conn.execute(self._sql.holders, (_check_str("key", key),))
+                rows = await cursor.fetchall()
+        except Exception as exc:
+            if (cause := await self._explain_async(exc, pool)) is not None:
+                raise exc from cause
+            raise
+        return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
+
     def _turn_params(self, key: str, owner: str, limit: int, permits: int) -> tuple[object, ...]:
         checked_limit, checked_permits = self._limit(limit, permits)
         return (key, owner, key, key, owner, checked_permits, checked_limit)

@@ -521,8 +521,10 @@ class TestSemaphorePermitsConformance:
         store = semaphore_store
         a = await store.acquire(key, "a", LONG_TTL, 5, 3)
         b = await store.acquire(key, "b", LONG_TTL, 5, 1)
-        method = store.store.holders_async if store.is_async and hasattr(store.store, "holders_async") else None
-        holders = await method(key) if method is not None else await asyncio.to_thread(store.store.holders, key)
+        if store.is_async:
+            holders = await store.store.holders_async(key)
+        else:
+            holders = await asyncio.to_thread(store.store.holders, key)
         assert sorted((owner, token, permits) for owner, token, _, permits in holders) == [
             ("a", a, 3),
             ("b", b, 1),
