@@ -671,7 +671,9 @@ class MemorySemaphoreStore(_MemoryStore):
         """
         with self._mutex:
             now = self._now()
+            recorded = self._held(self._holders.get(key))
             holders = self._live(key, now)
+            pruned = recorded - self._held(holders)  # slots of lapsed holders: nobody announced them
             limit = self._limits.get(key, 0)
             if holders is None or owner not in holders:
                 if not self._leave(key, owner) or key not in self._listeners:
@@ -688,7 +690,7 @@ class MemorySemaphoreStore(_MemoryStore):
                     self._forget_limit(key)
                     return released
                 free = limit - self._held(holders)
-                already = free - freed
+                already = free - freed - pruned
                 self._forget_limit(key)
             callbacks = self._take_listeners(key, self._served(key, free, already, now))
         self._notify(callbacks)

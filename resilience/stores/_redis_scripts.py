@@ -313,7 +313,7 @@ return 1
 )
 
 # Every semaphore script that writes starts here: read the server clock, drop the holders
-# whose lease has expired (their tokens and permits with them), and define `held_permits`
+# whose lease has expired (their tokens and permits with them: `pruned` permits), and define `held_permits`
 # (the permits live holders have, given the hash's `x`) and `settle`, which sets the keys'
 # expiries after a change: the last lease plus a tombstone, so that lapsed holders are still
 # there to be pruned and the last token is remembered.
@@ -321,6 +321,7 @@ _SEMAPHORE_PRELUDE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+local pruned = #expired  -- the permits of the expired holders (nobody announced them)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
   for i = 1, #expired do
@@ -328,6 +329,7 @@ if #expired > 0 then
     if permits then
       redis.call('HINCRBY', KEYS[2], 'x', 1 - tonumber(permits))
       redis.call('HDEL', KEYS[2], 'p:' .. expired[i])
+      pruned = pruned + tonumber(permits) - 1
     end
     redis.call('HDEL', KEYS[2], 'o:' .. expired[i])
   end
@@ -582,7 +584,7 @@ if not state[1] then
 end
 local permits = tonumber(state[2]) or 1
 local free = limit - held_permits(state[3]) + permits
-serve(ARGV[3], free, free - permits)
+serve(ARGV[3], free, free - permits - pruned)  -- slots of lapsed holders are news too
 redis.call('ZREM', KEYS[1], ARGV[1])
 if permits > 1 then
   redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])

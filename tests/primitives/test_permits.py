@@ -206,3 +206,16 @@ class TestFairness:
             store.add_release_listener("k", lambda owner=owner: woken.append(owner), owner)
         assert store.release("k", "holder") is True
         assert woken == ["w0", "w1"]
+
+    def test_a_release_also_announces_the_slots_of_a_lapsed_holder(self, clock: FakeTimeProvider) -> None:
+        """A holder whose lease ran out announced nothing: the next release names the waiters its slots serve too."""
+        store = MemorySemaphoreStore(clock)
+        assert store.acquire("k", "lapsed", 1, 3, 2) is not None
+        assert store.acquire("k", "holder", 30, 3) is not None
+        woken: list[str] = []
+        for owner in ("w0", "w1", "w2", "w3"):
+            assert store.acquire_or_queue("k", owner, 30, 3)[0] is None
+            store.add_release_listener("k", lambda owner=owner: woken.append(owner), owner)
+        clock.advance(2)  # "lapsed" expires: 2 slots free, unannounced (the waiters' entries live on: 3 s)
+        assert store.release("k", "holder") is True
+        assert woken == ["w0", "w1", "w2"]

@@ -89,6 +89,27 @@ def test_a_release_wakes_only_the_waiters_its_slots_serve(fresh_redis_server: Re
         admin.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_release_also_announces_the_slots_of_a_lapsed_holder(fresh_redis_server: RedisServer) -> None:
+    """A holder whose lease ran out announced nothing: the next release names the waiters its slots serve too."""
+    admin = redis.Redis(port=fresh_redis_server.port)
+    store = RedisSemaphoreStore(redis.Redis(port=fresh_redis_server.port))
+    try:
+        started = time.monotonic()
+        assert store.acquire("k", "lapsed", 2, 3, 2) is not None
+        assert store.acquire("k", "holder", 30, 3) is not None
+        for index in range(4):
+            assert store.acquire_or_queue("k", f"w{index}", 30, 3)[0] is None
+        # "lapsed" expires: 2 slots free, unannounced (the waiters' entries live 3 s from joining).
+        time.sleep(max(0.0, started + 2.3 - time.monotonic()))
+        before = _commands(admin)
+        assert store.release("k", "holder") is True
+        assert _delta(before, _commands(admin)).get("publish") == 3  # w0, w1, w2
+    finally:
+        store.close()
+        admin.close()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_big_request_at_the_head_goes_first(deployment: Any, flavour: str) -> None:
