@@ -7,9 +7,10 @@ store's `limit` is bound into `SemaphoreOps`.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
-from resilience.stores import SupportsRenewalGroups
+from resilience.stores import AsyncSupportsPermits, SupportsPermits, SupportsRenewalGroups
 from resilience.stores._protocols import (
     AsyncLockStore,
     AsyncSemaphoreStore,
@@ -241,51 +242,81 @@ class SharedLockOps(LockOps):
 
 
 class SemaphoreOps(StoreOps):
-    """A `SemaphoreStore` / `AsyncSemaphoreStore` with its `limit` bound (for the primitives)."""
+    """A `SemaphoreStore` / `AsyncSemaphoreStore` with its `limit` bound (for the primitives).
 
-    __slots__ = ("limit",)
+    `permits` (1 unless made by `with_permits`) is how many slots each acquire asks for; it
+    reaches the store only when above 1, so a store without `SupportsPermits` keeps working
+    for single slots.
+    """
 
-    def __init__(self, store: Any, limit: int) -> None:
+    __slots__ = ("limit", "permits", "takes_permits", "takes_permits_async")
+
+    def __init__(
+        self,
+        store: Any,
+        limit: int,
+        *,
+        takes_permits: bool | None = None,
+        takes_permits_async: bool | None = None,
+    ) -> None:
         super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore)
         self.limit = limit
+        self.permits = 1
+        # Whether the store takes `permits` (`SupportsPermits`): as it declares, or as the
+        # caller says for a store it wraps.
+        self.takes_permits = isinstance(store, SupportsPermits) if takes_permits is None else takes_permits
+        self.takes_permits_async = (
+            isinstance(store, AsyncSupportsPermits) if takes_permits_async is None else takes_permits_async
+        )
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
         self.lease_info = self.lease_info and getattr(store, "_lease_info_takes_limit", False)
         self.lease_info_async = self.lease_info_async and getattr(store, "_lease_info_takes_limit", False)
-        # Fair waiting as a lock's: a free slot goes to the first (limit - holders) waiters.
+        # Fair waiting as a lock's: free slots go to the waiters in arrival order.
         self.fair = bool(getattr(store, "_fair_queue", False))
 
+    def with_permits(self, permits: int) -> SemaphoreOps:
+        """These ops asking for `permits` slots per acquire (self when that is already so)."""
+        if permits == self.permits:
+            return self
+        ops = copy.copy(self)
+        ops.permits = permits
+        return ops
+
+    def _extra(self) -> tuple[int, ...]:
+        return (self.limit,) if self.permits == 1 else (self.limit, self.permits)
+
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue` (`acquire_or_queue` with the limit)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, self.limit)
+        """See `StoreOps.queue` (`acquire_or_queue` with the limit, and the permits when more than one)."""
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self._extra())
         return token, held_for
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, self.limit)
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self._extra())
         return token, held_for
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """See `StoreOps.wait_released`: for a queued `owner`, until a slot is free for it (the limit passed on)."""
+        """See `StoreOps.wait_released`: for a queued `owner`, until its slots are free for it."""
         if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner, self.limit))
+            return bool(self.store.wait_released(key, timeout, owner, *self._extra()))
         return bool(self.store.wait_released(key, timeout))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
         if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner, self.limit))
+            return bool(await self.store.wait_released_async(key, timeout, owner, *self._extra()))
         return bool(await self.store.wait_released_async(key, timeout))
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, self.limit)
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self._extra())
             return token, held_for
-        return self.store.acquire(key, owner, ttl, self.limit), None
+        return self.store.acquire(key, owner, ttl, *self._extra()), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, self.limit)
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self._extra())
             return token, held_for
-        return await self.store.acquire_async(key, owner, ttl, self.limit), None
+        return await self.store.acquire_async(key, owner, ttl, *self._extra()), None

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar, Unpack, cast
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
@@ -54,9 +54,11 @@ from resilience.stores import (
     AsyncLockStore,
     AsyncSemaphoreStore,
     AsyncSupportsInspection,
+    AsyncSupportsPermits,
     LockStore,
     SemaphoreStore,
     SupportsInspection,
+    SupportsPermits,
 )
 from resilience.stores._memory import _MemoryStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
@@ -365,10 +367,22 @@ class LockHandle:
 # -- run / hold -------------------------------------------------------------------------------
 
 
+class HoldOptions(TypedDict, total=False):
+    """The options of `Locks.run` and `Locks.hold` after the key (and the body), as `Semaphores` passes them on."""
+
+    ttl: Duration | None
+    retries: int
+    retry_delay: Duration
+    wait: Duration | None
+    heartbeat: Duration | Literal[False] | None
+    on_renew_error: Callable[[Exception], object] | None
+    shared: bool  # a lock's; a semaphore refuses True
+
+
 class _Options:
     """One call's validated options."""
 
-    __slots__ = ("heartbeat", "on_renew_error", "retries", "retry_delay", "shared", "ttl", "wait")
+    __slots__ = ("heartbeat", "on_renew_error", "permits", "retries", "retry_delay", "shared", "ttl", "wait")
 
     def __init__(
         self,
@@ -388,6 +402,7 @@ class _Options:
         self.retry_delay = retry_delay
         self.heartbeat = heartbeat
         self.on_renew_error = on_renew_error
+        self.permits = 1  # the semaphore's slots per holder
 
 
 class LockHold:
@@ -742,11 +757,16 @@ class Locks(Closing):
             return BackoffSchedule(self._tp.monotonic(), options.wait, self._tp.random())
         return SpinSchedule(options.retries, options.retry_delay) if options.retries else None
 
+    def _ops_for(self, options: _Options, *, is_async: bool) -> StoreOps:  # noqa: ARG002 - the semaphore's hook
+        """The store calls for one acquire (the semaphore's ask for its `permits`)."""
+        return self._ops
+
     def _acquire_sync(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[Lease | None, float | None]:
         schedule = self._schedule(options)
-        ops, events = self._mode_of(shared=options.shared)
+        shared_ops, events = self._mode_of(shared=options.shared)
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=False)
         return acquire_lease(
             ops,
             key,
@@ -762,7 +782,8 @@ class Locks(Closing):
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[AsyncLease | None, float | None]:
         schedule = self._schedule(options)
-        ops, events = self._mode_of(shared=options.shared)
+        shared_ops, events = self._mode_of(shared=options.shared)
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=True)
         return await acquire_lease_async(
             ops,
             key,
@@ -910,6 +931,9 @@ class Locks(Closing):
         options = self._options(
             key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
         )
+        return self._take(key, options)
+
+    def _take(self, key: str, options: _Options) -> LockHandle | None:
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -935,6 +959,9 @@ class Locks(Closing):
         options = self._options(
             key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
         )
+        return await self._take_async(key, options)
+
+    async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -1023,8 +1050,10 @@ class Locks(Closing):
 class Semaphores(Locks):
     """Semaphores on keys, over one store: what `semaphore(client, limit=N)` returns.
 
-    The same API and lease policy as `Locks`, with up to `limit` holders per key, each with its
-    own token; a lost slot raises `SemaphoreLeaseLostError`.
+    The same API and lease policy as `Locks`, with up to `limit` slots per key; each holder
+    takes `permits` of them (1 by default) all at once, and gets its own token. A lost slot
+    raises `SemaphoreLeaseLostError`. Waiters are served in arrival order: a request for more
+    slots than are free is not overtaken by later, smaller ones.
     """
 
     _kind = "semaphore"
@@ -1038,7 +1067,7 @@ class Semaphores(Locks):
         self, client: object, *, limit: int, prefix: str, ttl: Duration, time_provider: TimeProvider | None
     ) -> None:
         self.limit = limit
-        """How many holders a key admits at once."""
+        """How many slots a key has."""
         super().__init__(client, prefix=prefix, ttl=ttl, time_provider=time_provider)
 
     def _extra_checks(self, problems: Problems) -> None:
@@ -1053,7 +1082,33 @@ class Semaphores(Locks):
         return RedisSemaphoreStore(client, async_client=async_client, prefix=prefix)
 
     def _make_ops(self, store: object) -> StoreOps:
-        return SemaphoreOps(store, self.limit)
+        # Whether permits reach the store is what the caller's store declares (the prefixing
+        # view passes every argument on, whatever its target takes).
+        return SemaphoreOps(
+            store,
+            self.limit,
+            takes_permits=isinstance(self.store, SupportsPermits),
+            takes_permits_async=isinstance(self.store, AsyncSupportsPermits),
+        )
+
+    def _permits(self, permits: object) -> int:
+        """`permits` when an int between 1 and the limit; else `ValidationError` naming it."""
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= self.limit:
+            msg = f"permits: must be an int between 1 and the limit ({self.limit}), got {permits!r}"
+            raise ValidationError(msg)
+        return permits
+
+    def _ops_for(self, options: _Options, *, is_async: bool) -> StoreOps:
+        ops = self._ops
+        assert isinstance(ops, SemaphoreOps)
+        if options.permits > 1 and not (ops.takes_permits_async if is_async else ops.takes_permits):
+            msg = (
+                f"permits: {self.store!r} cannot give one holder several slots (it does not implement "
+                f"{'AsyncSupportsPermits' if is_async else 'SupportsPermits'}): ask for permits=1 or use "
+                "MemorySemaphoreStore, RedisSemaphoreStore or PostgresSemaphoreStore"
+            )
+            raise ValidationError(msg)
+        return ops.with_permits(options.permits)
 
     def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
         events.rejected(None, key, started, held_for)
@@ -1081,6 +1136,73 @@ class Semaphores(Locks):
     async def available_async(self, key: str, /) -> int:
         """See `available`."""
         return max(0, self._available(await self.info_async(key)))
+
+    def hold(self, key: str, /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> LockHold:
+        """`Locks.hold` (same options), taking `permits` slots (1 <= permits <= limit) at once."""
+        count = self._permits(permits)
+        held = super().hold(key, **options)
+        held._options.permits = count
+        return held
+
+    def run(self, key: str, fn: Callable[[LockHandle], T], /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> T:
+        """`Locks.run` (same options), holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
+        self._need("run", is_async=False)
+        with self.hold(key, permits=permits, **options) as handle:
+            return fn(handle)
+
+    async def run_async(
+        self, key: str, fn: Callable[[LockHandle], Awaitable[T]], /, *, permits: int = 1, **options: Unpack[HoldOptions]
+    ) -> T:
+        """The asyncio twin of `run`."""
+        self._need("run_async", is_async=True)
+        async with self.hold(key, permits=permits, **options) as handle:
+            return await fn(handle)
+
+    def acquire(
+        self,
+        key: str,
+        /,
+        *,
+        permits: int = 1,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
+        shared: bool = False,
+    ) -> LockHandle | None:
+        """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit) all at once, or none.
+
+        With `wait=`, the request queues in arrival order: later, smaller requests do not take
+        the slots it waits for. The handle's `release()` frees all of them.
+        """
+        self._need("acquire", is_async=False)
+        count = self._permits(permits)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
+        options.permits = count
+        return self._take(key, options)
+
+    async def acquire_async(
+        self,
+        key: str,
+        /,
+        *,
+        permits: int = 1,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
+        shared: bool = False,
+    ) -> LockHandle | None:
+        """The asyncio twin of `acquire`."""
+        self._need("acquire_async", is_async=True)
+        count = self._permits(permits)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
+        options.permits = count
+        return await self._take_async(key, options)
 
 
 def lock(
@@ -1122,7 +1244,9 @@ def semaphore(
     """Semaphores on keys: up to `limit` holders per key at once, each with its own token.
 
     The same arguments as `lock` (a client, or any semaphore store: `MemorySemaphoreStore`,
-    `RedisSemaphoreStore`), plus `limit` (an int >= 1). A lost slot raises
+    `RedisSemaphoreStore`, `PostgresSemaphoreStore`), plus `limit` (an int >= 1). `run`,
+    `hold`, `acquire` and their twins also take `permits` (1 <= permits <= limit): that many
+    slots at once, all or none, served in arrival order. A lost slot raises
     `SemaphoreLeaseLostError`.
     """
     return Semaphores(client, limit=limit, prefix=prefix, ttl=ttl, time_provider=time_provider)

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import math
 import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
 from resilience._time import SYSTEM_TIME, SystemTimeProvider, lease_clock, sync_call_later
+from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, lock_mode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from resilience._time import TimeProvider
 
@@ -48,6 +48,16 @@ def _alive(ref: Callable[[], TimeProvider | None]) -> TimeProvider:
 def _round_ttl(ttl: float) -> float:
     """A ttl rounded up to whole milliseconds (at least one)."""
     return max(1, math.ceil(round(ttl * 1000, 6))) / 1000
+
+
+def _check_permits(limit: object, permits: object) -> None:
+    """`ValidationError` unless `1 <= permits <= limit` (both ints): before any state changes."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        msg = f"limit: must be an int >= 1, got {limit!r}"
+        raise ValidationError(msg)
+    if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
+        msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
+        raise ValidationError(msg)
 
 
 def _live_queue(queues: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float] | None:
@@ -153,9 +163,10 @@ class _MemoryStore:
 
         return remove
 
-    def _take_listeners(self, key: str, turns: Container[str] | None = None) -> list[Callable[[], object]]:
-        # Under the mutex: the callbacks to run once it is released. With `turns` (the queued
-        # owners of a lock whose turn came), the other queued waiters keep sleeping.
+    def _take_listeners(self, key: str, turns: Collection[str] | None = None) -> list[Callable[[], object]]:
+        # Under the mutex: the callbacks to run once it is released. With `turns` (a lock's
+        # queued owners whose turn came, the waiters a semaphore's freed slots serve), the other
+        # queued waiters keep sleeping.
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
@@ -173,17 +184,19 @@ class _MemoryStore:
         for callback in callbacks:
             callback()
 
-    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:
         raise NotImplementedError
 
-    def wait_released(self, key: str, timeout: float, owner: str | None = None, limit: int | None = None) -> bool:
+    def wait_released(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
+    ) -> bool:
         """Block until `key` is released (True at once if it is free) or `timeout` passes (False).
 
         The timeout is measured on the store's time provider. With `owner` (a queued waiter),
-        "free" and "released" mean: its turn has come (for a semaphore, with its `limit`: a
-        slot is free for it).
+        "free" and "released" mean: its turn has come (for a semaphore, with its `limit` and
+        `permits`: the slots it asks for are free for it).
         """
-        if self._is_free(key, owner, limit):
+        if self._is_free(key, owner, limit, permits):
             return True
         woken = threading.Event()
         released: list[bool] = []
@@ -194,7 +207,7 @@ class _MemoryStore:
 
         remove = self.add_release_listener(key, on_release, owner)
         try:
-            if self._is_free(key, owner, limit):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
             if isinstance(self._time_provider, SystemTimeProvider):
                 woken.wait(max(timeout, 0.0))
@@ -209,10 +222,10 @@ class _MemoryStore:
         return bool(released)
 
     async def wait_released_async(
-        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        if self._is_free(key, owner, limit):
+        if self._is_free(key, owner, limit, permits):
             return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
@@ -232,7 +245,7 @@ class _MemoryStore:
         remove = self.add_release_listener(key, on_release, owner)
         timer = self._time_provider.call_later(timeout, on_timeout)
         try:
-            if self._is_free(key, owner, limit):  # pragma: no cover - released between the check and the subscription
+            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
             return await future
         finally:
@@ -340,7 +353,7 @@ class MemoryLockStore(_MemoryStore):
             self._queue(key, now)
         self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._shared) + len(self._queues)))
 
-    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:  # noqa: ARG002
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:  # noqa: ARG002
         # "Free": nobody holds the key (for `owner`: it holds it, or its turn in the queue has come).
         with self._mutex:
             now = self._now()
@@ -600,12 +613,14 @@ class MemoryLockStore(_MemoryStore):
 
 
 class MemorySemaphoreStore(_MemoryStore):
-    """An in-process `SemaphoreStore`/`AsyncSemaphoreStore`: up to `limit` holders per key.
+    """An in-process `SemaphoreStore`/`AsyncSemaphoreStore`: up to `limit` slots per key.
 
-    Each holder gets its own token. `acquire_or_ttl` takes the limit as a fourth argument and
-    reports, when full, the time left until the first holder's lease expires. Waiters queue
-    fairly, as in `RedisSemaphoreStore`: a free slot goes only to one of the first
-    (limit - holders) live waiters (`acquire_or_queue`).
+    Each holder gets its own token and takes `permits` slots at once, all or none
+    (`SupportsPermits`). `acquire_or_ttl` takes the limit as a fourth argument and reports,
+    when full, the time left until the first holder's lease expires. Waiters queue fairly, as
+    in `RedisSemaphoreStore`: free slots go to the live waiters in arrival order, a request
+    that does not fit is not overtaken by later ones (`acquire_or_queue`), and a release wakes
+    only the waiters the freed slots now serve.
     """
 
     _lease_info_takes_limit = True
@@ -614,38 +629,102 @@ class MemorySemaphoreStore(_MemoryStore):
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
-        self._holders: dict[str, dict[str, tuple[int, float]]] = {}  # key -> owner -> (token, expires)
-        self._queues: dict[str, dict[str, float]] = {}  # key -> waiting owner -> entry expiry, FIFO
+        # key -> owner -> (token, expires, permits)
+        self._holders: dict[str, dict[str, tuple[int, float, int]]] = {}
+        # key -> waiting owner -> (entry expiry, permits asked), FIFO
+        self._queues: dict[str, dict[str, tuple[float, int]]] = {}
+        self._limits: dict[str, int] = {}  # key -> the limit of its latest grant (what a release wakes for)
 
     def __len__(self) -> int:
         """How many keys hold state."""
         return len(self._holders)
 
-    def _live(self, key: str, now: float) -> dict[str, tuple[int, float]] | None:
+    def _live(self, key: str, now: float) -> dict[str, tuple[int, float, int]] | None:
         holders = self._holders.get(key)
         if holders is None:
             return None
-        expired = [owner for owner, (_, expires) in holders.items() if expires <= now]
+        expired = [owner for owner, (_, expires, _) in holders.items() if expires <= now]
         for owner in expired:
             del holders[owner]
         if not holders:
             del self._holders[key]
+            self._forget_limit(key)
             return None
         return holders
 
-    def _waiting(self, key: str, now: float) -> dict[str, float] | None:
-        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        return _live_queue(self._queues, key, now)
+    def _forget_limit(self, key: str) -> None:
+        # Under the mutex: a key with neither holders nor waiters keeps no state.
+        if key not in self._holders and key not in self._queues:
+            self._limits.pop(key, None)
 
-    def _may_take(self, key: str, owner: str, free: int, now: float) -> bool:
-        # Under the mutex: whether `owner` may take one of `free` (> 0) free slots: when it is
-        # among the first `free` live waiters, or, outside the queue, when fewer than `free` wait.
+    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
+        """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest grant first."""
+        with self._mutex:
+            now = self._now()
+            holders = self._live(key, now)
+            if holders is None:
+                return []
+            return sorted(
+                ((owner, token, expires - now, permits) for owner, (token, expires, permits) in holders.items()),
+                key=lambda holder: holder[1],
+            )
+
+    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        return self.holders(key)
+
+    @staticmethod
+    def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
+        return 0 if holders is None else sum(permits for _, _, permits in holders.values())
+
+    def _waiting(self, key: str, now: float) -> dict[str, tuple[float, int]] | None:
+        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
+        queue = self._queues.get(key)
+        if queue is None:
+            return None
+        if any(expires <= now for expires, _ in queue.values()):
+            queue = {owner: entry for owner, entry in queue.items() if entry[0] > now}
+            if not queue:
+                del self._queues[key]
+                self._forget_limit(key)
+                return None
+            self._queues[key] = queue
+        return queue
+
+    def _may_take(self, key: str, owner: str, permits: int, free: int, now: float) -> bool:
+        # Under the mutex: whether `owner` may take `permits` of `free` free slots: when it and
+        # every live waiter ahead of it fit in them (first come, first served: a request that
+        # does not fit holds back the ones behind it), or, outside the queue, when the whole
+        # queue and it fit.
+        if permits > free:
+            return False
         queue = self._waiting(key, now)
         if queue is None:
             return True
-        if owner in queue:
-            return owner in itertools.islice(queue, free)
-        return len(queue) < free
+        wanted = permits
+        for waiter, (_, asked) in queue.items():
+            if waiter == owner:
+                return True
+            wanted += asked
+            if wanted > free:
+                return False
+        return True
+
+    def _served(self, key: str, free: int, already: int, now: float) -> set[str]:
+        # Under the mutex: the queued waiters that `free` slots serve (in order, until one does
+        # not fit) and that `already` free slots did not: the ones a release wakes.
+        queue = self._waiting(key, now)
+        turns: set[str] = set()
+        if queue is None:
+            return turns
+        wanted = 0
+        for waiter, (_, asked) in queue.items():
+            wanted += asked
+            if wanted > free:
+                break
+            if wanted > already:
+                turns.add(waiter)
+        return turns
 
     def _leave(self, key: str, owner: str) -> bool:
         queue = self._queues.get(key)
@@ -653,6 +732,7 @@ class MemorySemaphoreStore(_MemoryStore):
             return False
         if not queue:
             del self._queues[key]
+            self._forget_limit(key)
         return True
 
     def _sweep(self, now: float) -> None:
@@ -664,9 +744,9 @@ class MemorySemaphoreStore(_MemoryStore):
             self._waiting(key, now)
         self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._holders) + len(self._queues)))
 
-    def _is_free(self, key: str, owner: str | None, limit: int | None = None) -> bool:
-        # "Free" for a waiter: no holder at all; for a queued waiter with the limit, a slot it
-        # may take. Every slot freed notifies (see `release`), which is what a semaphore waiter needs.
+    def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:
+        # "Free" for a waiter: no holder at all; for a queued waiter with the limit, slots it
+        # may take now.
         with self._mutex:
             now = self._now()
             holders = self._live(key, now)
@@ -674,55 +754,63 @@ class MemorySemaphoreStore(_MemoryStore):
                 return True
             if owner is None or limit is None:
                 return holders is None
-            free = limit - (0 if holders is None else len(holders))
-            return free > 0 and self._may_take(key, owner, free, now)
+            return self._may_take(key, owner, permits, limit - self._held(holders), now)
 
-    def _acquire(self, key: str, owner: str, ttl: float, limit: int, *, join: bool) -> tuple[int | None, float | None]:
+    def _acquire(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
+    ) -> tuple[int | None, float | None]:
         ttl = _round_ttl(ttl)
+        _check_permits(limit, permits)
         with self._mutex:
             now = self._now()
             holders = self._live(key, now)
             if holders is not None and owner in holders:
-                token = holders[owner][0]
+                token, _, permits = holders[owner]
             else:
-                free = limit - (0 if holders is None else len(holders))
-                if free <= 0 or (key in self._queues and not self._may_take(key, owner, free, now)):
+                free = limit - self._held(holders)
+                if permits > free or (key in self._queues and not self._may_take(key, owner, permits, free, now)):
                     if join:  # expired entries dropped first: waiters that are gone never fill the bound
                         queue = self._waiting(key, now) or self._queues.setdefault(key, {})
                         if owner in queue or len(queue) < QUEUE_BOUND:
-                            queue[owner] = now + QUEUE_ENTRY
-                    if free > 0 or holders is None:
-                        return None, None  # a slot is free, but promised to waiters ahead
-                    return None, min(expires for _, expires in holders.values()) - now
+                            queue[owner] = (now + QUEUE_ENTRY, permits)
+                            self._limits[key] = limit
+                    if permits <= free or holders is None:
+                        return None, None  # the slots are free, but promised to waiters ahead
+                    return None, min(expires for _, expires, _ in holders.values()) - now
                 if key in self._queues:
                     self._leave(key, owner)
                 if holders is None:
                     self._sweep(now)
                     holders = self._holders[key] = {}
                 token = self._next_token()
-            holders[owner] = (token, now + ttl)
+            holders[owner] = (token, now + ttl, permits)
+            self._limits[key] = limit
             return token, None
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
-        """`(token, None)` when a slot was taken (or is already ours); `(None, time to first expiry)`.
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
+    ) -> tuple[int | None, float | None]:
+        """`(token, None)` when the slots were taken (or are already ours); `(None, time to first expiry)`.
 
-        A slot that waiters queue for goes to the first of them: anyone else is refused (with
+        Slots that waiters queue for go to the first of them: anyone else is refused (with
         no time to report, `(None, None)`).
         """
-        return self._acquire(key, owner, ttl, limit, join=False)
+        return self._acquire(key, owner, ttl, limit, permits, join=False)
 
-    def acquire_or_queue(self, key: str, owner: str, ttl: float, limit: int = 1) -> tuple[int | None, float | None]:
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
+    ) -> tuple[int | None, float | None]:
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
-        A free slot goes only to a waiter among the first (limit - holders) live entries (or to
-        anyone while fewer wait). The entry lives `QUEUE_ENTRY` seconds unless `owner` tries
+        Free slots go to the live entries in arrival order while they fit (or to anyone when
+        the whole queue fits too). The entry lives `QUEUE_ENTRY` seconds unless `owner` tries
         again; `release(key, owner)` by a waiter that gives up leaves the queue.
         """
-        return self._acquire(key, owner, ttl, limit, join=True)
+        return self._acquire(key, owner, ttl, limit, permits, join=True)
 
-    def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
-        """See `SemaphoreStore.acquire`."""
-        return self._acquire(key, owner, ttl, limit, join=False)[0]
+    def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
+        """See `SemaphoreStore.acquire` and `SupportsPermits`."""
+        return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """See `SemaphoreStore.renew`; never re-acquires an expired slot."""
@@ -732,45 +820,58 @@ class MemorySemaphoreStore(_MemoryStore):
             holders = self._live(key, now)
             if holders is None or owner not in holders:
                 return False
-            holders[owner] = (holders[owner][0], now + ttl)
+            token, _, permits = holders[owner]
+            holders[owner] = (token, now + ttl, permits)
             return True
 
     def release(self, key: str, owner: str) -> bool:
-        """See `SemaphoreStore.release`; wakes every waiter of `key`.
+        """See `SemaphoreStore.release`; wakes only the queued waiters the freed slots serve.
 
-        A waiter that holds no slot leaves the queue instead (False), and the waiters are
-        woken: the next one may now be among those a free slot goes to.
+        A waiter that holds no slot leaves the queue instead (False), and the waiters that
+        may now take free slots are woken.
         """
         with self._mutex:
-            holders = self._live(key, self._now())
+            now = self._now()
+            recorded = self._held(self._holders.get(key))
+            holders = self._live(key, now)
+            pruned = recorded - self._held(holders)  # slots of lapsed holders: nobody announced them
+            limit = self._limits.get(key, 0)
             if holders is None or owner not in holders:
                 if not self._leave(key, owner) or key not in self._listeners:
                     return False
                 released = False
+                free = limit - self._held(holders)
+                already = 0  # the queue moved up: every waiter the free slots serve is woken
             else:
-                del holders[owner]
+                freed = holders.pop(owner)[2]
                 if not holders:
                     del self._holders[key]
                 released = True
-            callbacks = self._take_listeners(key)
+                if key not in self._listeners:  # the common case: nobody waits
+                    self._forget_limit(key)
+                    return released
+                free = limit - self._held(holders)
+                already = free - freed - pruned
+                self._forget_limit(key)
+            callbacks = self._take_listeners(key, self._served(key, free, already, now))
         self._notify(callbacks)
         return released
 
     async def acquire_or_ttl_async(
-        self, key: str, owner: str, ttl: float, limit: int = 1
+        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        return self._acquire(key, owner, ttl, limit, join=False)
+        return self._acquire(key, owner, ttl, limit, permits, join=False)
 
     async def acquire_or_queue_async(
-        self, key: str, owner: str, ttl: float, limit: int = 1
+        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        return self._acquire(key, owner, ttl, limit, join=True)
+        return self._acquire(key, owner, ttl, limit, permits, join=True)
 
-    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
-        return self._acquire(key, owner, ttl, limit, join=False)[0]
+        return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
@@ -783,7 +884,9 @@ class MemorySemaphoreStore(_MemoryStore):
             holders = self._live(key, now)
             if holders is None:
                 return None
-            found = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in holders.items()]
+            found = [
+                HolderInfo(owner, token, expires - now, permits) for owner, (token, expires, permits) in holders.items()
+            ]
             waiters = len(self._waiting(key, now) or ())
         found.sort(key=lambda holder: holder.token)
         return LockInfo(key, "semaphore", tuple(found), waiters)

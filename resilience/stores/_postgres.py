@@ -23,9 +23,10 @@ from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, LockMode, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
+from resilience.stores._redis_scripts import QUEUE_ENTRY_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
 __all__ = ["PostgresLockStore", "PostgresSemaphoreStore"]
 
@@ -92,7 +93,10 @@ def _lock_answer(value: int) -> tuple[int | None, float | None]:
 
 
 def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
-    return (value, None) if value > 0 else (None, -value / 1000)
+    """The acquire function's answer: a token (> 0), -ms until a holder's lease ends (< 0), 0 (time unknown)."""
+    if value > 0:
+        return value, None
+    return None, (-value / 1000 if value < 0 else None)
 
 
 class _Kept:
@@ -201,7 +205,8 @@ class _PostgresStore(Closing):
         return self._info(key, rows)
 
     def _info(self, key: str, rows: Sequence[Sequence[Any]]) -> LockInfo | None:
-        holders = tuple(HolderInfo(owner, int(token), int(left_ms) / 1000) for owner, token, left_ms in rows)
+        # A semaphore's rows end with the holder's permits (a lock holder has 1).
+        holders = tuple(HolderInfo(row[0], int(row[1]), int(row[2]) / 1000, *map(int, row[3:])) for row in rows)
         return LockInfo(key, self._mode, holders, None) if holders else None
 
     def force_release(self, key: str) -> bool:
@@ -487,6 +492,9 @@ class _PostgresStore(Closing):
         (FIFO within the process; across processes the woken waiters race).
         """
         _check_str("key", key)
+        return self._wait_for(key, timeout, lambda: self._is_free(key, owner), owner)
+
+    def _wait_for(self, key: str, timeout: float, is_free: Callable[[], bool], owner: str | None = None) -> bool:
         pool = self._sync_pool("wait_released")
         with self._pool_lock:
             if self._listener is None:
@@ -496,11 +504,16 @@ class _PostgresStore(Closing):
                     lambda: psycopg.Connection.connect(conninfo, **kwargs), self._sql.channel
                 )
             listener = self._listener
-        return listener.wait(key, timeout, lambda: self._is_free(key, owner), owner=owner)
+        return listener.wait(key, timeout, is_free, owner=owner)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
         _check_str("key", key)
+        return await self._wait_for_async(key, timeout, lambda: self._is_free_async(key, owner), owner)
+
+    async def _wait_for_async(
+        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], owner: str | None = None
+    ) -> bool:
         pool = await self._get_async_pool("wait_released_async")
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
@@ -512,7 +525,7 @@ class _PostgresStore(Closing):
                 return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
 
             listener = self._async_listeners[loop] = AsyncReleaseListener(connect, self._sql.channel)
-        return await listener.wait(key, timeout, lambda: self._is_free_async(key, owner), owner=owner)
+        return await listener.wait(key, timeout, is_free, owner=owner)
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -725,16 +738,24 @@ class PostgresLockStore(_PostgresStore):
 
 
 class PostgresSemaphoreStore(_PostgresStore):
-    """A semaphore store over PostgreSQL: up to `limit` holders per key, each with its own token.
+    """A semaphore store over PostgreSQL: up to `limit` slots per key, each holder with its own token.
 
-    One row per holder; acquiring is one call of the function `<table>_acquire`, which counts
-    the live holders under a per-key advisory lock. Same arguments as `PostgresLockStore`.
+    One row per holder, with the `permits` it took (`SupportsPermits`); acquiring is one call
+    of the function `<table>_acquire`, which counts the live holders' permits under a per-key
+    advisory lock. Waiters queue fairly in `<table>_queue` (`acquire_or_queue`): free slots go
+    to them in arrival order, and a request that does not fit is not overtaken by later ones.
+    A release notifies every waiter of the key (each checks whether its slots are free). Same
+    arguments as `PostgresLockStore`.
     """
 
     _kind = "PostgresSemaphoreStore"
     _mode = "semaphore"
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+
+    _sql: SemaphoreSql
 
     def __init__(
         self, conninfo_or_pool: Any = None, *, async_pool: Any = None, table: str = "resilience_semaphores"
@@ -742,32 +763,131 @@ class PostgresSemaphoreStore(_PostgresStore):
         super().__init__(conninfo_or_pool, async_pool, SemaphoreSql(check_table(self._kind, table)))
 
     @staticmethod
-    def _limit(limit: object) -> int:
+    def _limit(limit: object, permits: object = 1) -> tuple[int, int]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
             msg = f"limit: must be an int >= 1, got {limit!r}"
             raise ValidationError(msg)
-        return limit
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
+            msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
+            raise ValidationError(msg)
+        return limit, permits
 
-    def _acquire_params(self, key: str, owner: str, ttl: float, limit: int) -> tuple[str, str, int, int]:
-        return _check_str("key", key), _check_str("owner", owner), _ttl_ms(ttl), self._limit(limit)
+    def _acquire_params(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int
+    ) -> tuple[str, str, int, int, int, int]:
+        checked_limit, checked_permits = self._limit(limit, permits)
+        return (
+            _check_str("key", key),
+            _check_str("owner", owner),
+            _ttl_ms(ttl),
+            checked_limit,
+            checked_permits,
+            entry_ms,
+        )
 
-    def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
-        """Take a slot for `owner` if fewer than `limit` are held: its token, or None."""
-        return self.acquire_or_ttl(key, owner, ttl, limit)[0]
+    def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
+        """Take `permits` slots for `owner` if that many are free: its token, or None."""
+        return self.acquire_or_ttl(key, owner, ttl, limit, permits)[0]
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
-        """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full."""
-        params = self._acquire_params(key, owner, ttl, limit)
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
+    ) -> tuple[int | None, float | None]:
+        """`(token, None)` when the slots are taken; `(None, seconds until the first holder's lease ends)`.
+
+        `(None, None)` when enough slots are free but promised to waiters queued ahead.
+        """
+        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=0)
         return _semaphore_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
 
-    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
+    ) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
+        waiter that gives up leaves the queue.
+        """
+        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=QUEUE_ENTRY_MS)
+        return _semaphore_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
+
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
-        return (await self.acquire_or_ttl_async(key, owner, ttl, limit))[0]
+        return (await self.acquire_or_ttl_async(key, owner, ttl, limit, permits))[0]
 
     async def acquire_or_ttl_async(
-        self, key: str, owner: str, ttl: float, limit: int
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        params = self._acquire_params(key, owner, ttl, limit)
+        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=0)
         row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
         return _semaphore_answer(int(row[0]))
+
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=QUEUE_ENTRY_MS)
+        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
+        return _semaphore_answer(int(row[0]))
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free `owner`'s slots (True only if it held some) and notify the waiters on `key`.
+
+        A waiter that holds nothing leaves the queue instead (False).
+        """
+        params = (_check_str("key", key), _check_str("owner", owner)) * 2
+        released = self._execute("release", self._sql.release, params, fetch=True)[0] == 1
+        if self._due_purge():
+            self._execute("release", self._sql.purge, ())
+        return bool(released)
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        params = (_check_str("key", key), _check_str("owner", owner)) * 2
+        released = (await self._execute_async("release_async", self._sql.release, params, fetch=True))[0] == 1
+        if self._due_purge():
+            await self._execute_async("release_async", self._sql.purge, ())
+        return bool(released)
+
+    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
+        """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest token first."""
+        rows = self._execute("holders", self._sql.holders, (_check_str("key", key),), fetch="all")
+        return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
+
+    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        rows = await self._execute_async("holders_async", self._sql.holders, (_check_str("key", key),), fetch="all")
+        return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
+
+    def _turn_params(self, key: str, owner: str, limit: int, permits: int) -> tuple[object, ...]:
+        checked_limit, checked_permits = self._limit(limit, permits)
+        return (key, owner, key, key, owner, checked_permits, checked_limit)
+
+    def wait_released(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
+    ) -> bool:
+        """See `PostgresLockStore.wait_released`.
+
+        With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
+        slots are free for it.
+        """
+        if owner is None or limit is None:
+            return super().wait_released(key, timeout)
+        params = self._turn_params(_check_str("key", key), _check_str("owner", owner), limit, permits)
+        return self._wait_for(
+            key, timeout, lambda: bool(self._execute("wait_released", self._sql.turn, params, fetch=True)[0])
+        )
+
+    async def wait_released_async(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
+    ) -> bool:
+        """See `wait_released`."""
+        if owner is None or limit is None:
+            return await super().wait_released_async(key, timeout)
+        params = self._turn_params(_check_str("key", key), _check_str("owner", owner), limit, permits)
+
+        async def is_free() -> bool:
+            row = await self._execute_async("wait_released_async", self._sql.turn, params, fetch=True)
+            return bool(row[0])
+
+        return await self._wait_for_async(key, timeout, is_free)

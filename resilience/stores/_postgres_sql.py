@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from resilience.exceptions import ValidationError
+from resilience.stores._redis_scripts import QUEUE_BOUND
 
 __all__ = ["PURGE_AFTER_S", "TOKEN_MAX", "LockSql", "SemaphoreSql", "check_table"]
 
@@ -327,12 +328,18 @@ DELETE FROM {t} WHERE {old}"""
 
 @dataclass(frozen=True)
 class SemaphoreSql(_TableSql):
-    """The statements of one semaphore table."""
+    """The statements of one semaphore table (and of its waiters' queue, `<table>_queue`)."""
+
+    @property
+    def queue(self) -> str:
+        """The queue table: one row per waiting owner, in arrival order."""
+        return f"{self.table}_queue"
 
     @property
     def schema(self) -> str:
         """The DDL and the acquire function: idempotent, one transaction under an advisory lock."""
         t = self.table
+        q = self.queue
         return f"""SELECT pg_advisory_xact_lock({_lock_id(t)}, 0);
 {_sequence(t)}
 CREATE TABLE IF NOT EXISTS {t} (
@@ -342,14 +349,30 @@ CREATE TABLE IF NOT EXISTS {t} (
     expires_at timestamptz NOT NULL,  -- on the database's clock
     PRIMARY KEY (key, owner)
 );
--- A token (> 0) for the holder, or -(ms until the first slot frees) when all are taken.
-CREATE OR REPLACE FUNCTION {t}_acquire(p_key text, p_owner text, p_ttl_ms bigint, p_limit integer)
-RETURNS bigint LANGUAGE plpgsql AS $fn$
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 1;
+-- The waiters, first come first served; an entry not refreshed by its waiter expires.
+CREATE TABLE IF NOT EXISTS {q} (
+    key        text NOT NULL,
+    owner      text NOT NULL,
+    permits    integer NOT NULL,
+    arrival    bigint GENERATED ALWAYS AS IDENTITY,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, owner)
+);
+DROP FUNCTION IF EXISTS {t}_acquire(text, text, bigint, integer);
+-- A token (> 0) for the holder of p_permits slots; -(ms until the first holder's lease ends)
+-- when too few are free; 0 when enough are free but promised to waiters ahead. A refused
+-- caller with p_entry_ms > 0 joins the queue (or refreshes its entry).
+CREATE OR REPLACE FUNCTION {t}_acquire(
+    p_key text, p_owner text, p_ttl_ms bigint, p_limit integer, p_permits integer, p_entry_ms integer
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_now   timestamptz;
-    v_token bigint;
-    v_count integer;
-    v_first timestamptz;
+    v_now     timestamptz;
+    v_token   bigint;
+    v_held    bigint;
+    v_ahead   bigint;
+    v_arrival bigint;
+    v_first   timestamptz;
 BEGIN
     -- One acquirer per key at a time (until commit): the count and the token are exact.
     PERFORM pg_advisory_xact_lock({_lock_id(t)}, hashtext(p_key));
@@ -360,28 +383,80 @@ BEGIN
     IF FOUND THEN
         RETURN v_token;
     END IF;
-    SELECT count(*), min(expires_at) INTO v_count, v_first FROM {t} WHERE key = p_key;
-    IF v_count >= p_limit THEN
+    DELETE FROM {q} WHERE key = p_key AND expires_at <= v_now;
+    SELECT coalesce(sum(permits), 0), min(expires_at) INTO v_held, v_first FROM {t} WHERE key = p_key;
+    SELECT arrival INTO v_arrival FROM {q} WHERE key = p_key AND owner = p_owner;
+    -- What the waiters ahead ask for (all of them for a caller outside the queue).
+    SELECT coalesce(sum(permits), 0) INTO v_ahead FROM {q}
+        WHERE key = p_key AND (v_arrival IS NULL OR arrival < v_arrival);
+    IF v_held + v_ahead + p_permits > p_limit THEN
+        IF p_entry_ms > 0 AND (v_arrival IS NOT NULL
+                               OR (SELECT count(*) FROM {q} WHERE key = p_key) < {QUEUE_BOUND}) THEN
+            INSERT INTO {q} AS w (key, owner, permits, expires_at)
+                VALUES (p_key, p_owner, p_permits, v_now + p_entry_ms * interval '1 millisecond')
+                ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at;
+        END IF;
+        IF v_held + p_permits <= p_limit OR v_first IS NULL THEN
+            RETURN 0;
+        END IF;
         RETURN -greatest(1, ceil(extract(epoch FROM v_first - v_now) * 1000))::bigint;
     END IF;
+    IF v_arrival IS NOT NULL THEN
+        DELETE FROM {q} WHERE key = p_key AND owner = p_owner;
+    END IF;
     v_token := nextval('{t}_token');
-    INSERT INTO {t} (key, owner, token, expires_at)
-        VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms * interval '1 millisecond');
+    INSERT INTO {t} (key, owner, token, expires_at, permits)
+        VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms * interval '1 millisecond', p_permits);
     RETURN v_token;
 END
 $fn$;"""
 
     @property
     def acquire(self) -> str:
-        """(key, owner, ttl ms, limit) -> the function's answer."""
-        return f"SELECT {self.table}_acquire(%s, %s, %s, %s)"
+        """(key, owner, ttl ms, limit, permits, queue entry ms or 0) -> the function's answer."""
+        return f"SELECT {self.table}_acquire(%s, %s, %s, %s, %s, %s)"
 
     @property
     def release(self) -> str:
-        """(key, owner): one row deleted (and a NOTIFY sent at commit) when `owner` held a live slot."""
-        return f"""DELETE FROM {self.table}
-WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()
-RETURNING pg_notify('{self.channel}', md5(key))"""
+        """(key, owner, key, owner) -> (1 when `owner` held live slots, now freed, else 0).
+
+        A waiter that holds nothing leaves the queue instead. Either way a NOTIFY is sent at
+        commit, so the waiters check whether their slots are now free.
+        """
+        t = self.table
+        return f"""WITH released AS (
+    DELETE FROM {t} WHERE key = %s AND owner = %s AND expires_at > clock_timestamp() RETURNING key
+), gone AS (
+    DELETE FROM {self.queue} WHERE key = %s AND owner = %s RETURNING key
+), told AS (
+    SELECT pg_notify('{self.channel}', md5(key)) FROM released
+    UNION ALL SELECT pg_notify('{self.channel}', md5(key)) FROM gone
+)
+SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM told)"""
+
+    @property
+    def turn(self) -> str:
+        """(key, owner, key, key, owner, permits, limit) -> whether `owner` may take its slots now."""
+        t, q = self.table, self.queue
+        return f"""SELECT EXISTS (SELECT FROM {t} WHERE key = %s AND owner = %s AND expires_at > clock_timestamp())
+    OR (SELECT coalesce(sum(permits), 0) FROM {t} WHERE key = %s AND expires_at > clock_timestamp())
+     + (SELECT coalesce(sum(w.permits), 0) FROM {q} w WHERE w.key = %s AND w.expires_at > clock_timestamp()
+        AND w.arrival < coalesce((SELECT arrival FROM {q} WHERE key = w.key AND owner = %s), 9223372036854775807))
+     + %s <= %s"""
+
+    @property
+    def holders(self) -> str:
+        """(key,): the live holders: owner, token, ms left, permits (oldest token first)."""
+        return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, permits
+FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp() ORDER BY token"""
+
+    @property
+    def purge(self) -> str:
+        """Delete the rows whose lease (or queue entry) ended long ago."""
+        return f"""WITH gone AS (
+    DELETE FROM {self.queue} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'
+)
+DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"""
 
     @property
     def force_release(self) -> str:

@@ -7,6 +7,8 @@ Capabilities are separate protocols, detected with `isinstance`.
 Lock and semaphore stores have methods of the same names; `isinstance` tells them apart by
 what `acquire` accepts: a lock store's takes `(key, owner, ttl)`, a semaphore store's
 `(key, owner, ttl, limit)`. A store whose `acquire` accepts both (`*args`) passes for either.
+A semaphore store that lets one holder take several slots at once (`SupportsPermits`) takes a
+fifth argument, `permits`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "AsyncSemaphoreStore",
     "AsyncSupportsInspection",
     "AsyncSupportsLeaseInfo",
+    "AsyncSupportsPermits",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
     "AsyncSupportsSharedHolds",
@@ -31,6 +34,7 @@ __all__ = [
     "SemaphoreStore",
     "SupportsInspection",
     "SupportsLeaseInfo",
+    "SupportsPermits",
     "SupportsReleaseListener",
     "SupportsReleaseNotification",
     "SupportsRenewMany",
@@ -295,7 +299,43 @@ class AsyncSemaphoreStore(Protocol, metaclass=_StoreMeta):
         ...
 
 
-_ARITY.update({LockStore: 3, AsyncLockStore: 3, SemaphoreStore: 4, AsyncSemaphoreStore: 4})
+@runtime_checkable
+class SupportsPermits(Protocol, metaclass=_StoreMeta):
+    """A semaphore store whose holder may take several slots at once, all or none.
+
+    Every method of the store that takes `limit` also takes `permits` (an int, 1 <= permits <=
+    limit, default 1) right after it: `acquire`, and where the store has them `acquire_or_ttl`,
+    `acquire_or_queue` and `wait_released(key, timeout, owner, limit, permits)`. A holder of
+    `permits` slots counts `permits` towards the limit until it releases or its lease expires;
+    `renew` and `release` need no `permits` (the store remembers them per holder). Waiters keep
+    their FIFO order by request: a request that does not fit is not overtaken by later ones.
+    `semaphore(...)` refuses `permits > 1` with `ValidationError` on a store without it.
+    """
+
+    def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
+        """Take `permits` slots of `key` for `owner` if that many are free: a token, or None."""
+        ...
+
+
+@runtime_checkable
+class AsyncSupportsPermits(Protocol, metaclass=_StoreMeta):
+    """The asyncio flavour of `SupportsPermits`: the `_async` methods take `permits` too."""
+
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
+        """See `SupportsPermits.acquire`."""
+        ...
+
+
+_ARITY.update(
+    {
+        LockStore: 3,
+        AsyncLockStore: 3,
+        SemaphoreStore: 4,
+        AsyncSemaphoreStore: 4,
+        SupportsPermits: 5,
+        AsyncSupportsPermits: 5,
+    }
+)
 _FLAVOURED.update(
     {
         *_ARITY,

@@ -143,6 +143,11 @@ def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tupl
     )
 
 
+def _wait_ms(timeout: float) -> int:
+    """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
+    return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
+
+
 def _answer(reply: Any) -> tuple[int | None, float | None]:
     """An acquire script's reply: a token (> 0), -ms until it may be free (< 0) or 0 (time unknown)."""
     value = int(reply)
@@ -878,13 +883,15 @@ class RedisLockStore(_RedisStore):
 
 
 class RedisSemaphoreStore(_RedisStore):
-    """A semaphore store over Redis: up to `limit` holders per key, each with its own token.
+    """A semaphore store over Redis: up to `limit` slots per key, each holder with its own token.
 
-    Keys `{<prefix>:<key>}` (the holders, a sorted set scored by server-time expiry, pruned by
-    every script), `{<prefix>:<key>}:tokens` (a hash of the holders' tokens and the last
-    token issued) and, while callers wait, `{<prefix>:<key>}:q` and `{<prefix>:<key>}:q:t`
-    (their FIFO queue, as a lock's); the braces keep them all in one Cluster hash slot. Same
-    client forms as `RedisLockStore`.
+    A holder takes `permits` slots at once, all or none (`SupportsPermits`). Keys
+    `{<prefix>:<key>}` (the holders, a sorted set scored by server-time expiry, pruned by every
+    script), `{<prefix>:<key>}:tokens` (a hash of the holders' tokens and permits and the last
+    token issued) and, while callers wait, `{<prefix>:<key>}:q`, `:q:t` and `:q:p` (their FIFO
+    queue and the permits each asks for) and `:q:w` (watched by waiters outside the queue); the
+    braces keep them all in one Cluster hash slot. A release wakes only the queued waiters its
+    freed slots serve. Same client forms as `RedisLockStore`.
     """
 
     _kind = "RedisSemaphoreStore"
@@ -910,63 +917,78 @@ class RedisSemaphoreStore(_RedisStore):
 
     def _all_keys(self, key: str) -> list[str]:
         holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
-        return [holders, f"{holders}:tokens", f"{holders}:q", f"{holders}:q:t"]
+        return [holders, f"{holders}:tokens", f"{holders}:q", f"{holders}:q:t", f"{holders}:q:w", f"{holders}:q:p"]
 
     @staticmethod
-    def _limit(limit: object) -> int:
+    def _limit(limit: object, permits: object = 1) -> list[object]:
+        """`[limit]`, or `[limit, permits]` when more than one; `ValidationError` when out of range."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             msg = f"limit: must be an int >= 1, got {limit!r}"
             raise ValidationError(msg)
-        return limit
+        if permits == 1 and not isinstance(permits, bool):
+            return [limit]
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
+            msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
+            raise ValidationError(msg)
+        return [limit, permits]
 
     def _acquire_args(
-        self, key: str, owner: str, ttl: float, limit: int, entry_ms: int = 0
+        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
     ) -> tuple[list[str], list[object]]:
+        limit_and_permits = self._limit(limit, permits)
         args: list[object] = [
             _check_str("owner", owner),
             _ttl_ms(ttl),
-            self._limit(limit),
+            limit,
             scripts.TOMBSTONE_MS,
             entry_ms,
             scripts.QUEUE_BOUND,
+            *limit_and_permits[1:],
         ]
         return self._all_keys(key), args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
-    def _turn_check(self, key: str, owner: str, limit: int) -> tuple[list[str], list[object]]:
-        return self._all_keys(key), [_check_str("owner", owner), self._limit(limit)]
+    def _turn_check(self, key: str, owner: str, limit: int, permits: int) -> tuple[list[str], list[object]]:
+        return self._all_keys(key), [_check_str("owner", owner), *self._limit(limit, permits)]
 
-    def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
-        """Take a slot for `owner` if fewer than `limit` are held: its token, or None.
+    def _watch_check(self, key: str, timeout: float) -> tuple[list[str], list[object]]:
+        return self._all_keys(key), [_wait_ms(timeout)]
 
-        A slot that waiters queue for goes to the first of them: anyone else is refused.
+    def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
+        """Take `permits` slots for `owner` if that many are free: its token, or None.
+
+        Slots that waiters queue for go to the first of them: anyone else is refused.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
         reply = int(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
         return reply if reply > 0 else None
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
-        """`(token, None)` when a slot is taken; `(None, seconds until the first slot frees)` when full.
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
+    ) -> tuple[int | None, float | None]:
+        """`(token, None)` when the slots are taken; `(None, seconds until the first holder's lease ends)`.
 
-        `(None, None)` when a slot is free but promised to waiters queued ahead.
+        `(None, None)` when enough slots are free but promised to waiters queued ahead.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
         return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
-    def acquire_or_queue(self, key: str, owner: str, ttl: float, limit: int) -> tuple[int | None, float | None]:
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
+    ) -> tuple[int | None, float | None]:
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
-        A free slot goes only to a waiter among the first (limit - holders) live entries (or
-        to anyone while fewer wait). The entry lives `QUEUE_ENTRY_MS` unless `owner` tries
+        Free slots go to the live entries in arrival order while they fit (or to anyone when
+        the whole queue fits too). The entry lives `QUEUE_ENTRY_MS` unless `owner` tries
         again; `release(key, owner)` by a waiter that gives up leaves the queue.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, scripts.QUEUE_ENTRY_MS)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
         return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s slot out to now + `ttl`; False if it is not held any more."""
+        """Push `owner`'s slots out to now + `ttl`; False if it holds none any more."""
         keys, args = self._renew_args(key, owner, ttl)
         return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
 
@@ -975,54 +997,61 @@ class RedisSemaphoreStore(_RedisStore):
         return self._node_of(self.keys(key)[0])
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """See `RedisLockStore.renew_many` (each slot's answer as `renew` gives it)."""
+        """See `RedisLockStore.renew_many` (each holder's answer as `renew` gives it)."""
         runner = self._sync_client("renew_many")
         return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s slot (True only if it held one) and wake the waiters on `key`.
+        """Free `owner`'s slots (True only if it held some) and wake the waiters they serve.
 
-        A waiter that holds no slot leaves the queue instead (False), and the waiters are woken.
+        Only the queued waiters that the freed slots now serve are woken (one message each),
+        in arrival order. A waiter that holds no slot leaves the queue instead (False), and
+        the waiters the free slots then serve are woken.
         """
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return self._run_release_sync(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
 
-    def wait_released(self, key: str, timeout: float, owner: str | None = None, limit: int | None = None) -> bool:
-        """Block until a slot of `key` is released (True) or `timeout` passes (False); True at once with no holder.
+    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
+        """The live holders of `key`: `(owner, token, seconds left, permits)`, first lease end first."""
+        return _holders(self.info(key))
 
-        With `owner` and `limit` (a queued waiter): True at once when a slot is free for it
-        (the queue order allows it). Every release wakes every waiter.
+    def wait_released(
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
+    ) -> bool:
+        """Block until slots of `key` are released (True) or `timeout` passes (False); True at once with no holder.
+
+        With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
+        slots are free for it, and woken only by a release whose slots serve it.
         """
         if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit)
-            return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check)
-        return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+            check = self._turn_check(key, owner, limit, permits)
+            return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
+        return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, self._watch_check(key, timeout))
 
     def add_release_listener(
         self, key: str, callback: Callable[[], object], owner: str | None = None
     ) -> Callable[[], None]:
-        """See `RedisLockStore.add_release_listener` (any slot of `key` freed; every waiter is called back)."""
-        del owner  # a semaphore's release wakes every waiter: the queue order decides who takes the slot
-        return self._listen(self.keys(key)[0], callback)
+        """See `RedisLockStore.add_release_listener`: with `owner`, only when freed slots serve that queued waiter."""
+        return self._listen(self.keys(key)[0], callback, owner)
 
-    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
+    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
         reply = int(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
         return reply if reply > 0 else None
 
     async def acquire_or_ttl_async(
-        self, key: str, owner: str, ttl: float, limit: int
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
         return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
     async def acquire_or_queue_async(
-        self, key: str, owner: str, ttl: float, limit: int
+        self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, scripts.QUEUE_ENTRY_MS)
+        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
         return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
@@ -1040,14 +1069,19 @@ class RedisSemaphoreStore(_RedisStore):
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return await self._run_release_async(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
 
+    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        return _holders(await self.info_async(key))
+
     async def wait_released_async(
-        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None
+        self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
         if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit)
-            return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check)
-        return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD)
+            check = self._turn_check(key, owner, limit, permits)
+            return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
+        check = self._watch_check(key, timeout)
+        return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, check)
 
     def info(self, key: str) -> LockInfo | None:
         """The semaphore's live holders (by token) and waiters; None when no slot is held."""
@@ -1069,3 +1103,8 @@ class RedisSemaphoreStore(_RedisStore):
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
         return await force_release_by_owner_async(self.info_async, self.release_async, key)
+
+
+def _holders(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
+    """`info`'s holders as `(owner, token, seconds left, permits)` tuples."""
+    return [] if found is None else [(h.owner, h.token, h.expires_in or 0.0, h.permits) for h in found.holders]

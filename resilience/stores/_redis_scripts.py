@@ -25,10 +25,15 @@ frees it only when nobody waits: an uncontended release publishes nothing, unles
 outside the queue watches the lock (field `w` of the lock's hash, see `LOCK_HELD`).
 
 Semaphore keys `{<prefix>:<key>}` (a sorted set: member = owner, score = expiry in server
-milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last token issued, `o:<owner>` =
-that holder's token); the braces put both in one hash slot. Its waiters queue as a lock's, in
-`{<prefix>:<key>}:q` and `:q:t` (same slot): a free slot goes only to one of the first
-(limit - holders) live entries; a release still publishes `released` to every waiter.
+milliseconds; pruned by every script) and `{<prefix>:<key>}:tokens` (a hash: `seq` = last
+token issued, `o:<owner>` = that holder's token, `p:<owner>` = its permits when more than one,
+"x" = the permits held beyond one per holder, "l" = the limit of the latest grant); the braces
+put them all in one hash slot. A key's held permits are ZCARD + "x". Its waiters queue in
+`{<prefix>:<key>}:q` and `:q:t` (as a lock's) and `:q:p` (a hash: the permits a waiter asks
+for, when more than one); `:q:w` is the watch key of waiters outside the queue. Free slots go
+to the live entries in arrival order while they fit: a request that does not fit holds back
+the later ones. A release announces the turn (`h:<owner>`, one message each) only to the
+waiters that the freed slots now serve, and `released` only when somebody watches.
 """
 
 from __future__ import annotations
@@ -91,72 +96,6 @@ local function mint(previous)
   return token
 end
 """
-
-# The fair queue of a semaphore: `qa` (arrivals), `qe` (entry expiries), bound by
-# `_SEMAPHORE_QUEUE_KEYS` (the lock's own queue is `_LOCK_LIB`, below).
-# `join` adds the owner at the back (or refreshes its entry), unless `bound` entries already
-# wait; `among_first` tells whether the owner may take one of `free` slots.
-_SEMAPHORE_QUEUE_KEYS = """
-local qa, qe = KEYS[3], KEYS[4]
-"""
-_QUEUE_LIB = """
-local clock_ms = false
-local function server_ms()
-  if not clock_ms then
-    local now = redis.call('TIME')
-    clock_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  end
-  return clock_ms
-end
--- Drop the expired entries (waiters that are gone).
-local function prune()
-  local gone = redis.call('ZRANGEBYSCORE', qe, '-inf', server_ms())
-  for i = 1, #gone do
-    redis.call('ZREM', qa, gone[i])
-  end
-  if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', qe, '-inf', server_ms())
-  end
-end
-local function join(owner, entry_ms, bound)
-  if not redis.call('ZSCORE', qa, owner) then
-    prune()  -- first, so that waiters that are gone never fill the bound
-    if redis.call('ZCARD', qa) >= tonumber(bound) then
-      return  -- full: this waiter keeps polling outside the queue
-    end
-    local last = redis.call('ZRANGE', qa, -1, -1, 'WITHSCORES')
-    local arrival = 1
-    if last[2] then
-      arrival = tonumber(last[2]) + 1
-    end
-    redis.call('ZADD', qa, arrival, owner)
-  end
-  redis.call('ZADD', qe, server_ms() + tonumber(entry_ms), owner)
-  -- Every entry lives the same QUEUE_ENTRY_MS, so the newest refresh outlives them all.
-  redis.call('PEXPIRE', qa, entry_ms)
-  redis.call('PEXPIRE', qe, entry_ms)
-end
-local function leave(owner)
-  redis.call('ZREM', qa, owner)
-  redis.call('ZREM', qe, owner)
-end
--- Whether `owner` may take one of `free` (> 0) free slots: when it is among the first `free`
--- live waiters, or, outside the queue, when fewer than `free` wait. Second result: whether
--- it is queued (it leaves the queue when it takes the slot).
-local function among_first(owner, free)
-  if redis.call('EXISTS', qa) == 0 then
-    return true, false  -- nobody waits: the common, uncontended case
-  end
-  prune()
-  local arrival = redis.call('ZSCORE', qa, owner)
-  if arrival then
-    -- Its rank: how many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK).
-    return redis.call('ZCOUNT', qa, '-inf', '(' .. arrival) < free, true
-  end
-  return redis.call('ZCARD', qa) < free, false
-end
-"""
-_SEMAPHORE_QUEUE = _SEMAPHORE_QUEUE_KEYS + _QUEUE_LIB
 
 # A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
 _TTL_CHECK = """
@@ -548,20 +487,34 @@ return 1
 """,
 )
 
-
-# Every semaphore script starts here: read the server clock, drop the holders whose lease has
-# expired (and their tokens), and define `settle`, which sets both keys' expiries after a
-# change: the last lease plus a tombstone, so that lapsed holders are still there to be pruned
-# and the last token is remembered.
+# Every semaphore script that writes starts here: read the server clock, drop the holders
+# whose lease has expired (their tokens and permits with them: `pruned` permits), and define `held_permits`
+# (the permits live holders have, given the hash's `x`) and `settle`, which sets the keys'
+# expiries after a change: the last lease plus a tombstone, so that lapsed holders are still
+# there to be pruned and the last token is remembered.
 _SEMAPHORE_PRELUDE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+local pruned = #expired  -- the permits of the expired holders (nobody announced them)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
   for i = 1, #expired do
+    local permits = redis.call('HGET', KEYS[2], 'p:' .. expired[i])
+    if permits then
+      redis.call('HINCRBY', KEYS[2], 'x', 1 - tonumber(permits))
+      redis.call('HDEL', KEYS[2], 'p:' .. expired[i])
+      pruned = pruned + tonumber(permits) - 1
+    end
     redis.call('HDEL', KEYS[2], 'o:' .. expired[i])
   end
+end
+local function held_permits(extra)
+  local holders = redis.call('ZCARD', KEYS[1])
+  if holders == 0 then
+    return 0  -- whatever `x` says: with no holder, nothing is held
+  end
+  return holders + math.max(0, tonumber(extra) or 0)
 end
 local function settle(tombstone)
   local horizon = tonumber(tombstone)
@@ -574,52 +527,188 @@ local function settle(tombstone)
 end
 """
 
+# The semaphore's fair queue: `qa` (arrivals), `qe` (entry expiries), `qw` (the watch key of
+# waiters outside the queue) and `qp` (the permits each waiter asks for, absent for one), all
+# absent when a script is called with the holders and tokens only. Needs the prelude's `now_ms`.
+_SEMAPHORE_QUEUE = """
+local qa, qe, qw, qp = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- Drop the expired entries (waiters that are gone) and what they asked for.
+local function prune()
+  local gone = redis.call('ZRANGEBYSCORE', qe, '-inf', now_ms)
+  for i = 1, #gone do
+    redis.call('ZREM', qa, gone[i])
+    redis.call('HDEL', qp, gone[i])
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', qe, '-inf', now_ms)
+  end
+end
+-- Add `owner` asking for `permits` at the back (or refresh its entry), unless `bound` wait.
+local function join(owner, entry_ms, bound, permits)
+  if not redis.call('ZSCORE', qa, owner) then
+    prune()  -- first, so that waiters that are gone never fill the bound
+    if redis.call('ZCARD', qa) >= tonumber(bound) then
+      return  -- full: this waiter keeps polling outside the queue
+    end
+    local last = redis.call('ZRANGE', qa, -1, -1, 'WITHSCORES')
+    local arrival = 1
+    if last[2] then
+      arrival = tonumber(last[2]) + 1
+    end
+    redis.call('ZADD', qa, arrival, owner)
+    if permits > 1 then
+      redis.call('HSET', qp, owner, permits)
+    end
+  end
+  redis.call('ZADD', qe, now_ms + tonumber(entry_ms), owner)
+  -- Every entry lives the same QUEUE_ENTRY_MS, so the newest refresh outlives them all.
+  redis.call('PEXPIRE', qa, entry_ms)
+  redis.call('PEXPIRE', qe, entry_ms)
+  if permits > 1 then
+    redis.call('PEXPIRE', qp, entry_ms)
+  end
+end
+-- Leave the queue; `permits` nil when unknown.
+local function leave(owner, permits)
+  redis.call('ZREM', qa, owner)
+  redis.call('ZREM', qe, owner)
+  if permits ~= 1 then
+    redis.call('HDEL', qp, owner)
+  end
+end
+-- The permits each of `owners` asks for (one when not recorded).
+local function asks(owners)
+  local wanted = {}
+  if #owners > 0 then
+    local recorded = redis.call('HMGET', qp, unpack(owners))
+    for i = 1, #owners do
+      wanted[i] = tonumber(recorded[i]) or 1
+    end
+  end
+  return wanted
+end
+-- Whether `owner` may take `permits` of `free` free slots: when it and every live waiter
+-- ahead of it fit in them (first come, first served: a request that does not fit holds back
+-- the later ones), or, outside the queue, when the whole queue and it fit. Second result:
+-- whether it is queued (it leaves the queue when it takes the slots).
+local function fits(owner, permits, free)
+  if permits > free then
+    return false, false
+  end
+  if not qa or redis.call('EXISTS', qa) == 0 then
+    return true, false  -- nobody waits: the common, uncontended case
+  end
+  prune()
+  local arrival = redis.call('ZSCORE', qa, owner)
+  local ahead
+  if arrival then
+    -- How many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK).
+    ahead = redis.call('ZCOUNT', qa, '-inf', '(' .. arrival)
+  else
+    ahead = redis.call('ZCARD', qa)
+  end
+  local queued = arrival and true or false
+  if ahead + permits > free then
+    return false, queued  -- even at one permit each, those ahead leave too few
+  end
+  if ahead > 0 and redis.call('EXISTS', qp) == 1 then
+    local owners = redis.call('ZRANGE', qa, 0, ahead - 1)
+    local wanted = permits
+    for _, asked in ipairs(asks(owners)) do
+      wanted = wanted + asked
+      if wanted > free then
+        return false, queued
+      end
+    end
+  end
+  return true, queued
+end
+-- Announce the turn of the queued waiters that `free` free slots serve (in arrival order,
+-- until one does not fit) and that `already` free slots did not: one message each, so a
+-- release wakes only as many waiters as its slots serve. Waiters outside the queue (`qw`)
+-- hear `released`. Silent when nobody waits (no wasted PUBLISH).
+local function serve(command, free, already)
+  if command == '' or not qa or redis.call('EXISTS', qa, qw) == 0 then
+    return
+  end
+  if free > already and free > 0 then
+    prune()
+    local owners = redis.call('ZRANGE', qa, 0, free - 1)  -- at most `free` fit
+    local wanted = 0
+    for i, asked in ipairs(asks(owners)) do
+      wanted = wanted + asked
+      if wanted > free then
+        break
+      end
+      if wanted > already then
+        redis.call(command, KEYS[1], 'h:' .. owners[i])
+      end
+    end
+  end
+  if redis.call('EXISTS', qw) == 1 then
+    redis.call(command, KEYS[1], 'released')
+  end
+end
+"""
+
 SEMAPHORE_ACQUIRE = LuaScript(
     "semaphore_acquire",
     _MINT
     + _TTL_CHECK
-    + _SEMAPHORE_QUEUE
     + _SEMAPHORE_PRELUDE
+    + _SEMAPHORE_QUEUE
     + """
--- KEYS[1] holders (sorted set); KEYS[2] tokens (hash); KEYS[3], KEYS[4] the queue;
+-- KEYS[1] holders (sorted set); KEYS[2] tokens (hash); KEYS[3..6] the queue;
 -- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] limit; ARGV[4] tombstone (ms);
--- ARGV[5] queue entry ttl (ms), 0 to not join the queue; ARGV[6] queue bound.
--- Returns the holder's token (>= 1): a new one, or the same one when ARGV[1] already holds a
--- slot (its expiry refreshed); when all `limit` slots are taken, -ms until the first frees;
--- 0 when a slot is free but promised to waiters ahead of ARGV[1]. A refused caller with
--- ARGV[5] > 0 joins the queue (or refreshes its entry); a free slot goes to the first
--- (limit - holders) live waiters, or to anyone while fewer wait.
+-- ARGV[5] queue entry ttl (ms), 0 to not join the queue; ARGV[6] queue bound;
+-- ARGV[7] permits (1 <= permits <= limit; absent: 1).
+-- Returns the holder's token (>= 1): a new one, or the same one when ARGV[1] already holds
+-- (its expiry refreshed, its permits unchanged); when too few slots are free, -ms until the
+-- first holder's lease ends; 0 when enough are free but promised to waiters ahead of ARGV[1].
+-- A refused caller with ARGV[5] > 0 joins the queue (or refreshes its entry).
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
 end
+local permits = tonumber(ARGV[7]) or 1
+local limit = tonumber(ARGV[3])
+if permits < 1 or permits > limit then
+  return redis.error_reply('ERR invalid permits: must be between 1 and the limit')
+end
 local expires = now_ms + tonumber(ARGV[2])
+local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'seq', 'x')
 local token = false
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  token = tonumber(redis.call('HGET', KEYS[2], 'o:' .. ARGV[1]))
+if state[1] then
+  token = tonumber(state[1])
 else
-  local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[1])
-  local may, queued = false, false
-  if free > 0 then
-    may, queued = among_first(ARGV[1], free)
-  end
+  local held = held_permits(state[3])
+  local free = limit - held
+  local may, queued = fits(ARGV[1], permits, free)
   if not may then
-    if tonumber(ARGV[5]) > 0 then
-      join(ARGV[1], ARGV[5], ARGV[6])
-    end
-    if free > 0 then
-      return 0
+    if qa and tonumber(ARGV[5]) > 0 then
+      join(ARGV[1], ARGV[5], ARGV[6], permits)
     end
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if permits <= free or #first == 0 then
+      return 0
+    end
     return -math.max(1, tonumber(first[2]) - now_ms)
   end
   if queued then
-    leave(ARGV[1])
+    leave(ARGV[1], permits)
   end
-end
-if not token then
-  token = mint(redis.call('HGET', KEYS[2], 'seq'))
-  redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token)
+  token = mint(state[2])
+  if held == 0 then
+    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', permits - 1)
+  else
+    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit)
+    if permits > 1 then
+      redis.call('HINCRBY', KEYS[2], 'x', permits - 1)
+    end
+  end
+  if permits > 1 then
+    redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
+  end
 end
 redis.call('ZADD', KEYS[1], expires, ARGV[1])
 settle(ARGV[4])
@@ -649,29 +738,35 @@ return 1
 
 SEMAPHORE_RELEASE = LuaScript(
     "semaphore_release",
-    _SEMAPHORE_QUEUE
-    + _SEMAPHORE_PRELUDE
+    _SEMAPHORE_PRELUDE
+    + _SEMAPHORE_QUEUE
     + """
--- KEYS[1] holders; KEYS[2] tokens; KEYS[3], KEYS[4] the queue; ARGV[1] owner;
+-- KEYS[1] holders; KEYS[2] tokens; KEYS[3..6] the queue; ARGV[1] owner;
 -- ARGV[2] tombstone (ms); ARGV[3] 'PUBLISH', 'SPUBLISH' or ''.
--- Returns 1 when ARGV[1] held a live slot (now free), else 0. A caller that holds no slot
--- leaves the queue instead (a waiter that gave up), and the waiters are woken: the next one
--- may now be among those a free slot goes to. Every release wakes every waiter; each tries
--- again, and only those the queue order allows take a slot.
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    if ARGV[3] ~= '' then
-      redis.call(ARGV[3], KEYS[1], 'released')
-    end
-    leave(ARGV[1])
+-- Returns 1 when ARGV[1] held live slots (now free), else 0. It wakes only the queued
+-- waiters that the freed slots serve. A caller that holds no slot leaves the queue instead
+-- (a waiter that gave up), and the waiters the free slots now serve are woken. A holder's
+-- release announces before it frees: a server without SPUBLISH fails the script with nothing
+-- changed but expired holders and queue entries dropped.
+local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1], 'x', 'l')
+local limit = tonumber(state[4]) or 0
+if not state[1] then
+  if qa and redis.call('ZSCORE', qa, ARGV[1]) then
+    leave(ARGV[1], nil)
+    serve(ARGV[3], limit - held_permits(state[3]), 0)
   end
   return 0
 end
-if ARGV[3] ~= '' then
-  redis.call(ARGV[3], KEYS[1], 'released')
-end
+local permits = tonumber(state[2]) or 1
+local free = limit - held_permits(state[3]) + permits
+serve(ARGV[3], free, free - permits - pruned)  -- slots of lapsed holders are news too
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
+if permits > 1 then
+  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
+  redis.call('HINCRBY', KEYS[2], 'x', 1 - permits)
+else
+  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
+end
 settle(ARGV[2])
 return 1
 """,
@@ -725,28 +820,38 @@ return 0
 SEMAPHORE_HELD = LuaScript(
     "semaphore_held",
     """
--- KEYS[1] holders. Returns the number of live holders (read-only: expired ones are not counted).
+-- KEYS[1] holders; KEYS[5] the watch key (absent: no watch); ARGV[1] how long the caller
+-- waits (ms). Returns the number of live holders (expired ones are not counted); when there
+-- are some, a caller outside the queue watches the key for ARGV[1] ms, so that the next
+-- release is announced to it.
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-return redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
+local holders = redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
+if holders > 0 and KEYS[5] then
+  local ms = tonumber(ARGV[1])
+  if redis.call('PTTL', KEYS[5]) < ms then
+    redis.call('SET', KEYS[5], '1', 'PX', ms)
+  end
+end
+return holders
 """,
 )
 
 SEMAPHORE_TURN = LuaScript(
     "semaphore_turn",
-    _SEMAPHORE_QUEUE
+    _SEMAPHORE_PRELUDE
+    + _SEMAPHORE_QUEUE
     + """
--- KEYS[1] holders; KEYS[3], KEYS[4] the queue (KEYS[2], the tokens, is not touched);
--- ARGV[1] a queued waiter; ARGV[2] the limit.
--- Returns 0 when ARGV[1] may take a slot now (or holds one), else 1: what a queued waiter's
--- `wait_released` checks. Expired holders are not counted (they are pruned by the next write).
-local now_ms = server_ms()
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+-- KEYS[1] holders; KEYS[2] tokens; KEYS[3..6] the queue; ARGV[1] a queued waiter;
+-- ARGV[2] the limit; ARGV[3] the permits it asks for (absent: 1).
+-- Returns 0 when ARGV[1] may take its slots now (or holds some), else 1: what a queued
+-- waiter's `wait_released` checks.
+local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'x')
+if state[1] then
   return 0
 end
-local held = redis.call('ZCOUNT', KEYS[1], string.format('(%d', now_ms), '+inf')
-local free = tonumber(ARGV[2]) - held
-if free > 0 and among_first(ARGV[1], free) then
+local free = tonumber(ARGV[2]) - held_permits(state[2])
+if fits(ARGV[1], tonumber(ARGV[3]) or 1, free) then
   return 0
 end
 return 1
@@ -818,8 +923,8 @@ SEMAPHORE_INFO = LuaScript(
 local found = {redis.call('ZCOUNT', KEYS[4], live, '+inf')}
 local holders = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES')
 for i = 1, #holders, 2 do
-  local token = tonumber(redis.call('HGET', KEYS[2], 'o:' .. holders[i])) or 0
-  local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms, 1}
+  local state = redis.call('HMGET', KEYS[2], 'o:' .. holders[i], 'p:' .. holders[i])
+  local rest = {holders[i], tonumber(state[1]) or 0, tonumber(holders[i + 1]) - now_ms, tonumber(state[2]) or 1}
   for j = 1, #rest do
     found[#found + 1] = rest[j]
   end

@@ -15,6 +15,7 @@ from resilience.stores import PostgresLockStore, PostgresSemaphoreStore
 from tests.stores.conformance import (  # noqa: F401 - fixtures and test classes are collected from here
     StoreHarness,
     TestLockStoreConformance,
+    TestSemaphorePermitsConformance,
     TestSemaphoreStoreConformance,
     key,
     lock_store,

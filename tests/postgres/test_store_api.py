@@ -357,10 +357,18 @@ async def test_semaphore_rows_are_purged_too(pg_semaphores: PostgresSemaphoreSto
             " VALUES (%s, 'gone', 1, clock_timestamp() - interval '2 minutes')",
             (pg_key + ":old",),
         )
+        conn.execute(  # a waiter that crashed long ago
+            f"INSERT INTO {pg_semaphores.table}_queue (key, owner, permits, expires_at)"
+            " VALUES (%s, 'gone', 2, clock_timestamp() - interval '2 minutes')",
+            (pg_key + ":old",),
+        )
     pg_semaphores._purged_at -= 120
     assert await pg_semaphores.acquire_async(pg_key, "a", 10, 1) is not None
     assert await pg_semaphores.release_async(pg_key, "a")
     assert _row_count(pg_semaphores, pg_key + ":old") == 0
+    with pg_semaphores._sync_pool("test").connection() as conn:
+        queued = conn.execute(f"SELECT count(*) FROM {pg_semaphores.table}_queue WHERE key = %s", (pg_key + ":old",))
+        assert queued.fetchone() == (0,)
     pg_semaphores._purged_at -= 120
     assert pg_semaphores.acquire(pg_key, "a", 10, 1) is not None
     assert pg_semaphores.release(pg_key, "a")
@@ -544,3 +552,32 @@ async def test_an_async_release_wakes_the_longest_waiting_task_only(
     assert await pg_locks.acquire_async(pg_key, "holder", 30) is not None
     assert await pg_locks.release_async(pg_key, "holder")
     assert await asyncio.wait_for(second, 10) is True
+
+
+def test_create_schema_upgrades_a_semaphore_table_of_the_previous_version(postgres_dsn: str, pg_key: str) -> None:
+    """A table without `permits` and a four-argument acquire function: `create_schema()` brings both up to date."""
+    table = f"old_semaphores_{pg_key[-8:]}"
+    store = PostgresSemaphoreStore(postgres_dsn, table=table)
+    try:
+        with store._sync_pool("test").connection() as conn:
+            conn.execute(
+                f"CREATE TABLE {table} (key text NOT NULL, owner text NOT NULL, token bigint NOT NULL,"
+                " expires_at timestamptz NOT NULL, PRIMARY KEY (key, owner))"
+            )
+            conn.execute(
+                f"CREATE FUNCTION {table}_acquire(p_key text, p_owner text, p_ttl_ms bigint, p_limit integer)"
+                " RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'"
+            )
+            conn.execute(
+                f"INSERT INTO {table} VALUES (%s, 'old', 1, clock_timestamp() + interval '1 minute')", (pg_key,)
+            )
+        store.create_schema()
+        store.create_schema()  # idempotent
+        assert store.acquire(pg_key, "big", 10, 3, 2) is not None  # the old holder counts as one slot
+        assert store.acquire(pg_key, "more", 10, 3, 1) is None
+        assert sorted(permits for _, _, _, permits in store.holders(pg_key)) == [1, 2]
+    finally:
+        with store._sync_pool("test").connection() as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_queue; DROP SEQUENCE IF EXISTS {table}_token")
+            conn.execute(f"DROP FUNCTION IF EXISTS {table}_acquire(text, text, bigint, integer, integer, integer)")
+        store.close()

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.redis
 
 TestLockStoreConformance = conformance.TestLockStoreConformance
 TestSemaphoreStoreConformance = conformance.TestSemaphoreStoreConformance
+TestSemaphorePermitsConformance = conformance.TestSemaphorePermitsConformance
 lock_store = conformance.lock_store
 semaphore_store = conformance.semaphore_store
 key = conformance.key

@@ -177,8 +177,8 @@ def test_a_waiter_that_gives_up_leaves_and_a_crashed_one_expires(sync_redis: Any
         store.close()
 
 
-def test_leaving_wakes_the_waiters(deployment: Any, sync_redis: Any, key: str) -> None:
-    """A waiter that leaves the queue publishes a release (the next waiter may now fit); a stranger does not."""
+def test_leaving_and_releasing_announce_only_the_waiters_served(deployment: Any, sync_redis: Any, key: str) -> None:
+    """A waiter that leaves, or a holder that releases, names only the waiters the free slots now serve."""
     store = RedisSemaphoreStore(sync_redis)
     channel = store.keys(key)[0]
     subscriber = deployment.sync_client()
@@ -198,12 +198,16 @@ def test_leaving_wakes_the_waiters(deployment: Any, sync_redis: Any, key: str) -
     try:
         subscribe(channel)
         _until(lambda: read(timeout=0.05) is not None, "the subscription")
-        assert store.acquire(key, "holder", 10, 1) is not None
-        assert store.acquire_or_queue(key, "waiter", 10, 1)[0] is None
+        assert store.acquire(key, "holder", 10, 2) is not None
+        for waiter, permits in (("big", 2), ("small", 1), ("last", 1)):
+            assert store.acquire_or_queue(key, waiter, 10, 2, permits)[0] is None
         assert store.release(key, "stranger") is False
         assert messages() == []
-        assert store.release(key, "waiter") is False
-        assert messages() == [b"released"]
+        assert store.release(key, "big") is False  # one slot free: it serves "small" alone
+        assert messages() == [b"h:small"]
+        assert store.acquire_or_queue(key, "small", 10, 2)[0] is not None
+        assert store.release(key, "holder") is True  # one slot freed: "last"
+        assert messages() == [b"h:last"]
     finally:
         pubsub.close()
         subscriber.close()

@@ -34,7 +34,7 @@ KNOWN_SCRIPTS = {value.sha: value.source for value in vars(scripts).values() if 
 # The exact line documented in docs/redis.md ("Least privilege"); `{user}` and `{password}` filled in.
 ACL_LINE = (
     "ACL SETUSER {user} reset on >{password} ~lock:* ~{{lock:* ~{{semaphore:* &lock:* &{{semaphore:* "
-    "-@all +evalsha +eval +time +exists +set +hget +hmget +hset +hdel +hexists +pexpire +pttl "
+    "-@all +evalsha +eval +time +exists +set +hget +hmget +hset +hdel +hexists +hincrby +pexpire +pttl "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
     "+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping"
 )
@@ -192,6 +192,13 @@ async def test_the_stores_work_under_the_documented_acl_user(
         assert await semaphores.acquire_async(uid, "b", 5, 1) is None
         assert semaphores.release(uid, "a")
         assert await semaphores.wait_released_async(uid, 0.2) is True
+        # Permits: several slots per holder, a queued request for several, its release.
+        assert semaphores.acquire(uid, "c", 5, 3, 2) is not None
+        assert semaphores.acquire_or_queue(uid, "d", 5, 3, 2)[0] is None
+        assert semaphores.holders(uid)[0][3] == 2
+        assert semaphores.release(uid, "c")
+        assert (await semaphores.acquire_or_queue_async(uid, "d", 5, 3, 2))[0] is not None
+        assert await semaphores.release_async(uid, "d")
     finally:
         await locks.aclose()
         await semaphores.aclose()

@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from resilience.exceptions import ValidationError
 from resilience.stores import (
     AsyncLockStore,
     AsyncSemaphoreStore,
     AsyncSupportsInspection,
     AsyncSupportsLeaseInfo,
+    AsyncSupportsPermits,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
     LockInfo,
@@ -43,6 +45,7 @@ from resilience.stores import (
     SemaphoreStore,
     SupportsInspection,
     SupportsLeaseInfo,
+    SupportsPermits,
     SupportsReleaseNotification,
     SupportsRenewMany,
 )
@@ -54,6 +57,7 @@ __all__ = [
     "EXPIRY_TTL",
     "StoreHarness",
     "TestLockStoreConformance",
+    "TestSemaphorePermitsConformance",
     "TestSemaphoreStoreConformance",
     "key",
     "lock_store",
@@ -67,6 +71,8 @@ LONG_TTL = 30.0
 WAIT_TIMEOUT = 0.6
 """The timeout of a wait that must still be pending a few loop turns later, then time out."""
 MAX_TOKEN = 2**53
+TURN_WAIT = 3.0
+"""How long a queued waiter's turn check may wait (time to subscribe on a loaded machine)."""
 STALL_ATTEMPTS = 3
 """How often a check that needs its steps to fit in `EXPIRY_TTL` of real time is tried on a fresh key."""
 
@@ -152,6 +158,29 @@ class Driver:
     def has_notification(self) -> bool:
         kind = AsyncSupportsReleaseNotification if self.is_async else SupportsReleaseNotification
         return isinstance(self.store, kind)
+
+    async def queue(self, key: str, owner: str, ttl: float, *limit: int) -> tuple[int | None, float | None]:
+        """`acquire_or_queue` (a waiter joins the key's queue when refused)."""
+        if self.is_async:
+            return await self.store.acquire_or_queue_async(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+        return self.store.acquire_or_queue(key, owner, ttl, *limit)  # type: ignore[no-any-return]
+
+    async def turn(self, key: str, owner: str, limit: int, permits: int) -> bool:
+        """A queued waiter's `wait_released`: True at once when its slots are free for it.
+
+        (False only after the wait, and a release meanwhile may also answer True: only a True
+        that the state requires is checked.)
+        """
+        if self.is_async:
+            waiting = asyncio.ensure_future(self.store.wait_released_async(key, TURN_WAIT, owner, limit, permits))
+        else:
+            waiting = asyncio.ensure_future(
+                asyncio.to_thread(self.store.wait_released, key, TURN_WAIT, owner, limit, permits)
+            )
+        while not self.harness.real_time and not waiting.done():  # a fake clock: move it past the wait
+            await asyncio.sleep(0.005)
+            self.harness.advance(TURN_WAIT)
+        return await asyncio.wait_for(waiting, 10)
 
     def start_wait_released(self, key: str, timeout: float) -> asyncio.Future[bool]:
         """Start waiting for a release of `key` (a task, or a thread for the sync flavour)."""
@@ -446,3 +475,112 @@ class TestSemaphoreStoreConformance:
         assert await semaphore_store.renew(key, "a", LONG_TTL) is False
         assert await semaphore_store.renew(key, "b", LONG_TTL) is False
         assert await semaphore_store.force_release(key) is False
+
+
+class TestSemaphorePermitsConformance:
+    """What every store with `SupportsPermits` guarantees (DESIGN §2.21): several slots per holder."""
+
+    @pytest.fixture(autouse=True)
+    def _takes_permits(self, semaphore_store: Driver) -> None:
+        kind = AsyncSupportsPermits if semaphore_store.is_async else SupportsPermits
+        if not isinstance(semaphore_store.store, kind):
+            pytest.skip("the store takes one slot per holder")
+
+    async def test_permits_are_taken_all_or_none(self, semaphore_store: Driver, key: str) -> None:
+        """A request for more slots than are free takes none of them; its permits count until released."""
+        store = semaphore_store
+        assert await store.acquire(key, "a", LONG_TTL, 4, 3) is not None
+        assert await store.acquire(key, "b", LONG_TTL, 4, 2) is None
+        assert await store.acquire(key, "c", LONG_TTL, 4, 1) is not None  # b took nothing
+        assert await store.acquire(key, "d", LONG_TTL, 4, 1) is None
+        assert await store.release(key, "a") is True
+        assert await store.acquire(key, "b", LONG_TTL, 4, 2) is not None
+        assert await store.acquire(key, "e", LONG_TTL, 4, 2) is None  # 1 + 2 of 4 held
+        assert await store.acquire(key, "e", LONG_TTL, 4, 1) is not None
+
+    async def test_a_holder_keeps_its_permits_across_renew_and_reacquire(
+        self, semaphore_store: Driver, key: str
+    ) -> None:
+        """Renewing, or acquiring again, changes neither the token nor the slots held."""
+        store = semaphore_store
+        token = await store.acquire(key, "a", LONG_TTL, 3, 2)
+        assert token is not None
+        assert await store.renew(key, "a", LONG_TTL) is True
+        assert await store.acquire(key, "a", LONG_TTL, 3, 2) == token
+        assert await store.acquire(key, "b", LONG_TTL, 3, 2) is None
+        assert await store.acquire(key, "b", LONG_TTL, 3, 1) is not None
+        assert await store.release(key, "a") is True
+        assert await store.acquire(key, "c", LONG_TTL, 3, 2) is not None
+
+    async def test_an_expired_holder_gives_back_all_its_permits(self, semaphore_store: Driver, key: str) -> None:
+        """A lapsed holder of every slot frees them all at once."""
+        for _ in range(STALL_ATTEMPTS):
+            attempt = f"{key}:{_}"
+            assert await semaphore_store.acquire(attempt, "a", EXPIRY_TTL, 3, 3) is not None
+            started = time.monotonic()
+            refused = await semaphore_store.acquire(attempt, "b", LONG_TTL, 3, 1) is None
+            if semaphore_store.harness.real_time and _stalled(started):
+                continue
+            assert refused
+            break
+        await semaphore_store.advance(EXPIRY_TTL * 1.5)
+        assert await semaphore_store.acquire(attempt, "b", LONG_TTL, 3, 3) is not None
+
+    async def test_a_big_request_at_the_head_is_not_overtaken(self, semaphore_store: Driver, key: str) -> None:
+        """Queued first, a request for every slot goes before later small ones, queued or not."""
+        store = semaphore_store
+        assert await store.acquire(key, "holder", LONG_TTL, 3, 2) is not None
+        assert (await store.queue(key, "big", LONG_TTL, 3, 3))[0] is None
+        assert await store.queue(key, "small", LONG_TTL, 3, 1) == (None, None)  # one is free, but promised
+        assert await store.acquire(key, "outsider", LONG_TTL, 3, 1) is None
+        assert await store.release(key, "holder") is True
+        assert (await store.queue(key, "small", LONG_TTL, 3, 1))[0] is None
+        assert await store.turn(key, "big", 3, 3) is True  # its slots are free for it: at once
+        assert (await store.queue(key, "big", LONG_TTL, 3, 3))[0] is not None
+        assert (await store.queue(key, "small", LONG_TTL, 3, 1))[0] is None
+        assert await store.release(key, "big") is True
+        assert await store.turn(key, "small", 3, 1) is True
+        assert (await store.queue(key, "small", LONG_TTL, 3, 1))[0] is not None
+
+    async def test_small_requests_that_fit_are_served_together(self, semaphore_store: Driver, key: str) -> None:
+        """Freed slots serve every waiter at the head that fits, in order, up to one that does not."""
+        store = semaphore_store
+        assert await store.acquire(key, "holder", LONG_TTL, 4, 4) is not None
+        asks = (("one", 1), ("two", 2), ("three", 3), ("four", 1))
+        for owner, permits in asks:
+            assert (await store.queue(key, owner, LONG_TTL, 4, permits))[0] is None
+        assert await store.release(key, "holder") is True
+        assert await store.turn(key, "two", 4, 2) is True
+        granted = [(await store.queue(key, owner, LONG_TTL, 4, permits))[0] is not None for owner, permits in asks]
+        assert granted == [True, True, False, False]  # "three" does not fit in the slot left and holds "four" back
+
+    async def test_a_waiter_that_gives_up_lets_the_next_one_through(self, semaphore_store: Driver, key: str) -> None:
+        """A big waiter that leaves (`release` of a non-holder) no longer holds back the ones behind it."""
+        store = semaphore_store
+        assert await store.acquire(key, "holder", LONG_TTL, 2, 1) is not None
+        assert (await store.queue(key, "big", LONG_TTL, 2, 2))[0] is None
+        assert (await store.queue(key, "small", LONG_TTL, 2, 1))[0] is None
+        assert await store.release(key, "big") is False
+        assert (await store.queue(key, "small", LONG_TTL, 2, 1))[0] is not None
+
+    async def test_bad_permits_are_refused_before_anything_is_taken(self, semaphore_store: Driver, key: str) -> None:
+        """0, more than the limit, a bool or a float: `ValidationError` naming `permits`; nothing held."""
+        for bad in (0, 4, True, 1.5, -1):
+            with pytest.raises(ValidationError, match="permits"):
+                await semaphore_store.acquire(key, "a", LONG_TTL, 3, bad)  # type: ignore[arg-type]
+        assert await semaphore_store.acquire(key, "b", LONG_TTL, 3, 3) is not None
+
+    async def test_holders_report_their_permits(self, semaphore_store: Driver, key: str) -> None:
+        """`holders(key)`: each live holder's owner, token, time left and permits (what inspection shows)."""
+        store = semaphore_store
+        a = await store.acquire(key, "a", LONG_TTL, 5, 3)
+        b = await store.acquire(key, "b", LONG_TTL, 5, 1)
+        if store.is_async:
+            holders = await store.store.holders_async(key)
+        else:
+            holders = await asyncio.to_thread(store.store.holders, key)
+        assert sorted((owner, token, permits) for owner, token, _, permits in holders) == [
+            ("a", a, 3),
+            ("b", b, 1),
+        ]
+        assert all(0 < left <= LONG_TTL for _, _, left, _ in holders)

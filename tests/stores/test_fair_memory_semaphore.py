@@ -153,18 +153,21 @@ def test_two_free_slots_go_to_the_first_two_waiters() -> None:
     assert store.wait_released("k", 0.01, "third", LIMIT) is True  # a slot is free for it
 
 
-def test_a_waiter_that_gives_up_wakes_the_others() -> None:
-    """Leaving the queue calls back the waiters (the next may now take a slot); every release does."""
+def test_a_waiter_that_gives_up_wakes_only_the_waiters_now_served() -> None:
+    """Leaving the queue calls back the waiters that the free slots now serve, and nobody else."""
     store = MemorySemaphoreStore()
-    assert store.acquire("k", "holder", 10, 1) is not None
+    assert store.acquire("k", "holder", 10, 2) is not None
     woken: list[str] = []
-    for owner in ("first", "second"):
-        assert store.acquire_or_queue("k", owner, 10, 1)[0] is None
+    for owner, permits in (("big", 2), ("small", 1), ("last", 1)):
+        assert store.acquire_or_queue("k", owner, 10, 2, permits)[0] is None
         store.add_release_listener("k", lambda owner=owner: woken.append(owner), owner)
     assert store.release("k", "stranger") is False
     assert woken == []
-    assert store.release("k", "first") is False
-    assert sorted(woken) == ["first", "second"]
+    assert store.release("k", "big") is False  # one slot free: it serves "small" only
+    assert woken == ["small"]
+    woken.clear()
+    assert store.release("k", "small") is False
+    assert woken == ["last"]
 
 
 def test_the_queue_is_bounded_and_forgotten() -> None:

@@ -11,6 +11,7 @@ from resilience.testing import FakeTimeProvider
 from tests.stores.conformance import (  # noqa: F401 - fixtures and test classes are collected from here
     StoreHarness,
     TestLockStoreConformance,
+    TestSemaphorePermitsConformance,
     TestSemaphoreStoreConformance,
     key,
     lock_store,

@@ -61,6 +61,10 @@ def stores_and_semaphores() -> None:
     sems = semaphore(MemorySemaphoreStore(), limit=4, ttl=5)
     assert_type(sems, Semaphores)
     assert_type(sems.run("pool", charge), str)
+    assert_type(sems.run("pool", charge, permits=2, ttl=5, wait=1.0, heartbeat=False), str)
+    with sems.hold("pool", permits=3, on_renew_error=print) as slots:
+        assert_type(slots, LockHandle)
+    assert_type(sems.acquire("pool", permits=2, wait=0.5), LockHandle | None)
     assert_type(sems.limit, int)
 
 

@@ -87,6 +87,8 @@ def test_a_semaphore_has_no_shared_holds() -> None:
 
     with pytest.raises(ValidationError, match="shared: a semaphore has no shared holds"):
         semaphore(MemorySemaphoreStore(), limit=2).acquire("k", shared=True)
+    with pytest.raises(ValidationError, match="shared: a semaphore has no shared holds"):
+        semaphore(MemorySemaphoreStore(), limit=2).hold("k", shared=True)
 
 
 def test_pipeline_readers_run_together_and_a_writer_is_refused() -> None:
