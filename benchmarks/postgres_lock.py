@@ -68,7 +68,8 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
     raw = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     advisory = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
+    release_params = {"key": raw_key, "owner": raw_owner}
     key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
     locks = lock(store, ttl=TTL)
     prim_key = f"prim:{uuid.uuid4().hex}"
@@ -76,12 +77,12 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
     def raw_pair() -> None:
         row = raw.execute(sql.acquire, raw_params).fetchone()
         assert row is not None
-        assert row[0] is not None
-        assert raw.execute(sql.release, (raw_key, raw_owner)).rowcount == 1
+        assert row[0] > 0
+        assert raw.execute(sql.release, release_params).fetchone() == (1,)
 
     pool = psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=True)
     pool_key = f"pool:{uuid.uuid4().hex}"
-    pool_params = {"key": pool_key, "owner": raw_owner, "ttl": 30_000}
+    pool_params = {"key": pool_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
 
     def pool_pair() -> None:
         # What the store did before it kept a connection: a pool checkout per statement.
@@ -91,10 +92,10 @@ def sync_contenders(dsn: str, store: PostgresLockStore) -> dict[str, Any]:
         finally:
             pool.putconn(conn)
         assert row is not None
-        assert row[0] is not None
+        assert row[0] > 0
         conn = pool.getconn()
         try:
-            assert conn.execute(sql.release, (pool_key, raw_owner)).rowcount == 1
+            assert conn.execute(sql.release, {"key": pool_key, "owner": raw_owner}).fetchone() == (1,)
         finally:
             pool.putconn(conn)
 
@@ -136,14 +137,15 @@ async def run_turns_async(dsn: str, store: PostgresLockStore, ops: int) -> dict[
     sql = LockSql("resilience_locks")
     raw = await psycopg.AsyncConnection.connect(dsn, autocommit=True, prepare_threshold=0)
     raw_key, raw_owner = f"raw:{uuid.uuid4().hex}", uuid.uuid4().hex
-    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000}
+    raw_params = {"key": raw_key, "owner": raw_owner, "ttl": 30_000, "shared": False, "join": False}
+    release_params = {"key": raw_key, "owner": raw_owner}
     key, owner = f"store:{uuid.uuid4().hex}", uuid.uuid4().hex
 
     async def raw_pair() -> None:
         row = await (await raw.execute(sql.acquire, raw_params)).fetchone()
         assert row is not None
-        assert row[0] is not None
-        assert (await raw.execute(sql.release, (raw_key, raw_owner))).rowcount == 1
+        assert row[0] > 0
+        assert await (await raw.execute(sql.release, release_params)).fetchone() == (1,)
 
     async def store_pair() -> None:
         assert await store.acquire_async(key, owner, TTL) is not None

@@ -10,7 +10,7 @@
 
 How a caller uses it (the strategy does this; the primitives will too)::
 
-    ops = LockOps(store)  # or SemaphoreOps(store, limit)
+    ops = LockOps(store)  # or SharedLockOps(store) (shared holds), SemaphoreOps(store, limit)
     params = LeaseParams(
         ttl=ttl, renew_interval=ttl / 3, on_lost=lambda lease: ..., on_renew_error=lambda lease, exc: ...
     )
@@ -33,7 +33,7 @@ from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_
 from resilience._lease._core import BackoffSchedule, LeaseMachine, SpinSchedule, lease_deadline, safety_margin
 from resilience._lease._events import HELD_LOCKS, LockEventArguments, LockEvents
 from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
-from resilience._lease._ops import LockOps, SemaphoreOps, StoreOps
+from resilience._lease._ops import LockOps, SemaphoreOps, SharedLockOps, StoreOps
 from resilience._lease._workers import wait_idle
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "LockEvents",
     "LockOps",
     "SemaphoreOps",
+    "SharedLockOps",
     "SpinSchedule",
     "StoreOps",
     "acquire_lease",

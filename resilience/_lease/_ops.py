@@ -17,18 +17,20 @@ from resilience.stores._protocols import (
     AsyncSupportsLeaseInfo,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
+    AsyncSupportsSharedHolds,
     LockStore,
     SemaphoreStore,
     SupportsLeaseInfo,
     SupportsReleaseListener,
     SupportsReleaseNotification,
     SupportsRenewMany,
+    SupportsSharedHolds,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
 
-__all__ = ["LockOps", "SemaphoreOps", "StoreOps"]
+__all__ = ["LockOps", "SemaphoreOps", "SharedLockOps", "StoreOps"]
 
 
 class StoreOps:
@@ -160,7 +162,7 @@ class StoreOps:
 
 
 class LockOps(StoreOps):
-    """A `LockStore` / `AsyncLockStore`."""
+    """A `LockStore` / `AsyncLockStore`: exclusive holds."""
 
     __slots__ = ()
 
@@ -191,6 +193,52 @@ class LockOps(StoreOps):
             token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
             return token, held_for
         return await self.store.acquire_async(key, owner, ttl), None
+
+
+class SharedLockOps(LockOps):
+    """Shared holds of a lock store (`SupportsSharedHolds` / `AsyncSupportsSharedHolds`).
+
+    A flavour is served only when the store has both the lock protocol and the shared-holds
+    capability of it. Renewal, release and notification are the store's own, per owner. The
+    stores that queue their waiters take `shared=True` on `acquire_or_ttl` / `acquire_or_queue`
+    (the shared request's place in the key's one queue, and the holder's time left).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.has_sync = self.has_sync and isinstance(store, SupportsSharedHolds)
+        self.has_async = self.has_async and isinstance(store, AsyncSupportsSharedHolds)
+
+    @staticmethod
+    def supported(store: object) -> bool:
+        """Whether `store` can hold keys shared in some flavour."""
+        return isinstance(store, SupportsSharedHolds | AsyncSupportsSharedHolds)
+
+    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue`."""
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, shared=True)
+        return token, held_for
+
+    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.queue`."""
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, shared=True)
+        return token, held_for
+
+    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.fair and self.lease_info:
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, shared=True)
+            return token, held_for
+        return self.store.acquire_shared(key, owner, ttl), None
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.fair and self.lease_info_async:
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, shared=True)
+            return token, held_for
+        return await self.store.acquire_shared_async(key, owner, ttl), None
 
 
 class SemaphoreOps(StoreOps):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar, Unpack, cast
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
@@ -41,6 +41,7 @@ from resilience._lease import (
     LockEvents,
     LockOps,
     SemaphoreOps,
+    SharedLockOps,
     SpinSchedule,
     acquire_lease,
     acquire_lease_async,
@@ -125,11 +126,17 @@ class _PrefixedStore:
     def acquire(self, key: str, *args: Any) -> Any:
         return self.inner.acquire(self.prefix + key, *args)
 
-    def acquire_or_ttl(self, key: str, *args: Any) -> Any:
-        return self.inner.acquire_or_ttl(self.prefix + key, *args)
+    def acquire_or_ttl(self, key: str, *args: Any, **shared: bool) -> Any:
+        return self.inner.acquire_or_ttl(self.prefix + key, *args, **shared)
 
-    def acquire_or_queue(self, key: str, *args: Any) -> Any:
-        return self.inner.acquire_or_queue(self.prefix + key, *args)
+    def acquire_or_queue(self, key: str, *args: Any, **shared: bool) -> Any:
+        return self.inner.acquire_or_queue(self.prefix + key, *args, **shared)
+
+    def acquire_shared(self, key: str, owner: str, ttl: float) -> Any:
+        return self.inner.acquire_shared(self.prefix + key, owner, ttl)
+
+    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> Any:
+        return await self.inner.acquire_shared_async(self.prefix + key, owner, ttl)
 
     def renew(self, key: str, *args: Any) -> Any:
         return self.inner.renew(self.prefix + key, *args)
@@ -143,11 +150,11 @@ class _PrefixedStore:
     async def acquire_async(self, key: str, *args: Any) -> Any:
         return await self.inner.acquire_async(self.prefix + key, *args)
 
-    async def acquire_or_ttl_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.acquire_or_ttl_async(self.prefix + key, *args)
+    async def acquire_or_ttl_async(self, key: str, *args: Any, **shared: bool) -> Any:
+        return await self.inner.acquire_or_ttl_async(self.prefix + key, *args, **shared)
 
-    async def acquire_or_queue_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.acquire_or_queue_async(self.prefix + key, *args)
+    async def acquire_or_queue_async(self, key: str, *args: Any, **shared: bool) -> Any:
+        return await self.inner.acquire_or_queue_async(self.prefix + key, *args, **shared)
 
     async def renew_async(self, key: str, *args: Any) -> Any:
         return await self.inner.renew_async(self.prefix + key, *args)
@@ -187,7 +194,15 @@ def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (*_METHODS, "add_release_listener", "acquire_or_queue", "acquire_or_queue_async", "renewal_group")
+    names = (
+        *_METHODS,
+        "add_release_listener",
+        "acquire_or_queue",
+        "acquire_or_queue_async",
+        "renewal_group",
+        "acquire_shared",
+        "acquire_shared_async",
+    )
     missing = tuple(name for name in names if not callable(getattr(store, name, None)))
     return _prefixed_variant(missing)(store, prefix)
 
@@ -361,12 +376,13 @@ class HoldOptions(TypedDict, total=False):
     wait: Duration | None
     heartbeat: Duration | Literal[False] | None
     on_renew_error: Callable[[Exception], object] | None
+    shared: bool  # a lock's; a semaphore refuses True
 
 
 class _Options:
     """One call's validated options."""
 
-    __slots__ = ("heartbeat", "on_renew_error", "permits", "retries", "retry_delay", "ttl", "wait")
+    __slots__ = ("heartbeat", "on_renew_error", "permits", "retries", "retry_delay", "shared", "ttl", "wait")
 
     def __init__(
         self,
@@ -377,8 +393,10 @@ class _Options:
         on_renew_error: Any,
         *,
         wait: float | None = None,
+        shared: bool = False,
     ) -> None:
         self.ttl = ttl
+        self.shared = shared
         self.wait = wait
         self.retries = retries
         self.retry_delay = retry_delay
@@ -413,7 +431,7 @@ class LockHold:
         started = self._primitive._tp.monotonic()
         held_id = self._primitive._held_id(self._key)
         if outer is not None and held_id is not None and held_id in _held_keys(outer):
-            self._primitive._events.rejected(None, self._key, started, None)
+            self._primitive._mode_of(shared=self._options.shared)[1].rejected(None, self._key, started, None)
             raise LockNotAcquiredError(
                 self._key,
                 None,
@@ -423,10 +441,11 @@ class LockHold:
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
         primitive = self._primitive
+        events = primitive._mode_of(shared=self._options.shared)[1]
         if lease is None:
-            raise primitive._reject(self._key, started, held_for)
-        primitive._events.acquired(None, lease.key, lease, started)
-        handle = self._handle = LockHandle(lease, primitive._events)
+            raise primitive._reject(self._key, started, held_for, events)
+        events.acquired(None, lease.key, lease, started)
+        handle = self._handle = LockHandle(lease, events)
         outer = current_context() or new_context()
         inner = outer.derive(signal=lease.signal)
         inner.properties.set(LOCK_TOKEN, lease.token)
@@ -449,7 +468,7 @@ class LockHold:
         """Report the end; raise the loss error when the lease was lost (docs/primitives.md)."""
         if error is None:
             if not handle._released:
-                self._primitive._events.released(None, handle.key, handle._lease)
+                handle._events.released(None, handle.key, handle._lease)
             return
         if exc is None:
             raise error
@@ -457,7 +476,7 @@ class LockHold:
             raise error from exc
 
     def __enter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=False)
+        self._primitive._need("hold", is_async=False, shared=self._options.shared)
         started, parent = self._begin()
         lease, held_for = self._primitive._acquire_sync(self._key, self._options, parent=parent, run=True)
         return self._enter(lease, held_for, started)
@@ -471,7 +490,7 @@ class LockHold:
         self._outcome(handle, lease.finish(), exc)
 
     async def __aenter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=True)
+        self._primitive._need("hold", is_async=True, shared=self._options.shared)
         started, parent = self._begin()
         lease, held_for = await self._primitive._acquire_async(self._key, self._options, parent=parent, run=True)
         return self._enter(lease, held_for, started)
@@ -503,7 +522,7 @@ class Locks(Closing):
     _mode: str = "exclusive"  # `lock.mode` of the events and of `resilience.lock.held`
     _error_type: type[LockLostError] = LockLostError
 
-    __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_tp", "store", "ttl")
+    __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_shared", "_tp", "store", "ttl")
 
     def __init__(self, client: object, *, prefix: str, ttl: Duration, time_provider: TimeProvider | None) -> None:
         problems = Problems()
@@ -543,6 +562,7 @@ class Locks(Closing):
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
         self._ops: StoreOps = self._make_ops(store)
         self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
+        self._shared: tuple[StoreOps, LockEvents] | None = None  # made on the first shared hold
 
     # -- construction hooks (the semaphore overrides them) ----------------------------------
 
@@ -577,8 +597,22 @@ class Locks(Closing):
 
     # -- flavour checks ---------------------------------------------------------------------
 
-    def _need(self, method: str, *, is_async: bool) -> None:
+    def _need(self, method: str, *, is_async: bool, shared: bool = False) -> None:
         ops = self._ops
+        if shared:
+            problems = Problems()
+            self._check_shared(problems, shared)
+            if problems:
+                raise ValidationError(problems.items)
+        if shared and (ops.has_async if is_async else ops.has_sync):
+            shared_ops = self._mode_of(shared=True)[0]
+            if not (shared_ops.has_async if is_async else shared_ops.has_sync):
+                msg = (
+                    f"{self._kind}(...).{method}: shared=True: the store {self.store!r} cannot hold keys shared from "
+                    f"{'asyncio' if is_async else 'sync'} code (it does not offer "
+                    f"{'AsyncSupportsSharedHolds' if is_async else 'SupportsSharedHolds'})"
+                )
+                raise ValidationError(msg)
         if is_async and not ops.has_async:
             if self._owns_store:
                 hint = f"{self._kind}(redis.asyncio.Redis(...)) (an asyncio client, an awaitable or an async factory)"
@@ -610,9 +644,11 @@ class Locks(Closing):
         wait: object = None,
         heartbeat: object = None,
         on_renew_error: object = None,
+        shared: object = False,
         run: bool,
     ) -> _Options:
         problems = Problems()
+        self._check_shared(problems, shared)
         if not isinstance(key, str) or not key:
             problems.add("key", f"must be a non-empty str, got {key!r}")
         seconds = self.ttl if ttl is None else problems.duration("ttl", ttl, minimum=0.001)
@@ -649,11 +685,34 @@ class Locks(Closing):
         assert seconds is not None
         assert count is not None
         assert delay is not None
-        return _Options(seconds, count, delay, interval, on_renew_error, wait=budget)
+        return _Options(seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True)
+
+    def _check_shared(self, problems: Problems, shared: object) -> None:
+        """Record what is wrong with `shared` (the semaphore has none)."""
+        if not isinstance(shared, bool):
+            problems.add("shared", f"must be a bool, got {shared!r}")
+        elif shared and not SharedLockOps.supported(self.store):
+            problems.add(
+                "shared",
+                f"the store {self.store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
+                "use a MemoryLockStore, PostgresLockStore or RedisLockStore, or shared=False",
+            )
+
+    def _mode_of(self, *, shared: bool) -> tuple[StoreOps, LockEvents]:
+        """The store calls and the events of exclusive holds, or of shared ones."""
+        if not shared:
+            return self._ops, self._events
+        mode = self._shared
+        if mode is None:
+            store = self._ops.store
+            events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, "shared")
+            mode = self._shared = (SharedLockOps(store), events)
+        return mode
 
     # -- engine -----------------------------------------------------------------------------
 
     def _params(self, options: _Options, *, run: bool) -> LeaseParams:
+        events = self._mode_of(shared=options.shared)[1]
         if not run:
             return LeaseParams(
                 ttl=options.ttl,
@@ -663,7 +722,6 @@ class Locks(Closing):
                 on_lost=self._lost,
             )
         on_renew_error = options.on_renew_error
-        events = self._events
 
         def renew_failed(lease: LeaseBase, error: Exception) -> object:
             events.renewal_failed(None, lease.key, lease.token, error)
@@ -677,11 +735,12 @@ class Locks(Closing):
             on_renew_error=renew_failed,
         )
 
-    def _lost(self, lease: LeaseBase) -> None:
-        self._events.lost(None, lease.key, lease)
+    @staticmethod
+    def _lost(lease: LeaseBase) -> None:
+        cast("LockEvents", lease.tag).lost(None, lease.key, lease)
 
-    def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
-        self._events.rejected(None, key, started, held_for)
+    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
+        events.rejected(None, key, started, held_for)
         return LockNotAcquiredError(key, held_for)
 
     def _held_id(self, key: str) -> tuple[int, str] | None:
@@ -705,8 +764,9 @@ class Locks(Closing):
     def _acquire_sync(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[Lease | None, float | None]:
-        ops = self._ops_for(options, is_async=False)
         schedule = self._schedule(options)
+        shared_ops, events = self._mode_of(shared=options.shared)
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=False)
         return acquire_lease(
             ops,
             key,
@@ -715,13 +775,15 @@ class Locks(Closing):
             time_provider=self._tp,
             signal=parent,
             owner=self._owner(),
+            tag=events,
         )
 
     async def _acquire_async(
         self, key: str, options: _Options, *, parent: Signal | None, run: bool
     ) -> tuple[AsyncLease | None, float | None]:
-        ops = self._ops_for(options, is_async=True)
         schedule = self._schedule(options)
+        shared_ops, events = self._mode_of(shared=options.shared)
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=True)
         return await acquire_lease_async(
             ops,
             key,
@@ -730,6 +792,7 @@ class Locks(Closing):
             time_provider=self._tp,
             signal=parent,
             owner=self._owner(),
+            tag=events,
         )
 
     # -- the API ----------------------------------------------------------------------------
@@ -745,6 +808,7 @@ class Locks(Closing):
         wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
+        shared: bool = False,
     ) -> LockHold:
         """`run` as a context manager: `with locks.hold(key) as handle:` (or `async with`).
 
@@ -758,6 +822,7 @@ class Locks(Closing):
             wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
+            shared=shared,
             run=True,
         )
         return LockHold(self, key, options)
@@ -774,6 +839,7 @@ class Locks(Closing):
         wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
+        shared: bool = False,
     ) -> T:
         """Run `fn(handle)` while holding `key`; renew in the background; release at the end.
 
@@ -792,6 +858,9 @@ class Locks(Closing):
                 local deadline still applies), or a duration of at most ttl/2.
             on_renew_error: told `exc` when a renewal round trip failed (not a loss: the next
                 tick retries); its exceptions are logged.
+            shared: hold `key` shared (a reader) instead of exclusively (a writer): shared holders
+                run together, never with an exclusive one; waiters of both modes queue in one
+                FIFO per key (docs/locks.md). The store must offer `SupportsSharedHolds`.
 
         Raises:
             LockNotAcquiredError: the key stayed held (`.key`); `fn` never ran.
@@ -800,7 +869,7 @@ class Locks(Closing):
                 itself, that propagates unchanged; another exception is chained as the cause.
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
-        self._need("run", is_async=False)
+        self._need("run", is_async=False, shared=shared)
         with self.hold(
             key,
             ttl=ttl,
@@ -809,6 +878,7 @@ class Locks(Closing):
             wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
+            shared=shared,
         ) as handle:
             return fn(handle)
 
@@ -824,9 +894,10 @@ class Locks(Closing):
         wait: Duration | None = None,
         heartbeat: Duration | Literal[False] | None = None,
         on_renew_error: Callable[[Exception], object] | None = None,
+        shared: bool = False,
     ) -> T:
         """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
-        self._need("run_async", is_async=True)
+        self._need("run_async", is_async=True, shared=shared)
         async with self.hold(
             key,
             ttl=ttl,
@@ -835,6 +906,7 @@ class Locks(Closing):
             wait=wait,
             heartbeat=heartbeat,
             on_renew_error=on_renew_error,
+            shared=shared,
         ) as handle:
             return await fn(handle)
 
@@ -847,6 +919,7 @@ class Locks(Closing):
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
+        shared: bool = False,
     ) -> LockHandle | None:
         """Take `key` and return its handle, or None when it stays held.
 
@@ -854,8 +927,10 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        self._need("acquire", is_async=False)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
+        self._need("acquire", is_async=False, shared=shared)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
         return self._take(key, options)
 
     def _take(self, key: str, options: _Options) -> LockHandle | None:
@@ -866,7 +941,7 @@ class Locks(Closing):
         finally:
             if waiting is not None:
                 waiting.detach()
-        return self._handle(key, lease, held_for, started)
+        return self._handle(key, lease, held_for, started, options)
 
     async def acquire_async(
         self,
@@ -877,10 +952,13 @@ class Locks(Closing):
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
+        shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        self._need("acquire_async", is_async=True)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
+        self._need("acquire_async", is_async=True, shared=shared)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
         return await self._take_async(key, options)
 
     async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
@@ -891,14 +969,17 @@ class Locks(Closing):
         finally:
             if waiting is not None:
                 waiting.detach()
-        return self._handle(key, lease, held_for, started)
+        return self._handle(key, lease, held_for, started, options)
 
-    def _handle(self, key: str, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle | None:
+    def _handle(
+        self, key: str, lease: LeaseBase | None, held_for: float | None, started: float, options: _Options
+    ) -> LockHandle | None:
+        events = self._mode_of(shared=options.shared)[1]
         if lease is None:
-            self._events.rejected(None, key, started, held_for)
+            events.rejected(None, key, started, held_for)
             return None
-        self._events.acquired(None, key, lease, started)
-        return LockHandle(lease, self._events)
+        events.acquired(None, key, lease, started)
+        return LockHandle(lease, events)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -1029,9 +1110,13 @@ class Semaphores(Locks):
             raise ValidationError(msg)
         return ops.with_permits(options.permits)
 
-    def _reject(self, key: str, started: float, held_for: float | None) -> LockNotAcquiredError:
-        self._events.rejected(None, key, started, held_for)
+    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
+        events.rejected(None, key, started, held_for)
         return LockNotAcquiredError(key, held_for, message=f"semaphore {key!r} has no free slot (limit {self.limit})")
+
+    def _check_shared(self, problems: Problems, shared: object) -> None:
+        if shared is not False:
+            problems.add("shared", "a semaphore has no shared holds: its limit already admits several holders")
 
     def _held_id(self, key: str) -> tuple[int, str] | None:  # noqa: ARG002 - the lock's hook
         """A chain may hold several slots of one semaphore: no reentry check."""
@@ -1083,6 +1168,7 @@ class Semaphores(Locks):
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
+        shared: bool = False,
     ) -> LockHandle | None:
         """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit) all at once, or none.
 
@@ -1091,7 +1177,9 @@ class Semaphores(Locks):
         """
         self._need("acquire", is_async=False)
         count = self._permits(permits)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
         options.permits = count
         return self._take(key, options)
 
@@ -1105,11 +1193,14 @@ class Semaphores(Locks):
         retries: int = 0,
         retry_delay: Duration = 0.1,
         wait: Duration | None = None,
+        shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
         self._need("acquire_async", is_async=True)
         count = self._permits(permits)
-        options = self._options(key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, run=False)
+        options = self._options(
+            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
+        )
         options.permits = count
         return await self._take_async(key, options)
 

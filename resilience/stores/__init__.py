@@ -11,6 +11,7 @@ from resilience.stores._protocols import (
     AsyncSupportsPermits,
     AsyncSupportsReleaseNotification,
     AsyncSupportsRenewMany,
+    AsyncSupportsSharedHolds,
     LockStore,
     SemaphoreStore,
     SupportsInspection,
@@ -20,6 +21,7 @@ from resilience.stores._protocols import (
     SupportsReleaseNotification,
     SupportsRenewalGroups,
     SupportsRenewMany,
+    SupportsSharedHolds,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
@@ -33,6 +35,7 @@ __all__ = [
     "AsyncSupportsPermits",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
+    "AsyncSupportsSharedHolds",
     "HolderInfo",
     "LockInfo",
     "LockStore",
@@ -51,6 +54,7 @@ __all__ = [
     "SupportsReleaseNotification",
     "SupportsRenewMany",
     "SupportsRenewalGroups",
+    "SupportsSharedHolds",
     "async_redis_client",
     "redis_client",
 ]

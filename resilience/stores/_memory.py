@@ -164,9 +164,9 @@ class _MemoryStore:
         return remove
 
     def _take_listeners(self, key: str, turns: Collection[str] | None = None) -> list[Callable[[], object]]:
-        # Under the mutex: the callbacks to run once it is released. With `turns` (the head of
-        # a lock's queue, the waiters a semaphore's freed slots serve), the other queued
-        # waiters keep sleeping.
+        # Under the mutex: the callbacks to run once it is released. With `turns` (a lock's
+        # queued owners whose turn came, the waiters a semaphore's freed slots serve), the other
+        # queued waiters keep sleeping.
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
@@ -261,12 +261,14 @@ class _MemoryStore:
 
 
 class MemoryLockStore(_MemoryStore):
-    """An in-process `LockStore`/`AsyncLockStore` with lease info and release notification.
+    """An in-process `LockStore`/`AsyncLockStore` with lease info, release notification and shared holds.
 
     It excludes executions within one process only (use a Redis store across processes).
     `time_provider` (default: the system clock) is the clock leases expire on; a pipeline
     refuses a memory store whose clock is not its own. Waiters queue fairly, as in
     `RedisLockStore`: a free lock goes to the longest-waiting live waiter (`acquire_or_queue`).
+    Keys can also be held shared (`SupportsSharedHolds`): waiters of both modes share the key's
+    one queue, and the shared requests at its head are granted together.
     """
 
     _fair_queue = True
@@ -274,104 +276,210 @@ class MemoryLockStore(_MemoryStore):
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
-        self._leases: dict[str, tuple[str, int, float]] = {}  # key -> (owner, token, expires)
-        self._queues: dict[str, dict[str, float]] = {}  # key -> waiting owner -> entry expiry, FIFO
+        self._leases: dict[str, tuple[str, int, float]] = {}  # key -> (owner, token, expires): exclusive
+        self._shared: dict[str, dict[str, tuple[int, float]]] = {}  # key -> owner -> (token, expires)
+        # key -> waiting owner -> (entry expiry, shared?), FIFO
+        self._queues: dict[str, dict[str, tuple[float, bool]]] = {}
 
     def __len__(self) -> int:
         """How many keys hold state (live leases, and expired ones not yet swept)."""
-        return len(self._leases)
+        return len(self._leases) + len(self._shared)
 
     def _live(self, key: str, now: float) -> tuple[str, int, float] | None:
-        # Under the mutex: the key's live lease, dropping an expired one.
+        # Under the mutex: the key's live exclusive lease, dropping an expired one.
         lease = self._leases.get(key)
         if lease is not None and lease[2] <= now:
             del self._leases[key]
             return None
         return lease
 
-    def _head(self, key: str, now: float) -> str | None:
-        # Under the mutex: the live head of the key's queue, dropping expired entries.
-        queue = _live_queue(self._queues, key, now)
-        return None if queue is None else next(iter(queue))
+    def _readers(self, key: str, now: float) -> dict[str, tuple[int, float]] | None:
+        # Under the mutex: the key's live shared holders (None when none), dropping expired ones.
+        readers = self._shared.get(key)
+        if readers is None:
+            return None
+        if any(expires <= now for _, expires in readers.values()):
+            readers = {owner: hold for owner, hold in readers.items() if hold[1] > now}
+            if not readers:
+                del self._shared[key]
+                return None
+            self._shared[key] = readers
+        return readers
 
-    def _leave(self, key: str, owner: str) -> None:
+    def _queue(self, key: str, now: float) -> dict[str, tuple[float, bool]] | None:
+        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
         queue = self._queues.get(key)
-        if queue is not None and queue.pop(owner, None) is not None and not queue:
+        if queue is None:
+            return None
+        if any(expires <= now for expires, _ in queue.values()):
+            queue = {owner: entry for owner, entry in queue.items() if entry[0] > now}
+            if not queue:
+                del self._queues[key]
+                return None
+            self._queues[key] = queue
+        return queue
+
+    def _turns(self, key: str, now: float, queue: dict[str, tuple[float, bool]]) -> list[str]:
+        """Under the mutex: the queued owners whose turn has come (the key has no exclusive holder).
+
+        An exclusive request at the head, when nothing is held; else the shared requests at the
+        head, together.
+        """
+        turns: list[str] = []
+        for owner, (_, shared) in queue.items():
+            if not shared:
+                if not turns and self._readers(key, now) is None:
+                    turns.append(owner)
+                break
+            turns.append(owner)
+        return turns
+
+    def _leave(self, key: str, owner: str) -> bool:
+        queue = self._queues.get(key)
+        if queue is None or queue.pop(owner, None) is None:
+            return False
+        if not queue:
             del self._queues[key]
+        return True
 
     def _sweep(self, now: float) -> None:
         # Under the mutex, amortised O(1): drop expired leases once the table doubled.
-        if len(self._leases) + len(self._queues) < self._sweep_at:
+        if len(self._leases) + len(self._shared) + len(self._queues) < self._sweep_at:
             return
         self._leases = {key: lease for key, lease in self._leases.items() if lease[2] > now}
+        for key in list(self._shared):
+            self._readers(key, now)
         for key in list(self._queues):
-            self._head(key, now)
-        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._queues)))
+            self._queue(key, now)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._shared) + len(self._queues)))
 
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:  # noqa: ARG002
+        # "Free": nobody holds the key (for `owner`: it holds it, or its turn in the queue has come).
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
             if lease is not None:
                 return lease[0] == owner
-            head = self._head(key, now)
-        return head is None or head == owner
+            readers = self._readers(key, now)
+            if readers is not None and owner in readers:
+                return True
+            queue = self._queue(key, now)
+            if queue is None:
+                return readers is None
+            return owner in queue and owner in self._turns(key, now, queue)
 
-    def _acquire(self, key: str, owner: str, ttl: float, *, join: bool) -> tuple[int | None, float | None]:
+    def _refused(self, key: str, owner: str, now: float, *, join: bool, shared: bool) -> None:
+        # Under the mutex: a refused waiter joins (or keeps its place in) the key's queue.
+        if join:
+            queue = self._queue(key, now) or self._queues.setdefault(key, {})
+            if owner in queue or len(queue) < QUEUE_BOUND:
+                queue[owner] = (now + QUEUE_ENTRY, shared)
+
+    def _acquire(
+        self, key: str, owner: str, ttl: float, *, join: bool, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         ttl = _round_ttl(ttl)
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
-            if lease is None and key not in self._queues:  # the common case: free, nobody waits
+            if lease is None and key not in self._queues and key not in self._shared:
+                if shared:  # the common case of each mode: free, nobody waits
+                    self._sweep(now)
+                    token = self._next_token()
+                    self._shared[key] = {owner: (token, now + ttl)}
+                    return token, None
                 self._sweep(now)
                 token = self._next_token()
-            elif lease is not None and lease[0] == owner:
+            elif lease is not None:
+                if lease[0] != owner or shared:
+                    self._refused(key, owner, now, join=join, shared=shared)
+                    return None, lease[2] - now
                 token = lease[1]
+            elif shared:
+                return self._acquire_shared(key, owner, now, ttl, join=join)
             else:
-                head = None if lease is not None else self._head(key, now)
-                if lease is not None or (head is not None and head != owner):
-                    if join:
-                        queue = self._queues.setdefault(key, {})
-                        if owner in queue or len(queue) < QUEUE_BOUND:
-                            queue[owner] = now + QUEUE_ENTRY
-                    return None, None if lease is None else lease[2] - now
-                if head is not None:
+                readers = self._readers(key, now)
+                queue = self._queue(key, now)
+                if readers is not None or (queue is not None and next(iter(queue)) != owner):
+                    self._refused(key, owner, now, join=join, shared=False)
+                    if readers is None:
+                        return None, None
+                    return None, max(expires for _, expires in readers.values()) - now
+                if queue is not None:
                     self._leave(key, owner)
                 self._sweep(now)
                 token = self._next_token()
             self._leases[key] = (owner, token, now + ttl)
             return token, None
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    def _acquire_shared(self, key: str, owner: str, now: float, ttl: float, *, join: bool) -> tuple[int | None, None]:
+        # Under the mutex, no exclusive lease held: granted unless an exclusive request waits ahead.
+        readers = self._readers(key, now)
+        if readers is not None and owner in readers:
+            token = readers[owner][0]
+        else:
+            queue = self._queue(key, now)
+            if queue is not None:
+                for waiting, (_, shared) in queue.items():
+                    if waiting == owner:
+                        break
+                    if not shared:  # an exclusive request waits ahead: readers never starve a writer
+                        self._refused(key, owner, now, join=join, shared=True)
+                        return None, None
+                self._leave(key, owner)
+            self._sweep(now)
+            token = self._next_token()
+            readers = self._shared.setdefault(key, {})
+        readers[owner] = (token, now + ttl)
+        return token, None
+
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """`(token, None)` when acquired (or already ours); `(None, holder's time left)` when held.
 
         A free lock that waiters queue for goes to the first of them: anyone else is refused
-        (with no time left to report).
+        (with no time left to report). With `shared`, a shared hold (`acquire_shared`).
         """
-        return self._acquire(key, owner, ttl, join=False)
+        return self._acquire(key, owner, ttl, join=False, shared=shared)
 
-    def acquire_or_queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
         The entry lives `QUEUE_ENTRY` seconds unless `owner` tries again; `release(key, owner)`
         by a waiter that gives up leaves the queue.
         """
-        return self._acquire(key, owner, ttl, join=True)
+        return self._acquire(key, owner, ttl, join=True, shared=shared)
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """See `LockStore.acquire` (an owner that holds the key gets its token and a fresh ttl)."""
         return self._acquire(key, owner, ttl, join=False)[0]
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """See `LockStore.renew`; never re-acquires an expired lease."""
-        ttl = _round_ttl(ttl)
-        with self._mutex:
-            now = self._now()
-            lease = self._live(key, now)
-            if lease is None or lease[0] != owner:
+    def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `SupportsSharedHolds.acquire_shared`: refused while an exclusive lease is held or waits first."""
+        return self._acquire(key, owner, ttl, join=False, shared=True)[0]
+
+    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
+        # Under the mutex: push `owner`'s live hold (either mode) out to now + ttl.
+        lease = self._live(key, now)
+        if lease is not None:
+            if lease[0] != owner:
                 return False
             self._leases[key] = (owner, lease[1], now + ttl)
             return True
+        readers = self._readers(key, now)
+        if readers is None or owner not in readers:
+            return False
+        readers[owner] = (readers[owner][0], now + ttl)
+        return True
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """See `LockStore.renew` (a shared holder's too); never re-acquires an expired lease."""
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            return self._renew(key, owner, ttl, self._now())
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
@@ -380,76 +488,109 @@ class MemoryLockStore(_MemoryStore):
         with self._mutex:
             now = self._now()
             for key, owner, ttl in items:
-                lease = self._live(key, now)
-                if lease is None or lease[0] != owner:
-                    answers.append(False)
-                    continue
                 ms = rounded.get(ttl)
                 if ms is None:
                     ms = rounded[ttl] = _round_ttl(ttl)
-                self._leases[key] = (owner, lease[1], now + ms)
-                answers.append(True)
+                answers.append(self._renew(key, owner, ms, now))
         return answers
 
-    def release(self, key: str, owner: str) -> bool:
-        """See `LockStore.release`; wakes the head of the key's queue (or every waiter if none queues).
+    def _drop(self, key: str, owner: str, now: float) -> bool:
+        # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
+        lease = self._live(key, now)
+        if lease is not None:
+            if lease[0] != owner:
+                return False
+            del self._leases[key]
+            return True
+        readers = self._readers(key, now)
+        if readers is None or readers.pop(owner, None) is None:
+            return False
+        if not readers:
+            del self._shared[key]
+        return True
 
-        A waiter that does not hold the lock leaves the queue instead (False); if it was the
-        head of a free lock, the turn passes on.
+    def release(self, key: str, owner: str) -> bool:
+        """See `LockStore.release` (a shared holder's too); wakes the waiters whose turn came.
+
+        A waiter that does not hold the lock leaves the queue instead (False); the turn may pass
+        on. With nobody queued, every listener is woken.
         """
         with self._mutex:
             now = self._now()
-            lease = self._live(key, now)
-            if lease is None or lease[0] != owner:
-                was_head = lease is None and self._head(key, now) == owner
-                self._leave(key, owner)
-                if not was_head:
-                    return False
-                released = False
-            else:
-                del self._leases[key]
-                released = True
+            released = self._drop(key, owner, now)
+            if not released and not self._leave(key, owner):
+                return False
             if key not in self._listeners:  # the common case: nobody waits
                 return released
-            head = self._head(key, now)
-            callbacks = self._take_listeners(key, None if head is None else (head,))
+            callbacks = self._wake(key, now, anyone=released)
         self._notify(callbacks)
         return released
 
+    def _wake(self, key: str, now: float, *, anyone: bool) -> list[Callable[[], object]]:
+        # Under the mutex: the listeners to call after a change of `key` (see `release`).
+        queue = self._queue(key, now)
+        if queue is None:
+            return self._take_listeners(key)
+        turns = [] if self._live(key, now) is not None else self._turns(key, now, queue)
+        if not turns and not anyone:
+            return []
+        return self._take_listeners(key, turns)
+
     def info(self, key: str) -> LockInfo | None:
-        """`key`'s holder and the length of its waiter queue, or None when it is free (`SupportsInspection`)."""
+        """`key`'s holders (by token) and its queue's length, or None when it is free (`SupportsInspection`).
+
+        The mode is "exclusive" for a lock holder, "shared" for shared holders (every one listed).
+        """
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
-            if lease is None:
+            readers = None if lease is not None else self._readers(key, now)
+            if lease is not None:
+                holders = [HolderInfo(lease[0], lease[1], lease[2] - now)]
+            elif readers is not None:
+                holders = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in readers.items()]
+            else:
                 return None
-            waiters = len(_live_queue(self._queues, key, now) or ())
-        holder = HolderInfo(lease[0], lease[1], lease[2] - now)
-        return LockInfo(key, lock_mode(shared=False), (holder,), waiters)
+            waiters = len(self._queue(key, now) or ())
+        holders.sort(key=lambda holder: holder.token)
+        return LockInfo(key, lock_mode(shared=lease is None), tuple(holders), waiters)
 
     def force_release(self, key: str) -> bool:
-        """Free `key` whoever holds it: True if it was held, False if it was free.
+        """Free `key` whoever holds it (every shared holder too): True if it was held, False if it was free.
 
-        The holder is not interrupted: its next renewal answers False and it learns of the loss
-        as after an expiry (the way to test a lost lease on a fake clock, where renewals keep a
-        lease alive however far the clock moves: docs/testing.md). Waiters are woken as by a
-        release.
+        The holders are not interrupted: their next renewal answers False and they learn of the
+        loss as after an expiry (the way to test a lost lease on a fake clock, where renewals
+        keep a lease alive however far the clock moves: docs/testing.md). Waiters are woken as
+        by a release.
         """
         with self._mutex:
-            lease = self._live(key, self._now())
-        return lease is not None and self.release(key, lease[0])
+            now = self._now()
+            held = self._live(key, now) is not None or self._readers(key, now) is not None
+            self._leases.pop(key, None)
+            self._shared.pop(key, None)
+            callbacks = self._wake(key, now, anyone=True) if held and key in self._listeners else []
+        self._notify(callbacks)
+        return held
 
-    async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    async def acquire_or_ttl_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        return self._acquire(key, owner, ttl, join=False)
+        return self._acquire(key, owner, ttl, join=False, shared=shared)
 
-    async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        return self._acquire(key, owner, ttl, join=True)
+        return self._acquire(key, owner, ttl, join=True, shared=shared)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
         return self._acquire(key, owner, ttl, join=False)[0]
+
+    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `acquire_shared`."""
+        return self._acquire(key, owner, ttl, join=False, shared=True)[0]
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
@@ -743,7 +884,9 @@ class MemorySemaphoreStore(_MemoryStore):
             holders = self._live(key, now)
             if holders is None:
                 return None
-            found = [HolderInfo(owner, token, expires - now, permits) for owner, (token, expires, permits) in holders.items()]
+            found = [
+                HolderInfo(owner, token, expires - now, permits) for owner, (token, expires, permits) in holders.items()
+            ]
             waiters = len(self._waiting(key, now) or ())
         found.sort(key=lambda holder: holder.token)
         return LockInfo(key, "semaphore", tuple(found), waiters)

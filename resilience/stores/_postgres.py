@@ -87,6 +87,11 @@ def _answer(row: Sequence[Any] | None) -> tuple[int | None, float | None]:
     return (int(token), None) if token is not None else (None, int(left_ms) / 1000)
 
 
+def _lock_answer(value: int) -> tuple[int | None, float | None]:
+    """The acquire function's answer: a token (> 0), -(ms the holders have left), or 0 (a waiter goes first)."""
+    return (value, None) if value > 0 else (None, -value / 1000 if value else None)
+
+
 def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
     """The acquire function's answer: a token (> 0), -ms until a holder's lease ends (< 0), 0 (time unknown)."""
     if value > 0:
@@ -474,22 +479,22 @@ class _PostgresStore(Closing):
 
     # -- release notification ------------------------------------------------------------------
 
-    def _is_free(self, key: str) -> bool:
+    def _is_free(self, key: str, owner: str | None) -> bool:  # noqa: ARG002 - the lock store's queued waiter
         return self._execute("wait_released", self._sql.held, (key,), fetch=True) is None
 
-    async def _is_free_async(self, key: str) -> bool:
+    async def _is_free_async(self, key: str, owner: str | None) -> bool:  # noqa: ARG002
         return await self._execute_async("wait_released_async", self._sql.held, (key,), fetch=True) is None
 
-    def wait_released(self, key: str, timeout: float) -> bool:
+    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True; at once when it is free) or `timeout` seconds pass (False).
 
         True is a hint to try again now. A release wakes the longest-waiting waiter of this store
         (FIFO within the process; across processes the woken waiters race).
         """
         _check_str("key", key)
-        return self._wait_for(key, timeout, lambda: self._is_free(key))
+        return self._wait_for(key, timeout, lambda: self._is_free(key, owner), owner)
 
-    def _wait_for(self, key: str, timeout: float, is_free: Callable[[], bool]) -> bool:
+    def _wait_for(self, key: str, timeout: float, is_free: Callable[[], bool], owner: str | None = None) -> bool:
         pool = self._sync_pool("wait_released")
         with self._pool_lock:
             if self._listener is None:
@@ -499,14 +504,16 @@ class _PostgresStore(Closing):
                     lambda: psycopg.Connection.connect(conninfo, **kwargs), self._sql.channel
                 )
             listener = self._listener
-        return listener.wait(key, timeout, is_free)
+        return listener.wait(key, timeout, is_free, owner=owner)
 
-    async def wait_released_async(self, key: str, timeout: float) -> bool:
+    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
         _check_str("key", key)
-        return await self._wait_for_async(key, timeout, lambda: self._is_free_async(key))
+        return await self._wait_for_async(key, timeout, lambda: self._is_free_async(key, owner), owner)
 
-    async def _wait_for_async(self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
+    async def _wait_for_async(
+        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], owner: str | None = None
+    ) -> bool:
         pool = await self._get_async_pool("wait_released_async")
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
@@ -518,7 +525,7 @@ class _PostgresStore(Closing):
                 return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
 
             listener = self._async_listeners[loop] = AsyncReleaseListener(connect, self._sql.channel)
-        return await listener.wait(key, timeout, is_free)
+        return await listener.wait(key, timeout, is_free, owner=owner)
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -581,26 +588,153 @@ class PostgresLockStore(_PostgresStore):
     ) -> None:
         super().__init__(conninfo_or_pool, async_pool, LockSql(check_table(self._kind, table)))
 
-    def _acquire_params(self, key: str, owner: str, ttl: float) -> dict[str, Any]:
-        return {"key": _check_str("key", key), "owner": _check_str("owner", owner), "ttl": _ttl_ms(ttl)}
+    _fair_queue = True
+    """Waiters queue in the database (`acquire_or_queue`); the lease engine looks for this flag."""
+    _sql: LockSql
+
+    def _params(self, key: str, owner: str, ttl: float | None = None, **flags: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {"key": _check_str("key", key), "owner": _check_str("owner", owner), **flags}
+        if ttl is not None:
+            params["ttl"] = _ttl_ms(ttl)
+        return params
+
+    def _acquire(
+        self, key: str, owner: str, ttl: float, *, shared: bool, join: bool
+    ) -> tuple[int | None, float | None]:
+        params = self._params(key, owner, ttl, shared=shared, join=join)
+        return _lock_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
+
+    async def _acquire_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool, join: bool
+    ) -> tuple[int | None, float | None]:
+        params = self._params(key, owner, ttl, shared=shared, join=join)
+        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
+        return _lock_answer(int(row[0]))
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
-        """Take the free lock for `owner` for `ttl` seconds: its token, or None if held by another."""
-        return self.acquire_or_ttl(key, owner, ttl)[0]
+        """Take the free lock for `owner` for `ttl` seconds: its token, or None if held (or waited for) by another."""
+        return self._acquire(key, owner, ttl, shared=False, join=False)[0]
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """`(token, None)` when acquired; `(None, remaining seconds or None)` when held by another."""
-        params = self._acquire_params(key, owner, ttl)
-        return _answer(self._execute("acquire", self._sql.acquire, params, fetch=True))
+    def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
+        """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
+        return self._acquire(key, owner, ttl, shared=True, join=False)[0]
+
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
+        """`(token, None)` when acquired; `(None, remaining seconds or None)` when refused.
+
+        A free key that waiters queue for goes to the first of them (no time left is reported
+        to anyone else). With `shared`, a shared hold.
+        """
+        return self._acquire(key, owner, ttl, shared=shared, join=False)
+
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
+        """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
+
+        The entry lives 3 s unless `owner` tries again; `release(key, owner)` by a waiter that
+        gives up leaves the queue.
+        """
+        return self._acquire(key, owner, ttl, shared=shared, join=True)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        return (await self.acquire_or_ttl_async(key, owner, ttl))[0]
+        return (await self._acquire_async(key, owner, ttl, shared=False, join=False))[0]
 
-    async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `acquire_shared`."""
+        return (await self._acquire_async(key, owner, ttl, shared=True, join=False))[0]
+
+    async def acquire_or_ttl_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        params = self._acquire_params(key, owner, ttl)
-        return _answer(await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True))
+        return await self._acquire_async(key, owner, ttl, shared=shared, join=False)
+
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
+        """See `acquire_or_queue`."""
+        return await self._acquire_async(key, owner, ttl, shared=shared, join=True)
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Push `owner`'s live lease (exclusive or shared) out to now + `ttl`; False if it is not ours.
+
+        Never re-acquires: a lease that ended stays ended.
+        """
+        return bool(self._execute("renew", self._sql.renew, self._params(key, owner, ttl)) == 1)
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return bool((await self._execute_async("renew_async", self._sql.renew, self._params(key, owner, ttl))) == 1)
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free `owner`'s lease (True only if it held one; a waiter leaves the queue) and wake the waiters."""
+        row = self._execute("release", self._sql.release, self._params(key, owner), fetch=True)
+        if self._due_purge():
+            self._execute("release", self._sql.purge, ())
+        return row is not None and row[0] == 1
+
+    async def release_async(self, key: str, owner: str) -> bool:
+        """See `release`."""
+        row = await self._execute_async("release_async", self._sql.release, self._params(key, owner), fetch=True)
+        if self._due_purge():
+            await self._execute_async("release_async", self._sql.purge, ())
+        return row is not None and row[0] == 1
+
+    def _is_free(self, key: str, owner: str | None) -> bool:
+        if owner is None:
+            return self._execute("wait_released", self._sql.held, {"key": key}, fetch=True) is None
+        return bool(self._execute("wait_released", self._sql.turn, {"key": key, "owner": owner}, fetch=True)[0])
+
+    async def _is_free_async(self, key: str, owner: str | None) -> bool:
+        if owner is None:
+            return await self._execute_async("wait_released_async", self._sql.held, {"key": key}, fetch=True) is None
+        row = await self._execute_async("wait_released_async", self._sql.turn, {"key": key, "owner": owner}, fetch=True)
+        return bool(row[0])
+
+    def info(self, key: str) -> LockInfo | None:
+        """`key`'s live holders (by token; time left on the database's clock) and waiters, or None when free.
+
+        The mode is "shared" when shared holders hold it. `SupportsInspection`.
+        """
+        params = {"key": _check_str("key", key)}
+        rows = self._execute("info", self._sql.holders, params, fetch="all")
+        if not rows:
+            return None
+        waiters = self._execute("info", self._sql.waiters, params, fetch=True)[0]
+        return self._lock_info(key, rows, waiters)
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        params = {"key": _check_str("key", key)}
+        rows = await self._execute_async("info_async", self._sql.holders, params, fetch="all")
+        if not rows:
+            return None
+        waiters = (await self._execute_async("info_async", self._sql.waiters, params, fetch=True))[0]
+        return self._lock_info(key, rows, waiters)
+
+    @staticmethod
+    def _lock_info(key: str, rows: Sequence[Sequence[Any]], waiters: int) -> LockInfo:
+        holders = tuple(HolderInfo(owner, int(token), int(left_ms) / 1000) for owner, token, left_ms, _ in rows)
+        return LockInfo(key, lock_mode(shared=bool(rows[0][3])), holders, int(waiters))
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it (every shared holder too), in one statement: True if it was held.
+
+        The holders' next renewal answers False; waiters are notified as by a release.
+        """
+        params = {"key": _check_str("key", key), "owner": None}
+        row = self._execute("force_release", self._sql.force_release, params, fetch=True)
+        return bool(row[0] > 0)
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        params = {"key": _check_str("key", key), "owner": None}
+        row = await self._execute_async("force_release_async", self._sql.force_release, params, fetch=True)
+        return bool(row[0] > 0)
 
 
 class PostgresSemaphoreStore(_PostgresStore):

@@ -41,20 +41,28 @@ def digest(key: str) -> str:
     return hashlib.md5(key.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
-def _first(waiters: dict[str, dict[Any, None]], name: str) -> Any:
-    """The longest-waiting event of key digest `name`, taken off its queue (None: nobody waits).
+def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]:
+    """The events a notification sets, taken off their key's queue.
 
-    One release wakes one waiter of this process, the first that arrived: waiters of one store
-    take the key in turn instead of racing for it (and there is no herd to wake).
+    A payload `<digest>` (a release) wakes one plain waiter of this process, the first that
+    arrived: waiters of one store take the key in turn instead of racing for it (and there is no
+    herd to wake). A payload `<digest> <owner>` names a waiter queued in the database whose turn
+    has come: only that waiter wakes.
     """
+    name, _, owner = payload.partition(" ")
     events = waiters.get(name)
     if not events:
-        return None
-    event = next(iter(events))
-    del events[event]
+        return []
+    if owner:
+        woken = [event for event, waiting in events.items() if waiting == owner]
+    else:
+        woken = [next((event for event, waiting in events.items() if waiting is None), None)]
+    woken = [event for event in woken if event is not None]
+    for event in woken:
+        del events[event]
     if not events:
         del waiters[name]
-    return event
+    return woken
 
 
 def _checked(is_free: Callable[[], bool]) -> bool:
@@ -80,20 +88,23 @@ class SyncReleaseListener:
         self._connect = connect
         self._channel = channel
         self._lock = threading.Lock()
-        self._waiters: dict[str, dict[threading.Event, None]] = {}  # per key, in arrival order
+        self._waiters: dict[str, dict[threading.Event, str | None]] = {}  # per key, in arrival order: owner
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._listening = False
         self._failed_at = -_RETRY_AFTER
         self._closed = False
 
-    def wait(self, key: str, timeout: float, is_free: Callable[[], bool]) -> bool:
-        """True when `key` is free now or released within `timeout`; False after `timeout`."""
+    def wait(self, key: str, timeout: float, is_free: Callable[[], bool], *, owner: str | None = None) -> bool:
+        """True when `key` is free now or released within `timeout`; False after `timeout`.
+
+        `owner`: the waiter waits in the database's queue; it wakes when a notification names it.
+        """
         name = digest(key)
         event = threading.Event()
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
-            self._waiters.setdefault(name, {})[event] = None
+            self._waiters.setdefault(name, {})[event] = owner
             ready = self._start()
         try:
             if ready is not None:
@@ -153,8 +164,8 @@ class SyncReleaseListener:
 
     def _wake(self, name: str) -> None:
         with self._lock:
-            event = _first(self._waiters, name)
-        if event is not None:
+            events = _first(self._waiters, name)
+        for event in events:
             event.set()
 
     def close(self) -> None:
@@ -172,17 +183,19 @@ class AsyncReleaseListener:
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str) -> None:
         self._connect = connect
         self._channel = channel
-        self._waiters: dict[str, dict[asyncio.Event, None]] = {}  # per key, in arrival order
+        self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # per key, in arrival order: owner
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._listening = False
         self._failed_at = -_RETRY_AFTER
 
-    async def wait(self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]]) -> bool:
+    async def wait(
+        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], *, owner: str | None = None
+    ) -> bool:
         """See `SyncReleaseListener.wait`."""
         name = digest(key)
         event = asyncio.Event()
-        self._waiters.setdefault(name, {})[event] = None
+        self._waiters.setdefault(name, {})[event] = owner
         ready = self._start()
         scope = asyncio.timeout(max(0.0, timeout))
         try:
@@ -222,8 +235,7 @@ class AsyncReleaseListener:
             self._listening = True
             ready.set()
             async for notify in conn.notifies():
-                event = _first(self._waiters, notify.payload)
-                if event is not None:
+                for event in _first(self._waiters, notify.payload):
                     event.set()
         except Exception:  # noqa: BLE001 -- a broken listener only costs waiters their hint
             _log.debug("release listener on %s stopped", self._channel, exc_info=True)

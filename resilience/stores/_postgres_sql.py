@@ -29,6 +29,8 @@ __all__ = ["PURGE_AFTER_S", "TOKEN_MAX", "LockSql", "SemaphoreSql", "check_table
 
 TOKEN_MAX = 2**53 - 1
 """The sequence's MAXVALUE: tokens stay exact as JSON and JavaScript numbers."""
+QUEUE_ENTRY_MS = 3000
+"""How long (ms) a waiter's queue entry lives unless its waiter tries again (as in the other stores)."""
 PURGE_AFTER_S = 60
 """How long (s) a released or expired row is kept before a purge may delete it."""
 
@@ -99,62 +101,229 @@ WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
 
 @dataclass(frozen=True)
 class LockSql(_TableSql):
-    """The statements of one lock table."""
+    """The statements of one lock table, its shared holds and its queue of waiters.
+
+    `<table>`: one row per key (its exclusive holder, or none); `<table>_shared`: one row per
+    shared holder; `<table>_queue`: the waiting requests of both modes, in ticket order. Every
+    grant is decided by the function `<table>_acquire` with the key's row locked (`FOR UPDATE`),
+    so the grants of one key are serialized and each reads the others' committed state.
+    """
 
     @property
     def schema(self) -> str:
-        """The DDL: idempotent, run in one transaction under an advisory lock."""
+        """The DDL and the acquire function: idempotent, run in one transaction under an advisory lock."""
         t = self.table
+        ms = "* interval '1 millisecond'"
         return f"""SELECT pg_advisory_xact_lock({_lock_id(t)}, 0);
 {_sequence(t)}
+CREATE SEQUENCE IF NOT EXISTS {t}_ticket AS bigint NO CYCLE;
 CREATE TABLE IF NOT EXISTS {t} (
     key        text PRIMARY KEY,
     owner      text,                 -- NULL once released: the row keeps the last token
     token      bigint NOT NULL,
     expires_at timestamptz NOT NULL  -- on the database's clock
-);"""
+);
+CREATE TABLE IF NOT EXISTS {t}_shared (
+    key        text NOT NULL,
+    owner      text NOT NULL,
+    token      bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, owner)
+);
+CREATE TABLE IF NOT EXISTS {t}_queue (
+    key        text NOT NULL,
+    owner      text NOT NULL,
+    shared     boolean NOT NULL,
+    ticket     bigint NOT NULL,      -- arrival order
+    expires_at timestamptz NOT NULL, -- the entry lapses unless its waiter tries again
+    PRIMARY KEY (key, owner)
+);
+-- A token (> 0) when granted; else -(ms the holders have left), or 0 when a waiter ahead goes first.
+CREATE OR REPLACE FUNCTION {t}_acquire(p_key text, p_owner text, p_ttl_ms bigint, p_shared boolean, p_join boolean)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_row    {t}%ROWTYPE;
+    v_now    timestamptz;
+    v_token  bigint;
+    v_ticket bigint;
+    v_until  timestamptz;
+BEGIN
+    LOOP  -- the key's row, locked: each grant of the key waits here for the one before
+        SELECT * INTO v_row FROM {t} WHERE key = p_key FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {t} (key, owner, token, expires_at) VALUES (p_key, NULL, 0, clock_timestamp())
+            ON CONFLICT (key) DO NOTHING;
+    END LOOP;
+    IF NOT EXISTS (SELECT FROM {t}_shared WHERE key = p_key) AND NOT EXISTS (SELECT FROM {t}_queue WHERE key = p_key)
+    THEN  -- nobody holds it shared or waits: the key's row decides alone (the common case)
+        v_now := clock_timestamp();
+        IF v_row.owner IS NULL OR v_row.expires_at <= v_now THEN
+            v_token := nextval('{t}_token');
+            IF p_shared THEN
+                INSERT INTO {t}_shared (key, owner, token, expires_at)
+                    VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms {ms});
+            ELSE
+                UPDATE {t} SET owner = p_owner, token = v_token, expires_at = v_now + p_ttl_ms {ms}
+                    WHERE key = p_key;
+            END IF;
+            RETURN v_token;
+        END IF;
+    END IF;
+    -- Expired holds and entries go (a renewal in flight is waited for, and decides).
+    DELETE FROM {t}_shared WHERE key = p_key AND expires_at <= clock_timestamp();
+    DELETE FROM {t}_queue WHERE key = p_key AND expires_at <= clock_timestamp();
+    v_now := clock_timestamp();
+    SELECT ticket INTO v_ticket FROM {t}_queue WHERE key = p_key AND owner = p_owner;
+    IF v_row.owner IS NOT NULL AND v_row.expires_at > v_now THEN
+        IF v_row.owner = p_owner AND NOT p_shared THEN
+            UPDATE {t} SET expires_at = v_now + p_ttl_ms {ms} WHERE key = p_key;
+            RETURN v_row.token;
+        END IF;
+        v_until := v_row.expires_at;
+    ELSIF p_shared THEN
+        UPDATE {t}_shared SET expires_at = v_now + p_ttl_ms {ms}
+            WHERE key = p_key AND owner = p_owner RETURNING token INTO v_token;
+        IF FOUND THEN
+            RETURN v_token;
+        END IF;
+        IF NOT EXISTS (SELECT FROM {t}_queue WHERE key = p_key AND NOT shared
+                       AND (v_ticket IS NULL OR ticket < v_ticket)) THEN
+            v_token := nextval('{t}_token');
+            INSERT INTO {t}_shared (key, owner, token, expires_at)
+                VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms {ms});
+            DELETE FROM {t}_queue WHERE key = p_key AND owner = p_owner;
+            RETURN v_token;
+        END IF;
+    ELSE
+        SELECT max(expires_at) INTO v_until FROM {t}_shared WHERE key = p_key;
+        IF v_until IS NULL AND NOT EXISTS (SELECT FROM {t}_queue WHERE key = p_key
+                                           AND (v_ticket IS NULL OR ticket < v_ticket)) THEN
+            v_token := nextval('{t}_token');
+            UPDATE {t} SET owner = p_owner, token = v_token, expires_at = v_now + p_ttl_ms {ms} WHERE key = p_key;
+            IF v_ticket IS NOT NULL THEN
+                DELETE FROM {t}_queue WHERE key = p_key AND owner = p_owner;
+            END IF;
+            RETURN v_token;
+        END IF;
+    END IF;
+    IF p_join THEN
+        INSERT INTO {t}_queue (key, owner, shared, ticket, expires_at)
+            VALUES (p_key, p_owner, p_shared, nextval('{t}_ticket'), v_now + {QUEUE_ENTRY_MS} {ms})
+            ON CONFLICT (key, owner) DO UPDATE SET shared = excluded.shared, expires_at = excluded.expires_at;
+    END IF;
+    RETURN -coalesce(greatest(1, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint, 0);
+END
+$fn$;"""
 
     @property
     def acquire(self) -> str:
-        """(key, owner, ttl ms) -> one row: (token, NULL) when granted, (NULL, ms left) when held.
+        """(key, owner, ttl ms, shared, join) -> the function's answer (see `schema`)."""
+        return f"SELECT {self.table}_acquire(%(key)s, %(owner)s, %(ttl)s, %(shared)s, %(join)s)"
 
-        No row when the holder committed after this statement's snapshot (time left unknown).
-        """
+    @property
+    def renew(self) -> str:
+        """(key, owner, ttl ms): one row when `owner` holds the live lease (either mode), pushed out."""
         t = self.table
-        return f"""WITH acquired AS (
-    INSERT INTO {t} AS l (key, owner, token, expires_at)
-    VALUES (%(key)s, %(owner)s, nextval('{t}_token'), clock_timestamp() + %(ttl)s * interval '1 millisecond')
-    ON CONFLICT (key) DO UPDATE SET
-        token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
-                     THEN l.token ELSE nextval('{t}_token') END,
-        owner = excluded.owner,
-        expires_at = clock_timestamp() + %(ttl)s * interval '1 millisecond'
-    WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
-    RETURNING l.token
-)
-SELECT token, NULL::bigint FROM acquired
-UNION ALL
-SELECT NULL, greatest(1, ceil(extract(epoch FROM h.expires_at - clock_timestamp()) * 1000))::bigint
-FROM {t} h WHERE h.key = %(key)s AND NOT EXISTS (SELECT FROM acquired)"""
+        live = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
+        until = "clock_timestamp() + %(ttl)s * interval '1 millisecond'"
+        return f"""WITH x AS (UPDATE {t} SET expires_at = {until} WHERE {live} RETURNING 1),
+s AS (UPDATE {t}_shared SET expires_at = {until} WHERE {live} RETURNING 1)
+SELECT 1 FROM x UNION ALL SELECT 1 FROM s"""
 
     @property
     def release(self) -> str:
-        """(key, owner): one row updated (and a NOTIFY sent at commit) when `owner` held it."""
-        return f"""UPDATE {self.table} SET owner = NULL, expires_at = clock_timestamp()
-WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()
-RETURNING pg_notify('{self.channel}', md5(key))"""
+        """(key, owner): 1 when `owner` held the live lease (either mode), 0 when it only left the queue.
+
+        No row when it did neither. When something changed, NOTIFYs are sent at commit: the
+        key's digest (for waiters outside the queue) and `<digest> <owner>` for each queued
+        waiter whose turn it may be now (the head; the shared requests at the head together).
+        """
+        t = self.table
+        live = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
+        return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp() WHERE {live}
+    RETURNING 1 AS held),
+s AS (DELETE FROM {t}_shared WHERE {live} RETURNING 1 AS held),
+q AS (DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING 0 AS held),
+changed AS (SELECT held FROM x UNION ALL SELECT held FROM s UNION ALL SELECT held FROM q),
+{self._turns}
+SELECT max(held) FROM changed, LATERAL (
+    SELECT pg_notify('{self.channel}', md5(%(key)s))
+    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
+) notified HAVING count(*) > 0"""
+
+    @property
+    def _turns(self) -> str:
+        """CTEs `waiting`, `turns`: the queued owners (but the caller) whose turn may have come."""
+        t = self.table
+        return f"""waiting AS (SELECT owner, shared, ticket FROM {t}_queue
+    WHERE key = %(key)s AND owner IS DISTINCT FROM %(owner)s AND expires_at > clock_timestamp()),
+turns AS (SELECT owner FROM waiting WHERE ticket = (SELECT min(ticket) FROM waiting)
+    OR (shared AND ticket < coalesce((SELECT min(ticket) FROM waiting WHERE NOT shared), {TOKEN_MAX})))"""
+
+    @property
+    def holders(self) -> str:
+        """(key,): the live holders of one key, by token: owner, token, ms left, shared."""
+        t = self.table
+        left = "ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
+        return f"""SELECT owner, token, {left}, false FROM {t}
+WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp()
+UNION ALL
+SELECT owner, token, {left}, true FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp()
+ORDER BY 2"""
+
+    @property
+    def waiters(self) -> str:
+        """(key,): how many requests wait in the key's queue."""
+        return f"SELECT count(*) FROM {self.table}_queue WHERE key = %(key)s AND expires_at > clock_timestamp()"
+
+    @property
+    def held_keys(self) -> str:
+        """(): every key with a live holder, in order (for `python -m resilience locks list`)."""
+        t = self.table
+        return f"""SELECT key FROM {t} WHERE owner IS NOT NULL AND expires_at > clock_timestamp()
+UNION SELECT key FROM {t}_shared WHERE expires_at > clock_timestamp() ORDER BY key"""
 
     @property
     def held(self) -> str:
-        """(key,): one row when someone holds the live lease."""
-        return f"SELECT 1 FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()"
+        """(key,): one row when someone holds the key (either mode)."""
+        t = self.table
+        return f"""SELECT 1 FROM {t} WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp()
+UNION ALL SELECT 1 FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp() LIMIT 1"""
+
+    @property
+    def turn(self) -> str:
+        """(key, owner): whether `owner`, waiting in the queue, may be granted now (else: whether nothing is held)."""
+        t = self.table
+        now = "clock_timestamp()"
+        return f"""SELECT coalesce((
+    SELECT NOT EXISTS (SELECT FROM {t} WHERE key = q.key AND owner IS NOT NULL AND expires_at > {now})
+        AND NOT EXISTS (SELECT FROM {t}_queue a WHERE a.key = q.key AND a.ticket < q.ticket
+                        AND a.expires_at > {now} AND (NOT q.shared OR NOT a.shared))
+        AND (q.shared OR NOT EXISTS (SELECT FROM {t}_shared WHERE key = q.key AND expires_at > {now}))
+    FROM {t}_queue q WHERE q.key = %(key)s AND q.owner = %(owner)s
+), NOT EXISTS ({self.held}))"""
 
     @property
     def force_release(self) -> str:
-        """(key,): the live lease freed whoever holds it (and a NOTIFY sent at commit)."""
-        return f"""UPDATE {self.table} SET owner = NULL, expires_at = clock_timestamp()
-WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp()
-RETURNING pg_notify('{self.channel}', md5(key))"""
+        """(key, owner NULL): > 0 when live holds of the key were freed, whoever held them (NOTIFYs as `release`)."""
+        t = self.table
+        return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp()
+    WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp() RETURNING 1),
+s AS (DELETE FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp() RETURNING 1),
+freed AS (SELECT 1 FROM x UNION ALL SELECT 1 FROM s),
+{self._turns}
+SELECT count(*) FROM freed, LATERAL (
+    SELECT pg_notify('{self.channel}', md5(%(key)s))
+    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
+) notified"""
+
+    @property
+    def purge(self) -> str:
+        """Delete the rows whose lease (or queue entry) ended long ago (bounded tables for unbounded keys)."""
+        t = self.table
+        old = f"expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
+        return f"""WITH s AS (DELETE FROM {t}_shared WHERE {old}), q AS (DELETE FROM {t}_queue WHERE {old})
+DELETE FROM {t} WHERE {old}"""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ __all__ = [
     "AsyncSupportsPermits",
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
+    "AsyncSupportsSharedHolds",
     "LockStore",
     "SemaphoreStore",
     "SupportsInspection",
@@ -38,6 +39,7 @@ __all__ = [
     "SupportsReleaseNotification",
     "SupportsRenewMany",
     "SupportsRenewalGroups",
+    "SupportsSharedHolds",
 ]
 
 
@@ -198,6 +200,31 @@ class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
+class SupportsSharedHolds(Protocol, metaclass=_StoreMeta):
+    """A lock store whose keys can also be held shared: a read-write lock.
+
+    A key is held exclusively (one holder: `acquire`) or shared (any number of holders of
+    `acquire_shared` and no exclusive one). Waiting requests of both modes form one FIFO queue
+    per key: a shared request is granted only when no exclusive lease is held and no exclusive
+    request waits ahead of it, and an exclusive one only when nothing is held and nobody waits
+    ahead of it. A store without a queue refuses a shared request at least while an exclusive
+    request is refused because of shared holders (so readers never starve a writer).
+
+    Every hold, shared or exclusive, gets its token from the key's one increasing sequence, so
+    an exclusive hold's token is greater than that of every hold granted before it. `renew`
+    and `release` serve a shared holder as they serve an exclusive one, per owner: one shared
+    holder's renewal, release or expiry never touches another's.
+    """
+
+    def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
+        """Take a shared hold of `key` for `owner` for `ttl` seconds: its token, or None if refused.
+
+        An owner that already holds a live shared hold gets the same token again.
+        """
+        ...
+
+
+@runtime_checkable
 class SupportsInspection(Protocol, metaclass=_StoreMeta):
     """A store that tells who holds a key and can break its leases: what `info` and the CLI use.
 
@@ -213,6 +240,15 @@ class SupportsInspection(Protocol, metaclass=_StoreMeta):
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it: True if it was held, False if it was free."""
+        ...
+
+
+@runtime_checkable
+class AsyncSupportsSharedHolds(Protocol, metaclass=_StoreMeta):
+    """The asyncio flavour of `SupportsSharedHolds`."""
+
+    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `SupportsSharedHolds.acquire_shared`."""
         ...
 
 
@@ -311,6 +347,8 @@ _FLAVOURED.update(
         SupportsRenewalGroups,
         AsyncSupportsRenewMany,
         AsyncSupportsReleaseNotification,
+        SupportsSharedHolds,
+        AsyncSupportsSharedHolds,
         SupportsInspection,
         AsyncSupportsInspection,
     }

@@ -123,6 +123,12 @@ def companions(lock_key: str) -> tuple[str, str] | None:
     return f"{base}:q", f"{base}:q:t"
 
 
+def shared_companions(lock_key: str) -> tuple[str, str] | None:
+    """The shared-holds keys of a lock key, in its hash slot: (shared holders, shared waiters); see `companions`."""
+    queue = companions(lock_key)
+    return None if queue is None else (queue[0][: -len(":q")] + ":r", queue[0] + ":s")
+
+
 def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tuple[Any, float]], now_ms: int) -> int:
     """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
 
@@ -151,12 +157,19 @@ def _answer(reply: Any) -> tuple[int | None, float | None]:
 
 
 def _lock_info(key: str, reply: Any) -> LockInfo | None:
-    """`LOCK_INFO`'s reply as a `LockInfo`."""
+    """`LOCK_INFO`'s reply as a `LockInfo`: waiters, mode, then per holder owner, token and ms left."""
     if reply is None:
         return None
-    owner, token, left_ms, waiters = reply
-    holder = HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
-    return LockInfo(key, lock_mode(shared=False), (holder,), int(waiters) if int(waiters) >= 0 else None)
+    waiters, mode, *fields = reply
+    holders = sorted(
+        (
+            HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
+            for owner, token, left_ms in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+        ),
+        key=lambda holder: holder.token,
+    )
+    shared = _text(mode) == "shared"
+    return LockInfo(key, lock_mode(shared=shared), tuple(holders), int(waiters) if int(waiters) >= 0 else None)
 
 
 def _semaphore_info(key: str, reply: Any) -> LockInfo | None:
@@ -673,14 +686,27 @@ class RedisLockStore(_RedisStore):
 
     def _keys(self, key: str) -> list[str]:
         lock_key = self.key(key)
-        queue = companions(lock_key)
-        return [lock_key] if queue is None else [lock_key, *queue]
+        queue, shared = companions(lock_key), shared_companions(lock_key)
+        return [lock_key] if queue is None or shared is None else [lock_key, *queue, *shared]
 
-    def _acquire_args(self, key: str, owner: str, ttl: float, entry_ms: int = 0) -> tuple[list[str], list[object]]:
-        return self._keys(key), [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+    def _acquire_args(
+        self, key: str, owner: str, ttl: float, entry_ms: int = 0, *, shared: bool = False
+    ) -> tuple[list[str], list[object]]:
+        keys = self._keys(key)
+        if shared and len(keys) == 1:
+            msg = (
+                f"{self._kind}: the key {key!r} has a '}}' but no hash tag: it cannot be held shared "
+                "(its companion keys could not share its Cluster slot)"
+            )
+            raise ValidationError(msg)
+        args: list[object] = [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+        return keys, [*args, "1"] if shared else args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
-        return [self.key(key)], [_check_str("owner", owner), _ttl_ms(ttl)]
+        lock_key = self.key(key)
+        shared = shared_companions(lock_key)
+        keys = [lock_key] if shared is None else [lock_key, shared[0]]
+        return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
@@ -694,16 +720,27 @@ class RedisLockStore(_RedisStore):
         token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
         return token if token > 0 else None
 
-    def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
+        """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
+        keys, args = self._acquire_args(key, owner, ttl, shared=True)
+        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        return token if token > 0 else None
+
+    def acquire_or_ttl(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """`(token, None)` when acquired; `(None, seconds until it may be free)` when held by another.
 
         The seconds are the lease's remaining life (at least 1 ms), or, for a free key promised
-        to the head of its waiter queue, the life left in the head's queue entry.
+        to the head of its waiter queue, the life left in the head's queue entry. With
+        `shared`, a shared hold.
         """
-        keys, args = self._acquire_args(key, owner, ttl)
+        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
 
-    def acquire_or_queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    def acquire_or_queue(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """`acquire_or_ttl` for a caller that will wait: refused, `owner` joins the key's FIFO queue.
 
         The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
@@ -711,7 +748,7 @@ class RedisLockStore(_RedisStore):
         live head and tells it so (`add_release_listener`); the head's next call here answers
         its token and sets its ttl.
         """
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
+        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
         return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
@@ -775,14 +812,24 @@ class RedisLockStore(_RedisStore):
         token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
         return token if token > 0 else None
 
-    async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
+        """See `acquire_shared`."""
+        keys, args = self._acquire_args(key, owner, ttl, shared=True)
+        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        return token if token > 0 else None
+
+    async def acquire_or_ttl_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl)
+        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
         return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
 
-    async def acquire_or_queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+    async def acquire_or_queue_async(
+        self, key: str, owner: str, ttl: float, *, shared: bool = False
+    ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS)
+        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
         sent = time.monotonic()
         answer = _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
         if answer[0] is None:

@@ -155,6 +155,75 @@ local function leave(owner)
   redis.call('ZREM', qa, owner)
   redis.call('ZREM', qe, owner)
 end
+-- Shared holds (KEYS[4], KEYS[5]; absent: the key has no queue, and no shared holds): `rs`,
+-- a sorted set of the shared holders scored by their lease's expiry (server ms), their tokens
+-- in the lock hash's fields `r:<owner>`, and the hash's field `r` (the latest expiry granted:
+-- a hint that shared holders may live, so that an exclusive call that sees no `r` reads no
+-- more); `qs`, the set of the queued owners that wait for a shared hold (the hash's field `s`
+-- hints that it may be non-empty).
+local rs, qs = KEYS[4], KEYS[5]
+-- The number of live shared holders (expired ones dropped, with their tokens) and their
+-- latest expiry (ms).
+local function readers()
+  if not rs then
+    return 0, 0
+  end
+  local gone = redis.call('ZRANGEBYSCORE', rs, '-inf', now_ms())
+  for i = 1, #gone do
+    redis.call('HDEL', KEYS[1], 'r:' .. gone[i])
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', rs, '-inf', now_ms())
+  end
+  local last = redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')
+  if not last[1] then
+    redis.call('HDEL', KEYS[1], 'r')
+    return 0, 0
+  end
+  return redis.call('ZCARD', rs), tonumber(last[2])
+end
+-- Record a shared hold of `owner` until `expires` (ms) with `token`; the keys live as long as
+-- the latest shared hold (the lock hash at least as long as it did).
+local function hold_shared(owner, token, expires)
+  redis.call('ZADD', rs, expires, owner)
+  local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
+  redis.call('HSET', KEYS[1], 'r:' .. owner, token, 'r', latest)
+  redis.call('PEXPIRE', rs, latest - now_ms())
+  if redis.call('PTTL', KEYS[1]) < latest - now_ms() then
+    redis.call('PEXPIRE', KEYS[1], latest - now_ms())
+  end
+end
+-- Give the free (or shared-held) lock to the shared requests at the head of the queue,
+-- together: each becomes a shared holder with a fresh token, for as long as its entry had
+-- left, and is told `h:<owner>`.
+local function hand_to_readers(previous, publish)
+  local entries = redis.call('ZRANGE', qa, 0, -1, 'WITHSCORES')
+  local given = false
+  for i = 1, #entries, 2 do
+    local owner = entries[i]
+    local left = entry_left(owner, entries[i + 1])
+    if left > 0 then
+      if redis.call('SISMEMBER', qs, owner) == 0 then
+        break
+      end
+      if publish ~= '' then
+        redis.call(publish, KEYS[1], 'h:' .. owner)
+      end
+      leave(owner)
+      redis.call('SREM', qs, owner)
+      if not given then
+        redis.call('HDEL', KEYS[1], 'owner')  -- the exclusive holder that handed it on, if any
+      end
+      previous = mint(previous)
+      redis.call('HSET', KEYS[1], 'token', previous)
+      hold_shared(owner, previous, now_ms() + left)
+      given = true
+    else
+      leave(owner)
+    end
+  end
+  return given
+end
 -- The live head of the queue and its entry's ms left (false when nobody waits); the gone
 -- entries before it are dropped.
 local function live_head()
@@ -192,10 +261,16 @@ end
 -- it `h:<owner>`, and it takes the token and sets its own ttl by asking for the lock again.
 -- The publish comes before the writes: on a server without SPUBLISH the script fails with
 -- nothing changed but gone entries dropped.
-local function hand_off(previous, publish)
+local function hand_off(previous, publish, shared_waiting, reading)
   local head, left = live_head()
   if not head then
     return false
+  end
+  if shared_waiting and redis.call('SISMEMBER', qs, head) == 1 then
+    return hand_to_readers(previous, publish)
+  end
+  if reading and readers() > 0 then
+    return false  -- an exclusive head waits for the shared holders to leave
   end
   if publish ~= '' then
     redis.call(publish, KEYS[1], 'h:' .. head)
@@ -214,7 +289,8 @@ LOCK_ACQUIRE = LuaScript(
     + """
 -- KEYS[1] lock key; KEYS[2], KEYS[3] its queue (absent: no fair queue);
 -- ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] queue entry ttl (ms), 0 to not join the queue;
--- ARGV[4] queue bound.
+-- ARGV[4] queue bound; ARGV[5] '1' for a shared hold (KEYS[4], KEYS[5]: the shared holders
+-- and the shared waiters).
 -- Returns the token (>= 1) when acquired or already held by ARGV[1] (its expiry set to the
 -- ttl): also when a release handed the lock to ARGV[1], the head of its queue. Else
 -- -remaining ms when held by another owner (-1 in the lease's last millisecond, where PTTL
@@ -226,12 +302,66 @@ local bad = check_ttl(ARGV[2])
 if bad then
   return bad
 end
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
 if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(lease[2])
 end
+if ARGV[5] == '1' then
+  -- A shared hold: refused while an exclusive lease is held, or an exclusive request waits
+  -- ahead in the queue (readers never starve a writer); the shared requests ahead wait with it.
+  if not lease[1] then
+    local mine = redis.call('ZSCORE', rs, ARGV[1])
+    if mine and tonumber(mine) > now_ms() then  -- held already (or handed to it): refreshed
+      hold_shared(ARGV[1], tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])), now_ms() + tonumber(ARGV[2]))
+      return tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1]))
+    end
+    local ahead = false
+    if redis.call('EXISTS', qa) == 1 then
+      local entries = redis.call('ZRANGE', qa, 0, -1, 'WITHSCORES')
+      for i = 1, #entries, 2 do
+        if entries[i] == ARGV[1] then
+          break
+        end
+        if entry_left(entries[i], entries[i + 1]) > 0 and redis.call('SISMEMBER', qs, entries[i]) == 0 then
+          ahead = true
+          break
+        end
+      end
+    end
+    if not ahead then
+      leave(ARGV[1])
+      redis.call('SREM', qs, ARGV[1])
+      local token = mint(lease[2])
+      redis.call('HSET', KEYS[1], 'token', token)
+      hold_shared(ARGV[1], token, now_ms() + tonumber(ARGV[2]))
+      return token
+    end
+  end
+  if tonumber(ARGV[3]) > 0 then
+    join(ARGV[1], ARGV[3], ARGV[4])
+    redis.call('SADD', qs, ARGV[1])
+    redis.call('PEXPIRE', qs, ARGV[3])
+    redis.call('HSET', KEYS[1], 's', 1)
+    if redis.call('PTTL', KEYS[1]) < 0 then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    end
+  end
+  if lease[1] then
+    return -math.max(redis.call('PTTL', KEYS[1]), 1)
+  end
+  return 0
+end
 local head, left = false, 0
+if not lease[1] and lease[3] then
+  local count, latest = readers()
+  if count > 0 then  -- shared holders: the exclusive request waits for the last to leave
+    if qa and tonumber(ARGV[3]) > 0 then
+      join(ARGV[1], ARGV[3], ARGV[4])
+    end
+    return -math.max(latest - now_ms(), 1)
+  end
+end
 if not lease[1] then
   if qa and redis.call('EXISTS', qa) == 1 then
     head, left = live_head()
@@ -265,9 +395,9 @@ LOCK_RENEW = LuaScript(
     "lock_renew",
     _TTL_CHECK
     + """
--- KEYS[1] lock key; ARGV[1] owner; ARGV[2] ttl (ms).
--- Returns 1 when ARGV[1] holds the live lease (now expiring ttl from now), else 0.
--- Never acquires: an expired or released lease stays lost.
+-- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
+-- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
+-- now), else 0. Never acquires: an expired or released lease stays lost.
 local bad = check_ttl(ARGV[2])
 if bad then
   return bad
@@ -276,7 +406,25 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
+local rs = KEYS[2]
+if not rs then
+  return 0
+end
+local expires = redis.call('ZSCORE', rs, ARGV[1])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if not expires or tonumber(expires) <= now_ms then
+  return 0
+end
+local until_ms = now_ms + tonumber(ARGV[2])
+redis.call('ZADD', rs, until_ms, ARGV[1])
+local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
+redis.call('HSET', KEYS[1], 'r', latest)
+redis.call('PEXPIRE', rs, latest - now_ms)
+if redis.call('PTTL', KEYS[1]) < latest - now_ms then
+  redis.call('PEXPIRE', KEYS[1], latest - now_ms)
+end
+return 1
 """,
 )
 
@@ -293,17 +441,41 @@ LOCK_RELEASE = LuaScript(
 -- caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
 -- acquire was interrupted); a free lock it leaves (its lease expired meanwhile) goes to the
 -- next live head. A publish fails (a server without SPUBLISH) before anything is freed.
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w')
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w', 'r', 's')
+local shared_waiting = qs and lease[5]
+local expires = not lease[1] and lease[4] and rs and redis.call('ZSCORE', rs, ARGV[1])
 if lease[1] ~= ARGV[1] then
+  if expires then
+    -- A shared holder leaves (1 only if its hold was live); the last one out hands the lock
+    -- on, or frees it.
+    local live = tonumber(expires) > now_ms() and 1 or 0
+    redis.call('ZREM', rs, ARGV[1])
+    redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1])
+    if readers() > 0 then
+      return live
+    end
+    if qa and hand_off(lease[2], ARGV[3], shared_waiting, false) then
+      return live
+    end
+    if lease[3] and ARGV[3] ~= '' then
+      redis.call(ARGV[3], KEYS[1], 'released')
+    end
+    redis.call('HDEL', KEYS[1], 'w')
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return live
+  end
   if qa and redis.call('ZREM', qa, ARGV[1]) == 1 then
     redis.call('ZREM', qe, ARGV[1])
+    if shared_waiting then
+      redis.call('SREM', qs, ARGV[1])
+    end
     if not lease[1] then
-      hand_off(lease[2], ARGV[3])
+      hand_off(lease[2], ARGV[3], shared_waiting, lease[4])
     end
   end
   return 0
 end
-if qa and hand_off(lease[2], ARGV[3]) then
+if qa and hand_off(lease[2], ARGV[3], shared_waiting, false) then
   return 1
 end
 if lease[3] and ARGV[3] ~= '' then
@@ -610,7 +782,8 @@ LOCK_HELD = LuaScript(
 -- with nobody live ahead of it), else 1. A caller outside the queue then watches the held
 -- lock (field `w`), so that its release is announced even if nobody queues; a lock that
 -- expires instead is announced to nobody (the caller's own timeout ends its wait).
-local holder = redis.call('HGET', KEYS[1], 'owner')
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'r')
+local holder = lease[1]
 if holder then
   if holder == ARGV[1] then
     return 0
@@ -619,6 +792,19 @@ if holder then
     redis.call('HSET', KEYS[1], 'w', 1)
   end
   return 1
+end
+if lease[2] and rs then  -- shared holders may live: 0 for one of them, else held (1)
+  local live = string.format('(%d', now_ms())
+  local mine = ARGV[1] ~= '' and redis.call('ZSCORE', rs, ARGV[1])
+  if mine and tonumber(mine) > now_ms() then
+    return 0
+  end
+  if redis.call('ZCOUNT', rs, live, '+inf') > 0 then
+    if ARGV[1] == '' then
+      redis.call('HSET', KEYS[1], 'w', 1)
+    end
+    return 1
+  end
 end
 if qa and redis.call('EXISTS', qa) == 1 then
   local head = live_head()
@@ -684,11 +870,28 @@ LOCK_INFO = LuaScript(
     _NOW_MS
     + f"""
 -- KEYS[1] lock key; KEYS[2] its queue's arrivals (µs), KEYS[3] the refreshed entry expiries
--- (ms) (both absent: the key has no queue). Returns nil when the lock is free, else {{owner,
--- token, ms left (PTTL), live waiters or -1 when the key has no queue}}; an entry is live as
--- the lock scripts' entry_left decides.
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if not lease[1] then
+-- (ms) (both absent: the key has no queue); KEYS[4] its shared holders. Returns nil when the
+-- lock is free, else {{live waiters or -1 when the key has no queue, 'exclusive' or 'shared',
+-- then per holder: owner, token, ms left}}; an entry is live as the lock scripts' entry_left
+-- decides.
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
+local found = false
+if lease[1] then
+  found = {{lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1])}}
+elseif lease[3] and KEYS[4] then
+  local holders = redis.call('ZRANGEBYSCORE', KEYS[4], live, '+inf', 'WITHSCORES')
+  if #holders > 0 then
+    found = {{}}
+    for i = 1, #holders, 2 do
+      local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
+      local rest = {{holders[i], token, tonumber(holders[i + 1]) - now_ms}}
+      for j = 1, #rest do
+        found[#found + 1] = rest[j]
+      end
+    end
+  end
+end
+if not found then
   return nil
 end
 local waiters = -1
@@ -705,7 +908,9 @@ if KEYS[2] then
     end
   end
 end
-return {{lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1]), waiters}}
+table.insert(found, 1, waiters)
+table.insert(found, 2, lease[1] and 'exclusive' or 'shared')
+return found
 """,
 )
 

@@ -38,6 +38,12 @@ class Backend:
 
     @property
     def records_waiters(self) -> bool:
+        """Whether the lock store keeps its waiters' queue (every lock store does)."""
+        return True
+
+    @property
+    def semaphore_records_waiters(self) -> bool:
+        """Whether the semaphore store keeps its waiters' queue (PostgreSQL's does not)."""
         return self.name != "postgres"
 
     def locks(self, **options: Any) -> Locks:

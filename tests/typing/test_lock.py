@@ -45,6 +45,7 @@ def build() -> ResiliencePipeline:
         ResiliencePipelineBuilder(name="nightly", time_provider=clock)
         .add_lock("nightly-report", ttl=30, wait=0, store=store, on_lock_lost=on_lost_async, cancel_on_lost=True)
         .add_lock(lambda ctx: f"order:{ctx.operation_key}", name="OrderLock")
+        .add_lock("doc", store=store, shared=True)
         .build()
     )
 

@@ -66,3 +66,24 @@ def stores_and_semaphores() -> None:
         assert_type(slots, LockHandle)
     assert_type(sems.acquire("pool", permits=2, wait=0.5), LockHandle | None)
     assert_type(sems.limit, int)
+
+
+def shared_holds(store: MemoryLockStore) -> None:
+    from resilience.stores import AsyncSupportsSharedHolds, SupportsSharedHolds
+
+    locks = lock(store)
+    assert_type(locks.run("doc", charge, shared=True, wait=5), str)
+    assert_type(locks.acquire("doc", shared=True), LockHandle | None)
+    with locks.hold("doc", shared=False) as held:
+        assert_type(held.token, int)
+    readers: SupportsSharedHolds = store  # the memory store offers the capability in both flavours
+    async_readers: AsyncSupportsSharedHolds = store
+    assert_type(readers.acquire_shared("doc", "owner", 30.0), int | None)
+    assert async_readers is store
+
+
+async def shared_holds_async(store: MemoryLockStore) -> None:
+    locks = lock(store)
+    assert_type(await locks.run_async("doc", charge_async, shared=True), int)
+    assert_type(await locks.acquire_async("doc", shared=True), LockHandle | None)
+    assert_type(await store.acquire_shared_async("doc", "owner", 30.0), int | None)

@@ -172,15 +172,18 @@ class AnsweringFalse(MemoryLockStore):
         return False
 
 
-@pytest.mark.parametrize(("mode", "error"), [("exclusive", "LockLostError"), ("semaphore", "SemaphoreLeaseLostError")])
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [("exclusive", "LockLostError"), ("shared", "LockLostError"), ("semaphore", "SemaphoreLeaseLostError")],
+)
 def test_a_lost_lease_names_its_error_and_mode(mode: str, error: str) -> None:
     """OnLockLost: `error.type` is the loss error of a lock or of a semaphore permit; the span event has the mode."""
     reader = InMemoryMetricReader()
     exporter, tracer_provider = traced()
     telemetry = TelemetryOptions(meter_provider=MeterProvider(metric_readers=[reader]), tracer_provider=tracer_provider)
     builder = ResiliencePipelineBuilder(name="lossy", telemetry=telemetry)
-    if mode == "exclusive":
-        builder = builder.add_lock("lossy", ttl=0.3, store=AnsweringFalse())
+    if mode != "semaphore":
+        builder = builder.add_lock("lossy", ttl=0.3, store=AnsweringFalse(), shared=mode == "shared")
     else:
 
         class PermitAnsweringFalse(MemorySemaphoreStore):

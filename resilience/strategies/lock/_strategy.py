@@ -25,6 +25,7 @@ from resilience._lease import (
     LockEventArguments,
     LockEvents,
     LockOps,
+    SharedLockOps,
     acquire_lease,
     acquire_lease_async,
 )
@@ -77,6 +78,7 @@ class LockStrategyOptions:
     store: LockStore | AsyncLockStore | None = None
     on_lock_lost: Callable[[OnLockLostArguments], object] | None = None
     cancel_on_lost: bool = False
+    shared: bool = False
     name: str = "Lock"
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
@@ -99,6 +101,15 @@ class LockStrategyOptions:
                     "a MemoryLockStore must use the pipeline's time provider (leases expire on its clock): "
                     "create it with MemoryLockStore(time_provider) or leave store=None",
                 )
+        shared: object = self.shared
+        if not isinstance(shared, bool):
+            problems.add("shared", f"must be a bool, got {shared!r}")
+        elif shared and isinstance(store, LockStore | AsyncLockStore) and not SharedLockOps.supported(store):
+            problems.add(
+                "shared",
+                f"the store {store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
+                "use MemoryLockStore, PostgresLockStore or RedisLockStore, or shared=False",
+            )
         problems.callable("on_lock_lost", self.on_lock_lost)
         cancel_on_lost: object = self.cancel_on_lost
         if not isinstance(cancel_on_lost, bool):
@@ -120,6 +131,7 @@ def lock_strategy(
     store: LockStore | AsyncLockStore | None = None,
     on_lock_lost: Callable[[OnLockLostArguments], object] | None = None,
     cancel_on_lost: bool = False,
+    shared: bool = False,
     name: str = "Lock",
 ) -> LockStrategyOptions:
     """Options of a lock strategy: run the callable only while holding a lease on `key`.
@@ -138,10 +150,21 @@ def lock_strategy(
         on_lock_lost: called with `OnLockLostArguments` when the lease is lost (after the
             callable's signal aborted); its exceptions are logged.
         cancel_on_lost: also cancel an async callable when the lease is lost.
+        shared: hold the key shared (a reader) instead of exclusively (a writer): any number of
+            shared holders run together, never with an exclusive one; waiters of both modes
+            queue in one FIFO per key (docs/locks.md). The store must offer
+            `SupportsSharedHolds`.
         name: the strategy's name (problems, telemetry).
     """
     return LockStrategyOptions(
-        key, ttl=ttl, wait=wait, store=store, on_lock_lost=on_lock_lost, cancel_on_lost=cancel_on_lost, name=name
+        key,
+        ttl=ttl,
+        wait=wait,
+        store=store,
+        on_lock_lost=on_lock_lost,
+        cancel_on_lost=cancel_on_lost,
+        shared=shared,
+        name=name,
     )
 
 
@@ -248,7 +271,7 @@ class LockStrategy:
         self._ttl = to_seconds(options.ttl)
         self._wait = to_seconds(options.wait)
         self._time_provider: TimeProvider = lease_clock(context.time_provider)  # leases, waits, events: one clock
-        self._events = LockEvents(context.telemetry, self._time_provider)
+        self._events = LockEvents(context.telemetry, self._time_provider, "shared" if options.shared else "exclusive")
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         self._params = LeaseParams(
@@ -260,10 +283,10 @@ class LockStrategy:
         if options.store is None:
             note_default_store(self.name)
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
-        self._ops = LockOps(store)
+        self._ops = SharedLockOps(store) if options.shared else LockOps(store)
         self._store_id = id(store)
         self.traits = store_traits(
-            f"{self.name}: the lock store {store!r}",
+            f"{self.name}: the lock store {store!r}{' (shared holds)' if options.shared else ''}",
             has_sync=self._ops.has_sync,
             has_async=self._ops.has_async,
             example="RedisLockStore",
