@@ -414,8 +414,44 @@ def _recording_span(options: TelemetryOptions) -> Any:
     return span if span.is_recording() else None
 
 
+# The API modules whose globals say whether a provider was set in code, kept once imported
+# (a module stays imported): `is_active` then reads two module attributes, no lookup, no call.
+_metrics_api: Any = None
+_trace_api: Any = None
+
+
+class _Unreadable:
+    """Stands in for an API module without the global we read: the full checks then decide."""
+
+    _METER_PROVIDER = _UNKNOWN
+    _TRACER_PROVIDER = _UNKNOWN
+
+
+def _api_modules() -> tuple[Any, Any]:
+    global _metrics_api, _trace_api  # noqa: PLW0603 - a process-wide cache, filled once each
+    if _metrics_api is None:
+        found = sys.modules.get("opentelemetry.metrics._internal")
+        if found is not None:
+            _metrics_api = found if hasattr(found, "_METER_PROVIDER") else _Unreadable
+    if _trace_api is None:
+        found = sys.modules.get("opentelemetry.trace")
+        if found is not None:
+            _trace_api = found if hasattr(found, "_TRACER_PROVIDER") else _Unreadable
+    return _metrics_api, _trace_api
+
+
 def is_active(options: TelemetryOptions) -> bool:
     """Whether an event could reach a meter or a span right now."""
+    if options.meter_provider is None and options.tracer_provider is None:
+        # The common case once anything imported the API: no provider set in code, none named
+        # by the environment. Exactly the cases where both checks below answer None.
+        metrics, trace = _metrics_api, _trace_api
+        if metrics is None or trace is None:
+            metrics, trace = _api_modules()
+        if (metrics is None or (metrics._METER_PROVIDER is None and _env_names_provider is False)) and (
+            trace is None or trace._TRACER_PROVIDER is None
+        ):
+            return False
     return _meter_provider(options) is not None or _recording_span(options) is not None
 
 
