@@ -11,7 +11,7 @@ after the `OnRateLimiterRejected` event and `on_rejected`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
@@ -142,7 +142,7 @@ class ConcurrencyLimiterStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "carry_key", "name")
+    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_pool", "_telemetry", "_wait", "carry_key", "name")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         self.name = options.name
@@ -166,6 +166,9 @@ class ConcurrencyLimiterStrategy:
             context.telemetry.observe("resilience.limiter.queued", permits, LocalPermits.queued)
         # Carried permits are observed already, for as long as they live.
         self._permits: LocalPermits = permits
+        # A constant key and no queue: a permit is a token popped from the key's pool and
+        # appended back, no lock (`LocalPermits.pool`).
+        self._pool = permits.pool(self._key) if type(self._key) is str else None
 
     def carry(self) -> tuple[tuple[Any, ...], Any]:
         """`(carry_key, permits)` for the pipeline that replaces this one (a registry's reload)."""
@@ -173,6 +176,16 @@ class ConcurrencyLimiterStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a permit of its key (waiting in the queue if allowed), else reject."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.pop()
+            except IndexError:
+                self._reject(context)
+            try:
+                return callback(context)
+            finally:
+                pool.append(None)
         key = self._key
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
@@ -191,6 +204,16 @@ class ConcurrencyLimiterStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.pop()
+            except IndexError:
+                await self._reject_async(context)
+            try:
+                return await callback(context)
+            finally:
+                pool.append(None)
         key = self._key
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
@@ -206,6 +229,20 @@ class ConcurrencyLimiterStrategy:
             return await callback(context)
         finally:
             permits.release(key)
+
+    def _reject(self, context: ResilienceContext) -> NoReturn:
+        """Reject an execution of the constant key whose pool is empty (sync)."""
+        error, arguments = reject(self._telemetry, context, self._key, None)  # type: ignore[arg-type]
+        if self._on_rejected is not None:
+            call_back(self._on_rejected, arguments)
+        raise error
+
+    async def _reject_async(self, context: ResilienceContext) -> NoReturn:
+        """Reject an execution of the constant key whose pool is empty (async)."""
+        error, arguments = reject(self._telemetry, context, self._key, None)  # type: ignore[arg-type]
+        if self._on_rejected is not None:
+            await call_back_async(self._on_rejected, arguments)
+        raise error
 
     def __repr__(self) -> str:
         return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self._limit} key={self._key!r}>"
