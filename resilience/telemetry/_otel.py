@@ -420,23 +420,10 @@ _metrics_api: Any = None
 _trace_api: Any = None
 
 
-class _Unreadable:
-    """Stands in for an API module without the global we read: the full checks then decide."""
-
-    _METER_PROVIDER = _UNKNOWN
-    _TRACER_PROVIDER = _UNKNOWN
-
-
 def _api_modules() -> tuple[Any, Any]:
     global _metrics_api, _trace_api  # noqa: PLW0603 - a process-wide cache, filled once each
-    if _metrics_api is None:
-        found = sys.modules.get("opentelemetry.metrics._internal")
-        if found is not None:
-            _metrics_api = found if hasattr(found, "_METER_PROVIDER") else _Unreadable
-    if _trace_api is None:
-        found = sys.modules.get("opentelemetry.trace")
-        if found is not None:
-            _trace_api = found if hasattr(found, "_TRACER_PROVIDER") else _Unreadable
+    _metrics_api = _metrics_api or sys.modules.get("opentelemetry.metrics._internal")
+    _trace_api = _trace_api or sys.modules.get("opentelemetry.trace")
     return _metrics_api, _trace_api
 
 
@@ -448,10 +435,13 @@ def is_active(options: TelemetryOptions) -> bool:
         metrics, trace = _metrics_api, _trace_api
         if metrics is None or trace is None:
             metrics, trace = _api_modules()
-        if (metrics is None or (metrics._METER_PROVIDER is None and _env_names_provider is False)) and (
-            trace is None or trace._TRACER_PROVIDER is None
-        ):
-            return False
+        try:
+            if (metrics is None or (metrics._METER_PROVIDER is None and _env_names_provider is False)) and (
+                trace is None or trace._TRACER_PROVIDER is None
+            ):
+                return False
+        except AttributeError:  # an API without these globals: the checks below decide
+            pass
     return _meter_provider(options) is not None or _recording_span(options) is not None
 
 

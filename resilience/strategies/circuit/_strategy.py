@@ -242,11 +242,13 @@ class CircuitBreakerStrategy:
         self._controller = controller
         self._handler = handler
         window = controller.core.window
-        # A local consecutive-failures circuit: its closed-state success with no failure in a
-        # row to reset changes nothing, and is decided here without the controller's call (no
-        # clock, no lock: state, generation and count are single reads, and a failure counted
-        # meanwhile is ordered after this success). A shared circuit counts every success.
-        self._streak = window if type(controller) is CircuitController and type(window) is ConsecutiveFailures else None
+        # A local consecutive-failures circuit whose results are never failures: its closed-state
+        # success with no failure in a row to reset changes nothing, and is decided here without
+        # the controller's call (no clock, no lock: state, generation and count are single reads,
+        # and a failure counted meanwhile is ordered after this success). A shared circuit
+        # counts every success.
+        local = type(controller) is CircuitController and not handler.checks_results
+        self._streak = window if local and type(window) is ConsecutiveFailures else None
 
     @property
     def state(self) -> CircuitState:
@@ -278,17 +280,11 @@ class CircuitBreakerStrategy:
             controller.release(ticket)
             raise
         handler = self._handler
-        if handler.checks_results and handler.result(result):
-            transition = controller.record(ticket, handled=True)
-        elif (
-            (streak := self._streak) is not None
-            and not streak.count
-            and ticket == core.generation
-            and core.state is _CLOSED
-        ):
-            return result
-        else:
-            transition = controller.succeeded(ticket)
+        streak = self._streak
+        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+            return result  # nothing to reset (see __init__)
+        handled = handler.checks_results and handler.result(result)
+        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:
             controller.report(transition, context, Ok(result))
         return result
@@ -320,17 +316,11 @@ class CircuitBreakerStrategy:
             controller.release(ticket)
             raise
         handler = self._handler
-        if handler.checks_results and handler.result(result):
-            transition = controller.record(ticket, handled=True)
-        elif (
-            (streak := self._streak) is not None
-            and not streak.count
-            and ticket == core.generation
-            and core.state is _CLOSED
-        ):
-            return result
-        else:
-            transition = controller.succeeded(ticket)
+        streak = self._streak
+        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+            return result  # nothing to reset (see __init__)
+        handled = handler.checks_results and handler.result(result)
+        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:
             await controller.report_async(transition, context, Ok(result))
         return result

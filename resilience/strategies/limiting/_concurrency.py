@@ -181,7 +181,7 @@ class ConcurrencyLimiterStrategy:
             try:
                 pool.pop()
             except IndexError:
-                self._reject(context)
+                self._reject(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return callback(context)
             finally:
@@ -191,10 +191,7 @@ class ConcurrencyLimiterStrategy:
             key = resolve_key(self.name, key, context)
         permits = self._permits
         if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
-            error, arguments = reject(self._telemetry, context, key, None)
-            if self._on_rejected is not None:
-                call_back(self._on_rejected, arguments)
-            raise error
+            self._reject(context, key)
         try:
             return callback(context)
         finally:
@@ -209,7 +206,7 @@ class ConcurrencyLimiterStrategy:
             try:
                 pool.pop()
             except IndexError:
-                await self._reject_async(context)
+                await self._reject_async(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return await callback(context)
             finally:
@@ -221,25 +218,22 @@ class ConcurrencyLimiterStrategy:
         if not permits.try_acquire(key) and (
             self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)
         ):
-            error, arguments = reject(self._telemetry, context, key, None)
-            if self._on_rejected is not None:
-                await call_back_async(self._on_rejected, arguments)
-            raise error
+            await self._reject_async(context, key)
         try:
             return await callback(context)
         finally:
             permits.release(key)
 
-    def _reject(self, context: ResilienceContext) -> NoReturn:
-        """Reject an execution of the constant key whose pool is empty (sync)."""
-        error, arguments = reject(self._telemetry, context, self._key, None)  # type: ignore[arg-type]
+    def _reject(self, context: ResilienceContext, key: str) -> NoReturn:
+        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
+        error, arguments = reject(self._telemetry, context, key, None)
         if self._on_rejected is not None:
             call_back(self._on_rejected, arguments)
         raise error
 
-    async def _reject_async(self, context: ResilienceContext) -> NoReturn:
-        """Reject an execution of the constant key whose pool is empty (async)."""
-        error, arguments = reject(self._telemetry, context, self._key, None)  # type: ignore[arg-type]
+    async def _reject_async(self, context: ResilienceContext, key: str) -> NoReturn:
+        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        error, arguments = reject(self._telemetry, context, key, None)
         if self._on_rejected is not None:
             await call_back_async(self._on_rejected, arguments)
         raise error
