@@ -30,7 +30,7 @@ from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import traits_of
 from resilience.telemetry._event import Severity
-from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
+from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource, otel_active
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -509,7 +509,7 @@ class ResiliencePipeline(Closing):
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._source.otel_active())
+            or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
                 return self._execute_observed(plan, context, fn)
@@ -617,7 +617,7 @@ class ResiliencePipeline(Closing):
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._source.otel_active())
+            or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
                 return await self._execute_observed_async(plan, context, fn)
