@@ -8,6 +8,9 @@ process with no execution (imports and build), divided by `--number`.
 Run: `.venv/bin/python benchmarks/instructions.py` (this checkout), or with
 `--against DIR` to compare with another checkout of the project (for example a
 `git worktree add /tmp/before <rev>`): each case is counted in both, side by side.
+`--otel-api` imports the OpenTelemetry API (no SDK, no provider) in the measured process first,
+as any library that instruments itself does (tenacity and pybreaker's environments here): the
+"is anyone listening" check then has the API's globals to read.
 Needs `valgrind` on the PATH; `make bench` does not run it.
 """
 
@@ -39,10 +42,14 @@ CASES = (
     "consecutive sync",
 )
 _COLLECTED = re.compile(r"Collected : (\d+)")
+_OTEL_API = "RESILIENCE_BENCH_OTEL_API"
 
 
 def run_case(strategy: str, mode: str, number: int) -> None:
     """The measured process: build the pipeline, then `number` executions of a trivial callable."""
+    if os.environ.get(_OTEL_API):
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401 - imported is what counts
     from resilience import ResiliencePipelineBuilder
     from resilience.stores import MemoryLockStore
 
@@ -81,10 +88,10 @@ def run_case(strategy: str, mode: str, number: int) -> None:
     asyncio.run(loop())
 
 
-def count(checkout: Path, case: str, number: int) -> int:
+def count(checkout: Path, case: str, number: int, *, otel_api: bool = False) -> int:
     """Instructions of one process of `case` with `number` executions, run from `checkout`."""
     strategy, mode = case.split()
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    env = {**os.environ, "PYTHONPATH": str(checkout), _OTEL_API: "1" if otel_api else ""}
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -104,8 +111,8 @@ def count(checkout: Path, case: str, number: int) -> int:
     return int(found.group(1))
 
 
-def per_execution(checkout: Path, case: str, number: int) -> int:
-    return (count(checkout, case, number) - count(checkout, case, 0)) // number
+def per_execution(checkout: Path, case: str, number: int, *, otel_api: bool = False) -> int:
+    return (count(checkout, case, number, otel_api=otel_api) - count(checkout, case, 0, otel_api=otel_api)) // number
 
 
 def main() -> None:
@@ -113,6 +120,7 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=3000)
     parser.add_argument("--against", type=Path, help="another checkout, counted side by side")
     parser.add_argument("--case", action="append", choices=CASES, help="only these cases")
+    parser.add_argument("--otel-api", action="store_true", help="import the OpenTelemetry API (no SDK) first")
     parser.add_argument("--run", nargs=3, metavar=("STRATEGY", "MODE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -125,12 +133,12 @@ def main() -> None:
     if args.against is None:
         print("| instructions per execution | this checkout |\n|---|---:|")
         for case in cases:
-            print(f"| {case} | {per_execution(ROOT, case, args.number):,} |", flush=True)
+            print(f"| {case} | {per_execution(ROOT, case, args.number, otel_api=args.otel_api):,} |", flush=True)
         return
     print(f"| instructions per execution | {args.against} | this checkout | change |\n|---|---:|---:|---:|")
     for case in cases:
-        before = per_execution(args.against.resolve(), case, args.number)
-        after = per_execution(ROOT, case, args.number)
+        before = per_execution(args.against.resolve(), case, args.number, otel_api=args.otel_api)
+        after = per_execution(ROOT, case, args.number, otel_api=args.otel_api)
         print(f"| {case} | {before:,} | {after:,} | {(after - before) / before:+.1%} |", flush=True)
 
 

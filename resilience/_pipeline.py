@@ -30,7 +30,7 @@ from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import traits_of
 from resilience.telemetry._event import Severity
-from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource
+from resilience.telemetry._source import CAPTURES, LOGGER, TelemetrySource, otel_active
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -509,14 +509,20 @@ class ResiliencePipeline(Closing):
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._source.otel_active())
+            or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
                 return self._execute_observed(plan, context, fn)
             return self._observe(plan, context, fn)
         if plan.strategies:
             context._quiet = True
-            return self._run(plan, context, fn)
+            if plan.ambient or type(fn) is not FunctionType or fn.__code__.co_flags & _ASYNC_FLAGS:
+                return self._run(plan, context, fn)
+            # A plain def through built-in strategies: `_run` inline, one frame less.
+            try:
+                return plan.chain(context)  # type: ignore[no-any-return]
+            finally:
+                call.clear()  # a kept context keeps no argument alive
         # No strategy and nobody listening: the whole execution inline (what "overhead" measures).
         if parent is not None:
             parent.raise_if_aborted()
@@ -611,7 +617,7 @@ class ResiliencePipeline(Closing):
             self._listened
             or LOGGER.isEnabledFor(_INFO)
             or CAPTURES.listeners
-            or (_OTEL in _MODULES and self._source.otel_active())
+            or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
                 return await self._execute_observed_async(plan, context, fn)

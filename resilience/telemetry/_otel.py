@@ -414,8 +414,34 @@ def _recording_span(options: TelemetryOptions) -> Any:
     return span if span.is_recording() else None
 
 
+# The API modules whose globals say whether a provider was set in code, kept once imported
+# (a module stays imported): `is_active` then reads two module attributes, no lookup, no call.
+_metrics_api: Any = None
+_trace_api: Any = None
+
+
+def _api_modules() -> tuple[Any, Any]:
+    global _metrics_api, _trace_api  # noqa: PLW0603 - a process-wide cache, filled once each
+    _metrics_api = _metrics_api or sys.modules.get("opentelemetry.metrics._internal")
+    _trace_api = _trace_api or sys.modules.get("opentelemetry.trace")
+    return _metrics_api, _trace_api
+
+
 def is_active(options: TelemetryOptions) -> bool:
     """Whether an event could reach a meter or a span right now."""
+    if options.meter_provider is None and options.tracer_provider is None:
+        # The common case once anything imported the API: no provider set in code, none named
+        # by the environment. Exactly the cases where both checks below answer None.
+        metrics, trace = _metrics_api, _trace_api
+        if metrics is None or trace is None:
+            metrics, trace = _api_modules()
+        try:
+            if (metrics is None or (metrics._METER_PROVIDER is None and _env_names_provider is False)) and (
+                trace is None or trace._TRACER_PROVIDER is None
+            ):
+                return False
+        except AttributeError:  # an API without these globals: the checks below decide
+            pass
     return _meter_provider(options) is not None or _recording_span(options) is not None
 
 

@@ -21,12 +21,16 @@ if TYPE_CHECKING:
     from resilience._outcome import Outcome
     from resilience.telemetry._options import Listener, SeverityProvider
 
-__all__ = ["CAPTURES", "LOGGER", "Tally", "TelemetrySource"]
+__all__ = ["CAPTURES", "LOGGER", "Tally", "TelemetrySource", "otel_active"]
 
 LOGGER = logging.getLogger("resilience")
 LOGGER.addHandler(logging.NullHandler())
 
 _DEFAULT_OPTIONS = TelemetryOptions()
+
+otel_active = _otel.is_active
+"""`otel_active(options)`: whether an OpenTelemetry provider records anything for `options` (one frame)."""
+
 T = TypeVar("T")
 
 
@@ -102,10 +106,6 @@ class TelemetrySource:
         """
         found = {"pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name, **(tags or {})}
         _otel.observe(metric, owner, read, self.options, {k: v for k, v in found.items() if v is not None})
-
-    def otel_active(self) -> bool:
-        """Whether an OpenTelemetry provider records anything for these options."""
-        return _otel.is_active(self.options)
 
     def execution_span(self, attributes: Mapping[str, str]) -> Any:
         """The execution span's context manager (`trace_executions`), or None when no tracer records."""

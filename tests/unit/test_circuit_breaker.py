@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gc
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -347,6 +348,60 @@ async def test_outcome_of_a_call_started_before_a_transition_is_ignored(clock: F
     with pytest.raises(ConnectionError):
         await slow
     assert provider.state is CircuitState.CLOSED  # the stale failure did not make it two
+
+
+async def test_a_success_started_before_a_transition_is_not_counted_in_the_new_window(clock: FakeTimeProvider) -> None:
+    """A slow success admitted while closed does not count after the circuit opened and closed again."""
+    provider = CircuitBreakerStateProvider()
+    pipeline = build(clock, state_provider=provider)
+    release = asyncio.Event()
+
+    async def slow_success() -> str:
+        await release.wait()
+        return "late"
+
+    slow = asyncio.ensure_future(pipeline.execute_async(slow_success))
+    await asyncio.sleep(0)
+    await trip(pipeline, "async")
+    clock.advance(5)
+    await run(pipeline, lambda: "probe", "async")  # closed again: a fresh window
+    await run(pipeline, lambda: "fresh", "async")  # the new window has a current bucket
+    release.set()
+    assert await slow == "late"
+    await trip(pipeline, "async", times=1)  # 1 failure of 2 calls: the ratio of 0.5 is reached
+    assert provider.state is CircuitState.OPEN  # the stale success would have made it 1 of 3
+
+
+def test_successes_from_many_threads_are_all_counted(clock: FakeTimeProvider) -> None:
+    """Successes counted without the lock, from 8 threads at once: none is lost (one failure then shows the exact ratio)."""
+    threads_count, calls = 8, 2_000
+    successes = threads_count * calls
+    provider = CircuitBreakerStateProvider()
+    # Opens on the failure only if fewer than `successes` were counted: 1/successes > ratio > 1/(successes + 1).
+    pipeline = build(clock, state_provider=provider, failure_ratio=1 / (successes + 0.5), minimum_throughput=2)
+    start = threading.Barrier(threads_count)
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(calls):
+            pipeline.execute(lambda: None)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        workers = [threading.Thread(target=worker) for _ in range(threads_count)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    with pytest.raises(ConnectionError):
+        pipeline.execute(fail)
+    assert provider.state is CircuitState.CLOSED
+    with pytest.raises(ConnectionError):
+        pipeline.execute(fail)  # 2 of successes + 2: the ratio is reached now
+    assert provider.state is CircuitState.OPEN
 
 
 # -- manual control and state provider --------------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal as signal_module
+import sys
 import threading
 import time
 from typing import Any
@@ -105,6 +107,61 @@ def test_limit_at_once_then_reject() -> None:
         thread.join(10)
     assert pipeline.execute(lambda: "free again") == "free again"
     assert len(pipeline.strategies[0]._permits) == 0  # nothing kept for an idle key
+
+
+def test_a_constant_key_without_queue_never_admits_more_than_the_limit() -> None:
+    """Permits taken and given back without a lock, from 8 threads switching as often as they can: never over the limit."""
+    pipeline = ResiliencePipelineBuilder().add_concurrency_limiter(3).build()
+    permits: LocalPermits = pipeline.strategies[0]._permits
+    inside = [0]
+    most = [0]
+    counted = threading.Lock()
+    admitted = [0]
+
+    def body() -> None:
+        with counted:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            admitted[0] += 1
+        time.sleep(0)  # let the others in
+        with counted:
+            inside[0] -= 1
+
+    def worker() -> None:
+        for _ in range(500):
+            with contextlib.suppress(RateLimiterRejectedError):
+                pipeline.execute(body)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert 1 <= most[0] <= 3
+    assert admitted[0] >= 500
+    assert (permits.in_use(), len(permits)) == (0, 0)
+
+
+def test_permits_held_before_a_key_has_its_pool_are_counted_in_it() -> None:
+    """A constant key's pool, made while `try_acquire` holds permits of that key (a reload that changes the key), starts with what is left."""
+    permits = LocalPermits(2, 0, FakeTimeProvider())
+    assert permits.try_acquire("k")  # held through the partition
+    pool = permits.pool("k")
+    assert pool is not None
+    assert len(pool) == 1
+    assert (permits.in_use(), len(permits)) == (1, 1)
+    assert permits.try_acquire("k")  # the partition path takes from the pool now
+    assert not permits.try_acquire("k")
+    assert not pool
+    permits.release("k")
+    permits.release("k")  # both go back to the pool, the one held before it too
+    assert (len(pool), permits.in_use(), len(permits)) == (2, 0, 0)
+    assert LocalPermits(2, 1, FakeTimeProvider()).pool("k") is None  # a queue needs the partitions
 
 
 def test_keys_are_separate_and_a_failure_releases() -> None:

@@ -295,6 +295,38 @@ def test_the_global_sdk_provider_is_used_when_installed() -> None:
     assert "['PipelineExecuting', 'PipelineExecuted']" in out.stdout
 
 
+def test_a_global_provider_set_after_executions_without_one_is_used() -> None:
+    """The quick "no global provider" answer, given while the API had none, does not outlive the providers set later."""
+    code = textwrap.dedent(
+        """
+        from opentelemetry import metrics, trace
+        from resilience import ResiliencePipelineBuilder
+        pipeline = ResiliencePipelineBuilder(name="late").add_retry(handle=KeyError).build()
+        assert pipeline.execute(lambda: 1) == 1  # API imported, no provider: the quick answer
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(tracer_provider)
+        with trace.get_tracer("app").start_as_current_span("request"):
+            pipeline.execute(lambda: None)
+        data = reader.get_metrics_data()
+        names = [m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics]
+        print(names)
+        print([e.name for e in exporter.get_finished_spans()[0].events])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert "resilience.pipeline.duration" in out.stdout
+    assert "'PipelineExecuting'" in out.stdout
+
+
 def test_capture_events_records_from_every_pipeline() -> None:
     """capture_events() sees events of pipelines it was not given, and stops at the block's end."""
     pipeline = PipelineBuilder(name="captured").build()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from resilience._context import new_context
 from resilience._validation import generated_seconds
 from resilience.strategies._common import call_back, call_back_async
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, ConsecutiveFailures, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -197,23 +197,31 @@ class CircuitController:
             return self.core.record(now, ticket, handled=handled, pending_break=self._generator is not None)
 
     def succeeded(self, ticket: int) -> Transition | None:
-        """Count a success (the hot path: a closed circuit just counts it)."""
+        """Count a success (the hot path: a closed circuit just counts it).
+
+        The strategy answers a local consecutive-failures circuit's success with nothing to
+        reset itself, without this call.
+        """
         core = self.core
-        window = core.window
-        # A closed circuit with no failure in a row: the success changes nothing, so neither
-        # the clock nor the lock is needed (state, generation and count are single reads; a
-        # failure counted meanwhile is ordered after this success).
-        if (
-            type(window) is ConsecutiveFailures
-            and not window.count
-            and ticket == core.generation
-            and core.state is _CLOSED
-        ):
-            return None
         now = self._time.monotonic()
+        window = core.window
+        if type(window) is RollingWindow:
+            # The common case without the lock: the bucket current at `now`, read before the
+            # generation (a close after that check resets the window and detaches the bucket,
+            # so a success of an older generation is never counted in a newer window), and
+            # the success counted in it by one atomic step (`Bucket`).
+            bucket = window.current
+            if (
+                bucket is not None
+                and now - bucket.start < window.width
+                and ticket == core.generation
+                and core.state is _CLOSED
+            ):
+                next(bucket.successes)
+                return None
         with self.lock:
             if ticket == core.generation and core.state is _CLOSED:
-                core.window.success(now)
+                window.success(now)
                 return None
             return core.record(now, ticket, handled=False)
 

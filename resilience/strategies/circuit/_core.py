@@ -18,12 +18,13 @@ under its lock and emits the returned `Transition`s after releasing it.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections import deque
 
 from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
 
-__all__ = ["CircuitCore", "CircuitState", "ConsecutiveFailures", "RollingWindow", "Transition"]
+__all__ = ["Bucket", "CircuitCore", "CircuitState", "ConsecutiveFailures", "RollingWindow", "Transition"]
 
 _BUCKETS = 10
 
@@ -67,53 +68,83 @@ class Transition:
         return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"
 
 
-class RollingWindow:
-    """Successes and failures over the last `sampling_duration` seconds, in ten buckets."""
+class Bucket:
+    """One tenth of the window: its start, and the outcomes counted in it.
 
-    __slots__ = ("_bucket", "_buckets", "_failure_ratio", "_minimum_throughput", "_sampling", "_width")
+    Successes are an `itertools.count`, whose step is one C call (atomic under the GIL), so a
+    closed circuit's success is counted without the controller's lock
+    (`CircuitController.succeeded`). Reading the count steps it too: `reads` (kept under the
+    lock) says how many of its steps were reads.
+    """
+
+    __slots__ = ("failures", "reads", "start", "successes")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.successes = itertools.count()
+        self.reads = 0
+        self.failures = 0
+
+    def success_count(self) -> int:
+        """The successes counted so far (under the controller's lock)."""
+        count = next(self.successes) - self.reads
+        self.reads += 1
+        return count
+
+
+class RollingWindow:
+    """Successes and failures over the last `sampling_duration` seconds, in ten buckets.
+
+    `current` and `width` are read without the lock by a success: a bucket that was current
+    at its `now` is the right one to count it in, and one detached meanwhile (a reset, or
+    expired) would not have counted it either.
+    """
+
+    __slots__ = ("_buckets", "_failure_ratio", "_minimum_throughput", "_sampling", "current", "width")
 
     def __init__(self, sampling_duration: float, failure_ratio: float, minimum_throughput: int) -> None:
         self._failure_ratio = failure_ratio
         self._minimum_throughput = minimum_throughput
         self._sampling = sampling_duration
-        self._width = sampling_duration / _BUCKETS
-        self._buckets: deque[list[float]] = deque()
-        self._bucket: list[float] | None = None
+        self.width = sampling_duration / _BUCKETS
+        self._buckets: deque[Bucket] = deque()
+        self.current: Bucket | None = None
 
-    def _current(self, now: float) -> list[float]:
-        bucket = self._bucket
-        if bucket is None or now - bucket[0] >= self._width:
-            bucket = self._bucket = [now, 0, 0]
+    def _current(self, now: float) -> Bucket:
+        bucket = self.current
+        if bucket is None or now - bucket.start >= self.width:
+            bucket = Bucket(now)
             self._buckets.append(bucket)
             self._expire(now)  # only a new bucket can push an old one out
+            self.current = bucket  # published whole: a success reads it without the lock
         return bucket
 
     def _expire(self, now: float) -> None:
         buckets = self._buckets
         sampling = self._sampling
-        while buckets and now - buckets[0][0] >= sampling:
+        while buckets and now - buckets[0].start >= sampling:
             buckets.popleft()
         if not buckets:
-            self._bucket = None
+            self.current = None
 
     def success(self, now: float) -> None:
         """Count a success (or an unhandled failure)."""
-        bucket = self._bucket
-        if bucket is None or now - bucket[0] >= self._width:
+        bucket = self.current
+        if bucket is None or now - bucket.start >= self.width:
             bucket = self._current(now)
-        bucket[1] += 1
+        next(bucket.successes)
 
     def failure(self, now: float) -> None:
         """Count a handled failure."""
-        self._current(now)[2] += 1
+        self._current(now).failures += 1
 
     def health(self, now: float) -> tuple[int, int]:
         """`(throughput, failures)` within the window ending at `now`."""
         self._expire(now)
         total = failures = 0
         for bucket in self._buckets:
-            total += int(bucket[1] + bucket[2])
-            failures += int(bucket[2])
+            total += bucket.success_count() + bucket.failures
+            failures += bucket.failures
         return total, failures
 
     def tripped(self, now: float) -> bool:
@@ -124,7 +155,7 @@ class RollingWindow:
     def reset(self) -> None:
         """Forget everything (the circuit closed)."""
         self._buckets.clear()
-        self._bucket = None
+        self.current = None
 
 
 class ConsecutiveFailures:

@@ -24,7 +24,7 @@ from resilience.strategies.circuit._controller import (
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
 )
-from resilience.strategies.circuit._core import CircuitCore, CircuitState
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, ConsecutiveFailures
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -236,11 +236,19 @@ class CircuitBreakerStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_controller", "_handler")
+    __slots__ = ("_controller", "_handler", "_streak")
 
     def __init__(self, controller: CircuitController, handler: Handler) -> None:
         self._controller = controller
         self._handler = handler
+        window = controller.core.window
+        # A local consecutive-failures circuit whose results are never failures: its closed-state
+        # success with no failure in a row to reset changes nothing, and is decided here without
+        # the controller's call (no clock, no lock: state, generation and count are single reads,
+        # and a failure counted meanwhile is ordered after this success). A shared circuit
+        # counts every success.
+        local = type(controller) is CircuitController and not handler.checks_results
+        self._streak = window if local and type(window) is ConsecutiveFailures else None
 
     @property
     def state(self) -> CircuitState:
@@ -272,6 +280,9 @@ class CircuitBreakerStrategy:
             controller.release(ticket)
             raise
         handler = self._handler
+        streak = self._streak
+        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+            return result  # nothing to reset (see __init__)
         handled = handler.checks_results and handler.result(result)
         transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:
@@ -305,6 +316,9 @@ class CircuitBreakerStrategy:
             controller.release(ticket)
             raise
         handler = self._handler
+        streak = self._streak
+        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+            return result  # nothing to reset (see __init__)
         handled = handler.checks_results and handler.result(result)
         transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
         if transition is not None:

@@ -11,7 +11,7 @@ after the `OnRateLimiterRejected` event and `on_rejected`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
@@ -142,7 +142,7 @@ class ConcurrencyLimiterStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_telemetry", "_wait", "carry_key", "name")
+    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_pool", "_telemetry", "_wait", "carry_key", "name")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         self.name = options.name
@@ -166,6 +166,9 @@ class ConcurrencyLimiterStrategy:
             context.telemetry.observe("resilience.limiter.queued", permits, LocalPermits.queued)
         # Carried permits are observed already, for as long as they live.
         self._permits: LocalPermits = permits
+        # A constant key and no queue: a permit is a token popped from the key's pool and
+        # appended back, no lock (`LocalPermits.pool`).
+        self._pool = permits.pool(self._key) if type(self._key) is str else None
 
     def carry(self) -> tuple[tuple[Any, ...], Any]:
         """`(carry_key, permits)` for the pipeline that replaces this one (a registry's reload)."""
@@ -173,15 +176,22 @@ class ConcurrencyLimiterStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a permit of its key (waiting in the queue if allowed), else reject."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.pop()
+            except IndexError:
+                self._reject(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+            try:
+                return callback(context)
+            finally:
+                pool.append(None)
         key = self._key
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
         permits = self._permits
         if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
-            error, arguments = reject(self._telemetry, context, key, None)
-            if self._on_rejected is not None:
-                call_back(self._on_rejected, arguments)
-            raise error
+            self._reject(context, key)
         try:
             return callback(context)
         finally:
@@ -191,6 +201,16 @@ class ConcurrencyLimiterStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.pop()
+            except IndexError:
+                await self._reject_async(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+            try:
+                return await callback(context)
+            finally:
+                pool.append(None)
         key = self._key
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
@@ -198,14 +218,25 @@ class ConcurrencyLimiterStrategy:
         if not permits.try_acquire(key) and (
             self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)
         ):
-            error, arguments = reject(self._telemetry, context, key, None)
-            if self._on_rejected is not None:
-                await call_back_async(self._on_rejected, arguments)
-            raise error
+            await self._reject_async(context, key)
         try:
             return await callback(context)
         finally:
             permits.release(key)
+
+    def _reject(self, context: ResilienceContext, key: str) -> NoReturn:
+        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
+        error, arguments = reject(self._telemetry, context, key, None)
+        if self._on_rejected is not None:
+            call_back(self._on_rejected, arguments)
+        raise error
+
+    async def _reject_async(self, context: ResilienceContext, key: str) -> NoReturn:
+        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        error, arguments = reject(self._telemetry, context, key, None)
+        if self._on_rejected is not None:
+            await call_back_async(self._on_rejected, arguments)
+        raise error
 
     def __repr__(self) -> str:
         return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self._limit} key={self._key!r}>"

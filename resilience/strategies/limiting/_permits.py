@@ -51,7 +51,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class LocalPermits:
     """`limit` permits per key, up to `queue` waiters per key served first come, first served."""
 
-    __slots__ = ("__weakref__", "_idle", "_limit", "_lock", "_partitions", "_queue", "_time")
+    __slots__ = ("__weakref__", "_idle", "_limit", "_lock", "_partitions", "_pools", "_queue", "_time")
 
     def __init__(self, limit: int, queue: int, time_provider: TimeProvider) -> None:
         self._limit = limit
@@ -62,10 +62,39 @@ class LocalPermits:
         # The last partition forgotten (nothing held, nobody waiting), reused by the next key
         # that starts: an uncontended execution allocates nothing.
         self._idle: _Partition | None = None
+        self._pools: dict[str, deque[None]] = {}
+
+    def pool(self, key: str) -> deque[None] | None:
+        """The permits of a constant `key` as a pool of free tokens, when nobody may queue (`queue=0`).
+
+        Taking a permit is `pool.pop()` (`IndexError`: none is free) and giving it back
+        `pool.append(None)`: one C call each, atomic under the GIL, no lock. A strategy whose key
+        is a constant asks for its pool once; it stays for the permits' life (one per constant
+        key). Permits of `key` held through `try_acquire` meanwhile are taken out of the new pool,
+        and from then on `try_acquire` and `release` of `key` use the pool too. None with a queue:
+        a released permit must then go to the first waiter.
+        """
+        if self._queue:
+            return None
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                partition = self._partitions.pop(key, None)
+                held = 0 if partition is None else partition.held
+                pool = self._pools[key] = deque([None] * max(self._limit - held, 0))
+        return pool
 
     def try_acquire(self, key: str) -> bool:
         """Take a permit of `key` at once if one is free and nobody queues for it."""
         with self._lock:
+            if self._pools:
+                pool = self._pools.get(key)
+                if pool is not None:
+                    try:
+                        pool.pop()  # its own strategy takes from it without the lock
+                    except IndexError:
+                        return False
+                    return True
             partition = self._partitions.get(key)
             if partition is None:
                 partition = self._idle or _Partition()
@@ -79,6 +108,11 @@ class LocalPermits:
     def release(self, key: str) -> None:
         """Give a permit back: to the first waiter, or to the pool (forgetting an idle key)."""
         with self._lock:
+            if self._pools:
+                pool = self._pools.get(key)
+                if pool is not None:
+                    pool.append(None)
+                    return
             partition = self._partitions[key]
             waiters = partition.waiters
             if waiters:
@@ -199,7 +233,8 @@ class LocalPermits:
     def in_use(self) -> int:
         """Permits held now, over every key (`resilience.limiter.in_use`)."""
         with self._lock:
-            return sum(partition.held for partition in self._partitions.values())
+            pooled = sum(self._limit - len(pool) for pool in self._pools.values())
+            return pooled + sum(partition.held for partition in self._partitions.values())
 
     def queued(self) -> int:
         """Callers waiting now, over every key (`resilience.limiter.queued`)."""
@@ -209,4 +244,4 @@ class LocalPermits:
     def __len__(self) -> int:
         """How many keys are in use (held or waited for)."""
         with self._lock:
-            return len(self._partitions)
+            return len(self._partitions) + sum(len(pool) < self._limit for pool in self._pools.values())
