@@ -28,7 +28,6 @@ import heapq
 import inspect
 import itertools
 import logging
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
+from resilience._runtime._threads import on_fork_in_child
 from resilience._signal import Signal
 from resilience._time import sync_call_later, wait_event
 from resilience.exceptions import LockLostError
@@ -905,4 +905,4 @@ def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
         lease._abandon_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)

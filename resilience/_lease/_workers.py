@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from resilience._runtime._threads import on_fork_in_child, start_thread
 from resilience._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class Pool:
         self._threads += 1
         self._progress = TIMER_THREAD.monotonic()
         spare = self._threads if self._threads > self.eager > 1 else 0
-        threading.Thread(target=self._serve, args=(spare,), name=f"resilience-{self.name}", daemon=True).start()
+        start_thread(self._serve, spare, name=f"resilience-{self.name}")
 
     def _check_stall(self) -> None:
         """On the timer thread: jobs still wait and nothing moved for `stall` seconds: add a thread."""
@@ -319,4 +319,4 @@ def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
     _STRONG_POOLS.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)

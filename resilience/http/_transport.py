@@ -39,6 +39,7 @@ import httpx
 
 from resilience._context import current_context
 from resilience._pipeline import require_pipeline
+from resilience._runtime._threads import start_thread
 from resilience.http._classify import REQUEST, authority, discarder, is_response
 from resilience.telemetry._otel import CONTEXT_TAGS
 
@@ -310,9 +311,7 @@ class _Senders:
             inbox.put(job)
             return
         fresh: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        thread = threading.Thread(target=self._work, args=(fresh, job), daemon=True)
-        thread.name = "resilience-http-sender"
-        thread.start()
+        start_thread(self._work, fresh, job, name="resilience-http-sender")
 
     def _work(self, inbox: queue.SimpleQueue[Any], job: Any) -> None:
         while True:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 from typing import TYPE_CHECKING
+
+from resilience._runtime._threads import on_fork_in_child, start_thread
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,8 +59,7 @@ class HedgingPool:
             if self._threads >= self.size:
                 return  # queued: the next thread to finish its job takes it
             self._threads += 1
-        thread = threading.Thread(target=self._work, name="resilience-hedging", daemon=True)
-        thread.start()
+        start_thread(self._work, name="resilience-hedging")
 
     def withdraw(self, job: Callable[[], object]) -> bool:
         """Remove `job` if no thread took it yet; True if it will never run."""
@@ -91,4 +91,4 @@ class HedgingPool:
 POOL = HedgingPool()
 """The process's one hedging pool."""
 
-os.register_at_fork(after_in_child=POOL._reset)  # the parent's threads do not exist in a child
+on_fork_in_child(POOL._reset)  # the parent's threads do not exist in a child
