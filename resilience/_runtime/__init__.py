@@ -2,6 +2,6 @@
 
 `start_thread` starts every thread of the library and `on_fork_in_child` collects every
 module's repair after `os.fork()` (`_threads`); `Pool` is the one thread-pool implementation
-(`_pool`: the lease engine's and hedging's); `Closing` is how an owner of background work
+(`_pool`: the lease engine's, hedging's and the HTTP senders'); `Closing` is how an owner of background work
 stops it. The timer thread still lives beside the clock (`_timers`).
 """
