@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
@@ -50,13 +49,7 @@ from resilience._time import SYSTEM_TIME, lease_clock
 from resilience._validation import Problems
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
-from resilience.stores._protocols import (
-    AsyncLockStore,
-    AsyncSemaphoreStore,
-    LockStore,
-    SemaphoreStore,
-    capabilities_of,
-)
+from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
 from resilience.telemetry._source import TelemetrySource
 
@@ -105,9 +98,11 @@ class _PrefixedStore:
     def __init__(self, inner: Any, prefix: str) -> None:
         self.inner = inner
         self.prefix = prefix + ":"
-        # What the wrapped store declares, its pool included (leases through the view share it).
-        declared = capabilities_of(inner)
-        self.capabilities = replace(declared, pool_key=inner if declared.pool_key is None else declared.pool_key)
+        self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
+        self._answers_inline = getattr(inner, "_answers_inline", False)
+        self._renews_on_timer = getattr(inner, "_renews_on_timer", False)
+        self._fair_queue = getattr(inner, "_fair_queue", False)
+        self._pool_owner = getattr(inner, "_pool_owner", inner)
         # The flavours the wrapped store serves, as it says (the Redis stores do).
         self.has_sync_client: bool = getattr(inner, "has_sync_client", True)
         self.has_async_client: bool = getattr(inner, "has_async_client", True)

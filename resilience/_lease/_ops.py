@@ -22,7 +22,6 @@ from resilience.stores._protocols import (
     SupportsReleaseListener,
     SupportsReleaseNotification,
     SupportsRenewMany,
-    capabilities_of,
 )
 
 if TYPE_CHECKING:
@@ -56,8 +55,7 @@ class StoreOps:
         self.store = store
         # Whose thread pool runs the background calls: the store itself, or the store a
         # primitive's prefixing view wraps.
-        capabilities = capabilities_of(store)
-        self.pool_owner: object = store if capabilities.pool_key is None else capabilities.pool_key
+        self.pool_owner: object = getattr(store, "_pool_owner", store)
         self.has_sync = isinstance(store, sync_protocol)
         self.has_async = isinstance(store, async_protocol)
         self.lease_info = isinstance(store, SupportsLeaseInfo)
@@ -73,10 +71,10 @@ class StoreOps:
         self.renews_many_async = isinstance(store, AsyncSupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
-        self.inline = capabilities.answers_inline and self.has_sync
+        self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
         # A batch of renewals the sync runtime may send right on its timer thread: the memory
         # stores' own `renew_many` (never a subclass's, never user code).
-        self.renews_on_timer = self.inline and self.renews_many and capabilities.renews_on_timer
+        self.renews_on_timer = self.inline and self.renews_many and bool(getattr(store, "_renews_on_timer", False))
         # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
         # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[..., Callable[[], None]] | None = (
@@ -85,7 +83,7 @@ class StoreOps:
         # A store that queues its waiters (`acquire_or_queue`, and an `owner` for its release
         # notification): a waiter joins the queue, sleeps until its turn, and leaves the queue
         # with `release` when it gives up.
-        self.fair = capabilities.fair_queue
+        self.fair = False
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
@@ -167,6 +165,7 @@ class LockOps(StoreOps):
 
     def __init__(self, store: Any) -> None:
         super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
+        self.fair = bool(getattr(store, "_fair_queue", False))
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.queue`."""
@@ -202,10 +201,10 @@ class SemaphoreOps(StoreOps):
         super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore)
         self.limit = limit
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
-        # Fair waiting (`fair`) as a lock's: a free slot goes to the first (limit - holders) waiters.
-        takes_limit = capabilities_of(store).lease_info_takes_limit
-        self.lease_info = self.lease_info and takes_limit
-        self.lease_info_async = self.lease_info_async and takes_limit
+        self.lease_info = self.lease_info and getattr(store, "_lease_info_takes_limit", False)
+        self.lease_info_async = self.lease_info_async and getattr(store, "_lease_info_takes_limit", False)
+        # Fair waiting as a lock's: a free slot goes to the first (limit - holders) waiters.
+        self.fair = bool(getattr(store, "_fair_queue", False))
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.queue` (`acquire_or_queue` with the limit)."""

@@ -17,11 +17,9 @@ import itertools
 import math
 import threading
 import weakref
-from dataclasses import replace
 from typing import TYPE_CHECKING, Self
 
 from resilience._time import SYSTEM_TIME, lease_clock
-from resilience.stores._protocols import StoreCapabilities
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -72,22 +70,22 @@ def _live_queue(queues: dict[str, dict[str, float]], key: str, now: float) -> di
 class _MemoryStore:
     """What both memory stores share: the clock, the token counter, waiters and the sweep."""
 
-    capabilities: StoreCapabilities = StoreCapabilities(answers_inline=True, renews_on_timer=True)
-    """Its async methods never suspend, so the engine may call the sync ones instead; its
-    `renew_many` is a few dict updates under its lock, so the sync runtime may run a batch on
-    its timer thread (not a subclass's own renewal code, which could block every lease)."""
+    _lease_info_takes_limit = False
+    _answers_inline = True
+    """Its async methods never suspend, so the engine may call the sync ones instead."""
+    _renews_on_timer = True
+    """Its `renew_many` is a few dict updates under its lock: the sync runtime may run a batch
+    on its timer thread. Not a subclass's own renewal code, which could block every lease."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__module__ == __name__:
-            return
         # A subclass that overrides an async method may suspend there (a test double does).
-        if any(name.endswith("_async") for name in vars(cls)):
-            cls.capabilities = replace(cls.capabilities, answers_inline=False)
-        if "renew" in vars(cls) and "renew_many" not in vars(cls):
+        if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
+            cls._answers_inline = False
+        if cls.__module__ != __name__ and "renew" in vars(cls) and "renew_many" not in vars(cls):
             cls.renew_many = None  # type: ignore[assignment] # not offered: the engine calls its `renew` for each
-        if "renew_many" in vars(cls):
-            cls.capabilities = replace(cls.capabilities, renews_on_timer=False)
+        if cls.__module__ != __name__ and "renew_many" in vars(cls):
+            cls._renews_on_timer = False
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
@@ -237,8 +235,8 @@ class MemoryLockStore(_MemoryStore):
     `RedisLockStore`: a free lock goes to the longest-waiting live waiter (`acquire_or_queue`).
     """
 
-    capabilities = StoreCapabilities(fair_queue=True, answers_inline=True, renews_on_timer=True)
-    """Waiters queue in the store (`acquire_or_queue`); the memory stores' own abilities too."""
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
@@ -428,10 +426,9 @@ class MemorySemaphoreStore(_MemoryStore):
     (limit - holders) live waiters (`acquire_or_queue`).
     """
 
-    capabilities = StoreCapabilities(
-        fair_queue=True, answers_inline=True, renews_on_timer=True, lease_info_takes_limit=True
-    )
-    """Waiters queue in the store (`acquire_or_queue`); its `acquire_or_ttl` takes the limit."""
+    _lease_info_takes_limit = True
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)

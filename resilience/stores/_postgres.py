@@ -21,7 +21,6 @@ from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
-from resilience.stores._protocols import StoreCapabilities
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,6 +86,7 @@ class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
     _kind: str = "PostgresStore"
+    _lease_info_takes_limit = False
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -480,8 +480,8 @@ class PostgresSemaphoreStore(_PostgresStore):
     """
 
     _kind = "PostgresSemaphoreStore"
-    capabilities = StoreCapabilities(lease_info_takes_limit=True)
-    """Its `acquire_or_ttl` takes the `limit` too."""
+    _lease_info_takes_limit = True
+    """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
 
     def __init__(
         self, conninfo_or_pool: Any = None, *, async_pool: Any = None, table: str = "resilience_semaphores"

@@ -23,7 +23,6 @@ from resilience._runtime._closing import Closing
 from resilience._validation import MAX_DURATION
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
-from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
@@ -453,8 +452,6 @@ class _RedisStore(Closing):
     """
 
     _kind: str = "RedisStore"
-    _counts_holders = False
-    """A semaphore store: its `acquire_or_ttl` takes the limit too (`StoreCapabilities`)."""
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
         clients = self._clients = RedisClients(self._kind, client, async_client, prefix)
@@ -462,11 +459,7 @@ class _RedisStore(Closing):
         self._sync = clients.sync
         # Whose thread pool runs the lease engine's background calls: one per client (per
         # connection pool), however many stores are made on it (`lock(client)` per request).
-        self.capabilities = StoreCapabilities(
-            fair_queue=True,
-            lease_info_takes_limit=self._counts_holders,
-            pool_key=None if client is None else getattr(client, "connection_pool", client),
-        )
+        self._pool_owner: object = self if client is None else getattr(client, "connection_pool", client)
         self._async = clients.async_
 
         self._publish: dict[bool, str] = {}
@@ -646,6 +639,9 @@ class RedisLockStore(_RedisStore):
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
 
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+
     def key(self, key: str) -> str:
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
@@ -799,7 +795,10 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    _counts_holders = True
+    _lease_info_takes_limit = True
+    """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
+    _fair_queue = True
+    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)
