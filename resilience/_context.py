@@ -8,11 +8,11 @@ abort (timeout, lock) or renumber attempts (retry), derives a child with the sam
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, overload
 
+from resilience._runtime._threads import on_fork_in_child
 from resilience._signal import Signal
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _new_link_lock_after_fork() -> None:
     _LINK_LOCK = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_new_link_lock_after_fork)
+on_fork_in_child(_new_link_lock_after_fork)
 
 
 class ResilienceProperties:

@@ -19,10 +19,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import threading
 from typing import TYPE_CHECKING
 
+from resilience._runtime._threads import on_fork_in_child
 from resilience._validation import Duration, to_seconds
 from resilience.exceptions import OperationAbortedError, ValidationError
 
@@ -47,7 +47,7 @@ def _new_lock_after_fork() -> None:
     _LOCK = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_new_lock_after_fork)
+on_fork_in_child(_new_lock_after_fork)
 
 
 class Signal:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random as _random
 import time as _time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -12,6 +13,8 @@ from resilience._timers import TIMER_THREAD
 if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any
 
 __all__ = [
     "SYSTEM_TIME",
@@ -19,8 +22,10 @@ __all__ = [
     "TimeProvider",
     "TimerHandle",
     "lease_clock",
+    "monotonic_source",
     "sync_call_later",
     "wait_event",
+    "wait_future",
 ]
 
 
@@ -40,6 +45,11 @@ class TimeProvider(Protocol):
     `monotonic()` measures durations; `time()` is wall-clock seconds since the epoch (only for
     display). `call_later` runs a quick callback after `delay` seconds, on a thread or loop of
     the provider's choosing. `random()` is the source of jitter (seedable in tests).
+
+    The clock owns waiting: every wait of the library (a sleep, a wait for a release, a permit
+    or an abort, bounded by a timeout) is one of its four waits, so a clock whose time is not
+    real (`FakeTimeProvider`) decides what waiting means. A class that subclasses
+    `TimeProvider` inherits `wait` and `wait_async` built on `call_later`.
     """
 
     def monotonic(self) -> float:
@@ -58,6 +68,18 @@ class TimeProvider(Protocol):
         """Suspend the calling task for `seconds`."""
         ...
 
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Block until `event` is set (True) or `timeout` seconds pass (False).
+
+        `event` is the caller's own one-shot wake-up: a clock may set it itself when the
+        timeout falls due, so the caller tells why it woke from its own state.
+        """
+        return wait_event(self, event, timeout)
+
+    async def wait_async(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """Suspend until `future` is done (True) or `timeout` seconds pass (False); `future` is left as it is."""
+        return await wait_future(self, future, timeout)
+
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Run `callback()` once, `delay` seconds from now, unless cancelled."""
         ...
@@ -65,6 +87,31 @@ class TimeProvider(Protocol):
     def random(self) -> _random.Random:
         """The random source for jitter."""
         ...
+
+
+async def wait_future(provider: TimeProvider, future: asyncio.Future[Any], timeout: float) -> bool:
+    """`TimeProvider.wait_async` on `provider`'s own timers (which may fire on any thread)."""
+    if future.done():
+        return True
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def expire() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(wake)
+
+    future.add_done_callback(wake)
+    timer = provider.call_later(timeout, expire)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()
 
 
 class SystemTimeProvider:
@@ -94,6 +141,16 @@ class SystemTimeProvider:
     async def sleep_async(self, seconds: float) -> None:
         """`asyncio.sleep`."""
         await asyncio.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """`event.wait(timeout)`: real time, no timer."""
+        return event.wait(max(timeout, 0.0))
+
+    async def wait_async(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """`asyncio.wait` on `future` (never cancelled), real time."""
+        if not future.done():
+            await asyncio.wait((future,), timeout=max(timeout, 0.0))
+        return future.done()
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Schedule on the running loop if there is one, else on the shared timer thread."""
@@ -167,16 +224,35 @@ def sync_call_later(time_provider: TimeProvider, delay: float, callback: Callabl
     return time_provider.call_later(delay, callback)
 
 
-def wait_event(time_provider: TimeProvider, event: threading.Event, seconds: float) -> None:
-    """Block until `event` is set or `seconds` pass on `time_provider`'s clock.
+def wait_event(time_provider: TimeProvider, event: threading.Event, timeout: float) -> bool:
+    """Block until `event` is set (True) or `timeout` seconds pass on `time_provider`'s timers (False).
 
-    The system clock is real time: a plain timed wait, no timer.
+    A wait that never moves an auto-advancing clock: what sets `event` is work on another
+    thread, not a timer. The system clock waits in real time, without a timer; any other clock
+    sets `event` itself when its timer fires (the caller's one-shot event).
     """
     if isinstance(time_provider, SystemTimeProvider):
-        event.wait(seconds)
-        return
-    timer = time_provider.call_later(seconds, event.set)
+        return event.wait(max(timeout, 0.0))
+    if event.is_set():
+        return True
+    fired: list[bool] = []
+
+    def expire() -> None:
+        fired.append(True)
+        event.set()
+
+    timer = time_provider.call_later(timeout, expire)
     try:
         event.wait()
     finally:
         timer.cancel()
+    return not fired
+
+
+def monotonic_source(time_provider: TimeProvider) -> ModuleType | TimeProvider:
+    """What to call `.monotonic()` on for `time_provider`'s clock, the cheapest way.
+
+    The system clock is read through the `time` module at call time (freezegun still moves
+    it) without the provider's method frame; any other provider is itself.
+    """
+    return _time if type(time_provider) is SystemTimeProvider else time_provider

@@ -10,12 +10,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import sys
 import threading
 import time
 import types
 from typing import TYPE_CHECKING
+
+from resilience._runtime._threads import on_fork_in_child, start_thread
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,8 +108,7 @@ class TimerThread:
                 self.cancelled = 0
             heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-                self._thread.start()
+                self._thread = start_thread(self._serve, name=self._name)
             elif self._heap[0][2] is handle:
                 self._cond.notify()
         return handle
@@ -143,4 +143,4 @@ class TimerThread:
 
 
 TIMER_THREAD = TimerThread()
-os.register_at_fork(after_in_child=TIMER_THREAD._after_fork_in_child)
+on_fork_in_child(TIMER_THREAD._after_fork_in_child)

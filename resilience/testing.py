@@ -16,10 +16,12 @@ import random as _random
 import threading
 from typing import TYPE_CHECKING, Final
 
+from resilience._time import wait_event, wait_future
 from resilience.telemetry._source import CAPTURES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from typing import Any
 
     from resilience.telemetry._event import TelemetryEvent
 
@@ -44,13 +46,14 @@ class _FakeTimer:
 
 
 class FakeTimeProvider:
-    """A clock that moves only when told to (or, with `auto_advance`, when something sleeps).
+    """A clock that moves only when told to (or, with `auto_advance`, when something waits on it).
 
     - `advance(seconds)` moves the clock forward, running every `call_later` callback and waking
       every sleeper that falls due, in deadline order, with the clock set to each deadline.
     - `auto_advance=True`: `sleep`/`sleep_async` move the clock by the slept time instead of
-      blocking, so a test that "waits" ten minutes finishes at once. Meant for single-flow
-      tests; when background work (lease renewal) shares the clock, advance by hand.
+      blocking, and `wait`/`wait_async` move it until what they wait for happens or the
+      timeout is reached, so a test that "waits" ten minutes finishes at once. Meant for
+      single-flow tests; when background work (lease renewal) shares the clock, advance by hand.
     - `seed` makes `random()` (and so jitter) deterministic.
 
     Thread-safe: a sleeper in one thread is woken by `advance` from another.
@@ -96,31 +99,31 @@ class FakeTimeProvider:
             raise ValueError(msg)
         with self._lock:
             target = self._now + seconds
-        while True:
-            with self._lock:
-                if not self._timers or self._timers[0][0] > target:
-                    self._now = max(self._now, target)
-                    return
-                when, _, timer = heapq.heappop(self._timers)
-                self._now = max(self._now, when)
-                callback = timer.take()
-            if callback is not None:
-                try:
-                    callback()
-                except Exception:
-                    _logger.exception("a timer callback raised")
+        while self._step(target):
+            pass
+
+    def _step(self, target: float) -> bool:
+        """Fire the next timer due by `target` (True), or move the clock to `target` (False)."""
+        with self._lock:
+            if not self._timers or self._timers[0][0] > target:
+                self._now = max(self._now, target)
+                return False
+            when, _, timer = heapq.heappop(self._timers)
+            self._now = max(self._now, when)
+            callback = timer.take()
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                _logger.exception("a timer callback raised")
+        return True
 
     def sleep(self, seconds: float) -> None:
         """Advance (auto mode) or block until another thread advances the clock past the deadline."""
         if self.auto_advance:
             self.advance(max(seconds, 0.0))
             return
-        woken = threading.Event()
-        timer = self.call_later(seconds, woken.set)
-        try:
-            woken.wait()
-        finally:
-            timer.cancel()
+        self.wait(threading.Event(), seconds)
 
     async def sleep_async(self, seconds: float) -> None:
         """Advance (auto mode) or suspend until the clock is advanced past the deadline."""
@@ -128,25 +131,37 @@ class FakeTimeProvider:
             self.advance(max(seconds, 0.0))
             await asyncio.sleep(0)
             return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        await self.wait_async(asyncio.get_running_loop().create_future(), seconds)
 
-        def wake() -> None:
-            loop.call_soon_threadsafe(_resolve, future)
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Block until `event` is set or the clock reaches the timeout.
 
-        timer = self.call_later(seconds, wake)
-        try:
-            await future
-        finally:
-            timer.cancel()
+        In auto mode the wait moves the clock instead, timer by timer, and stops at the one
+        that sets `event`.
+        """
+        if not self.auto_advance:
+            return wait_event(self, event, timeout)
+        target = self._now + max(timeout, 0.0)
+        while not event.is_set() and self._step(target):
+            pass
+        return event.is_set()
+
+    async def wait_async(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """Suspend until `future` is done or the clock reaches the timeout.
+
+        In auto mode the wait moves the clock instead, timer by timer, letting the loop run
+        between them, and stops once `future` is done.
+        """
+        if not self.auto_advance:
+            return await wait_future(self, future, timeout)
+        target = self._now + max(timeout, 0.0)
+        # A wake-up lands through the loop, so the loop runs between two timers.
+        while not future.done() and self._step(target):  # noqa: ASYNC110
+            await asyncio.sleep(0)
+        return future.done()
 
     def __repr__(self) -> str:
         return f"FakeTimeProvider(now={self._now!r}, auto_advance={self.auto_advance!r})"
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 @contextlib.contextmanager

@@ -363,11 +363,9 @@ async def _wait(
 async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, *, owner: str | None) -> bool:
     """Wait for a release notification (for a queued `owner`: its turn), or just sleep.
 
-    True when a release ended the wait. A fake clock that moves when slept on
-    (`auto_advance`) is slept on: nothing else would ever advance it to the timeout of a
-    notification wait.
+    True when a release ended the wait.
     """
-    if ops.notify_async and not getattr(time_provider, "auto_advance", False):
+    if ops.notify_async:
         return await ops.wait_released_async(key, seconds, owner)
     await time_provider.sleep_async(seconds)
     return False

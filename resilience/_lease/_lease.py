@@ -28,7 +28,6 @@ import heapq
 import inspect
 import itertools
 import logging
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -37,8 +36,9 @@ from typing import TYPE_CHECKING
 
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
+from resilience._runtime._threads import on_fork_in_child
 from resilience._signal import Signal
-from resilience._time import SystemTimeProvider, sync_call_later, wait_event
+from resilience._time import sync_call_later, wait_event
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -750,23 +750,14 @@ def _sync_wait(
                 break
         signal.raise_if_aborted()
         return released
-    if getattr(time_provider, "auto_advance", False):
-        time_provider.sleep(seconds)  # a fake clock that moves when slept on
-        signal.raise_if_aborted()
-        return False
     registered = wake is not None
     wake = wake or _Wake()
     woken = wake.event
-    timer = (
-        None if isinstance(time_provider, SystemTimeProvider) else sync_call_later(time_provider, seconds, woken.set)
-    )
     remove_signal = signal._add_wakeup(lambda _reason: woken.set())
     remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
     try:
-        woken.wait(seconds if timer is None else None)
+        time_provider.wait(woken, seconds)
     finally:
-        if timer is not None:
-            timer.cancel()
         remove_signal()
         if remove_listener is not None:
             remove_listener()
@@ -917,4 +908,4 @@ def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
         lease._abandon_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)

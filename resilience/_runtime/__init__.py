@@ -1,4 +1,7 @@
-"""The background runtime's shared pieces (private): how an owner of background work stops it.
+"""The background runtime's shared pieces (private): threads, pools, the one fork hook, closing.
 
-The timer thread and the pools still live beside their users (`_timers`, `_lease/_workers`).
+`start_thread` starts every thread of the library and `on_fork_in_child` collects every
+module's repair after `os.fork()` (`_threads`); `Pool` is the one thread-pool implementation
+(`_pool`: the lease engine's, hedging's and the HTTP senders'); `Closing` is how an owner of background work
+stops it. The timer thread still lives beside the clock (`_timers`).
 """

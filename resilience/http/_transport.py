@@ -30,7 +30,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-import queue
+import sys
 import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -39,6 +39,8 @@ import httpx
 
 from resilience._context import current_context
 from resilience._pipeline import require_pipeline
+from resilience._runtime._pool import Pool
+from resilience._runtime._threads import on_fork_in_child
 from resilience.http._classify import REQUEST, authority, discarder, is_response
 from resilience.telemetry._otel import CONTEXT_TAGS
 
@@ -288,49 +290,12 @@ class _Exchange:
         return response
 
 
-class _Senders:
-    """Threads that send the requests of abortable sync attempts; idle ones are reused.
-
-    Not capped: an abandoned send keeps its thread until httpx's own timeout (the attempt's
-    deadline) or the answer ends it, and a cap would queue fresh attempts behind such losers.
-    A thread idle for 30 s ends.
-    """
-
-    _IDLE: Final = 30.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Any]] = []
-
-    def submit(self, job: Any) -> None:
-        """Run `job()` on an idle sender, or a new one."""
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is not None:
-            inbox.put(job)
-            return
-        fresh: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        thread = threading.Thread(target=self._work, args=(fresh, job), daemon=True)
-        thread.name = "resilience-http-sender"
-        thread.start()
-
-    def _work(self, inbox: queue.SimpleQueue[Any], job: Any) -> None:
-        while True:
-            job()
-            job = None
-            with self._lock:
-                self._idle.append(inbox)
-            try:
-                job = inbox.get(timeout=self._IDLE)
-            except queue.Empty:
-                with self._lock:
-                    if inbox in self._idle:
-                        self._idle.remove(inbox)
-                        return
-                job = inbox.get()  # taken by `submit` just now: its job is on the way
-
-
-_SENDERS: Final = _Senders()
+# Threads that send the requests of abortable sync attempts; idle ones are reused. Not capped:
+# an abandoned send keeps its thread until httpx's own timeout (the attempt's deadline) or the
+# answer ends it, and a cap would queue fresh attempts behind such losers. Idle for 30 s, a
+# sender ends.
+_SENDERS: Final = Pool("http-sender", sys.maxsize)
+on_fork_in_child(_SENDERS._reset)  # the parent's senders do not exist in a child
 
 
 class _Send:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import functools
 import threading
-import time as _time_module
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from resilience._time import SYSTEM_TIME, SystemTimeProvider
+from resilience._time import SYSTEM_TIME, monotonic_source
 from resilience.exceptions import ValidationError
 from resilience.limiters._algorithms import check_take, fixed_window, sliding_window, token_bucket, typed
 
@@ -132,9 +131,7 @@ class MemoryRateLimitStore:
         if algorithm == "fixed_window":
             return functools.partial(self._fixed_window, per=per, limit=limit, permits=1)
         lock = self._lock
-        # The system clock read through its module at call time (freezegun still moves it),
-        # without the provider's method frame: a tenth of the decision.
-        clock = _time_module if type(self._time) is SystemTimeProvider else self._time
+        clock = monotonic_source(self._time)  # without the provider's method frame: a tenth of the decision
         buckets = self._buckets  # swept in place, never replaced
         decide = token_bucket
 

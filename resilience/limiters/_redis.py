@@ -7,17 +7,18 @@ NOSCRIPT answer). redis-py is never imported here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
+from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, typed
 from resilience.limiters._redis_scripts import SCRIPTS
-from resilience.stores._redis import _RedisStore
+from resilience.stores._redis import RedisClients, flavoured
 
 __all__ = ["RedisRateLimitStore"]
 
 
-class RedisRateLimitStore(_RedisStore):
+class RedisRateLimitStore(Closing):
     """A rate-limit store over Redis: one key per partition, one script call per decision.
 
     Args:
@@ -33,13 +34,38 @@ class RedisRateLimitStore(_RedisStore):
     stay yours (`close()` closes nothing of them).
     """
 
-    _kind = "RedisRateLimitStore"
-    _sync_methods = ("take",)
-    _async_methods = ("take_async",)
+    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> Self:  # noqa: ARG004
+        """An instance of `cls`, or of its variant without the flavour that has no client (`flavoured`)."""
+        return super().__new__(flavoured(cls, client, async_client, ("take", "take_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> None:
-        super().__init__(client, async_client, prefix)
+        clients = self._clients = RedisClients("RedisRateLimitStore", client, async_client, prefix)
+        self._prefix = prefix
+        self._sync = clients.sync
+        self._async = clients.async_
         self._prepared: dict[tuple[object, ...], tuple[Any, list[object]]] = {}
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: a partition's key is `<prefix>:<algorithm>:<key>`."""
+        return self._prefix
+
+    @property
+    def has_sync_client(self) -> bool:
+        """Whether `take` works (a `client=` was given)."""
+        return self._sync is not None
+
+    @property
+    def has_async_client(self) -> bool:
+        """Whether `take_async` works (an `async_client=` was given)."""
+        return self._async is not None
+
+    def close(self) -> None:
+        """Nothing to stop: the clients stay open (they are yours)."""
+        self._clients.close()
+
+    def __repr__(self) -> str:
+        return self._clients.describe(self)
 
     def key(self, key: str, algorithm: str = "token_bucket") -> str:
         """The Redis key of partition `key` under `algorithm`."""
@@ -79,7 +105,7 @@ class RedisRateLimitStore(_RedisStore):
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._sync if self._sync is not None else self._sync_client("take")
+        runner = self._sync if self._sync is not None else self._clients.sync_runner("take")
         return int(runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
@@ -93,5 +119,5 @@ class RedisRateLimitStore(_RedisStore):
     ) -> float:
         """See `take`."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._async if self._async is not None else self._async_client("take_async")
+        runner = self._async if self._async is not None else self._clients.async_runner("take_async")
         return int(await runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000

@@ -60,8 +60,8 @@ from resilience.stores import (
     SupportsInspection,
     SupportsPermits,
 )
-from resilience.stores._memory import _MemoryStore
-from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, _is_asyncio_client, _is_client
+from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
+from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
 from resilience.telemetry._source import TelemetrySource
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def _is_asyncio_client_class(cls: type) -> bool:
 
 def _is_store(client: object) -> bool:
     """A lock or semaphore store (which kind is checked by `_check_store_kind`)."""
-    if _is_client(client) or isinstance(client, type):
+    if redis_client_kind(client) is not None or isinstance(client, type):
         return False
     return isinstance(client, LockStore | AsyncLockStore | SemaphoreStore | AsyncSemaphoreStore)
 
@@ -552,8 +552,10 @@ class Locks(Closing):
             self._owns_store = True
             self._key_prefix = ""  # the store made from the client applies the prefix itself
         if time_provider is None:
-            time_provider = client.time_provider if isinstance(client, _MemoryStore) else SYSTEM_TIME
-        elif isinstance(client, _MemoryStore) and client.time_provider is not time_provider:
+            time_provider = (
+                client.time_provider if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else SYSTEM_TIME
+            )
+        elif isinstance(client, MemoryLockStore | MemorySemaphoreStore) and client.time_provider is not time_provider:
             msg = (
                 "time_provider: a memory store must use the primitive's time provider (leases expire on its "
                 "clock): create it with MemoryLockStore(time_provider) or leave time_provider=None"
@@ -581,8 +583,8 @@ class Locks(Closing):
         return LockOps(store)
 
     def _store_from_client(self, client: object, prefix: str) -> object:
-        if _is_client(client):
-            is_async = _is_asyncio_client(client)
+        if kind := redis_client_kind(client):
+            is_async = kind == "async"
         elif callable(client) or inspect.isawaitable(client):
             is_async = _is_async_source(client)
         else:

@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
-from resilience._time import SYSTEM_TIME, SystemTimeProvider, lease_clock, sync_call_later
+from resilience._time import SYSTEM_TIME, lease_clock
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, lock_mode
 
@@ -199,27 +199,13 @@ class _MemoryStore:
         if self._is_free(key, owner, limit, permits):
             return True
         woken = threading.Event()
-        released: list[bool] = []
-
-        def on_release() -> None:
-            released.append(True)
-            woken.set()
-
-        remove = self.add_release_listener(key, on_release, owner)
+        remove = self.add_release_listener(key, woken.set, owner)
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            if isinstance(self._time_provider, SystemTimeProvider):
-                woken.wait(max(timeout, 0.0))
-            else:
-                timer = sync_call_later(self._time_provider, timeout, woken.set)
-                try:
-                    woken.wait()
-                finally:
-                    timer.cancel()
+            return self._time_provider.wait(woken, timeout)
         finally:
             remove()
-        return bool(released)
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -228,28 +214,22 @@ class _MemoryStore:
         if self._is_free(key, owner, limit, permits):
             return True
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        future: asyncio.Future[None] = loop.create_future()
 
-        def settle(value: bool) -> None:
+        def settle() -> None:
             if not future.done():
-                future.set_result(value)
+                future.set_result(None)
 
         def on_release() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(settle, True)  # noqa: FBT003
-
-        def on_timeout() -> None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, False)  # noqa: FBT003
+                loop.call_soon_threadsafe(settle)
 
         remove = self.add_release_listener(key, on_release, owner)
-        timer = self._time_provider.call_later(timeout, on_timeout)
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return await future
+            return await self._time_provider.wait_async(future, timeout)
         finally:
-            timer.cancel()
             remove()
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:

@@ -23,6 +23,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from resilience._runtime._threads import start_thread
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -130,10 +132,7 @@ class SyncReleaseListener:
             if self._closed or time.monotonic() < self._failed_at + _RETRY_AFTER:
                 return None
             self._ready = threading.Event()
-            self._thread = threading.Thread(
-                target=self._run, args=(self._ready,), name=f"resilience-pg-{self._channel}", daemon=True
-            )
-            self._thread.start()
+            self._thread = start_thread(self._run, self._ready, name=f"resilience-pg-{self._channel}")
         return self._ready
 
     def _run(self, ready: threading.Event) -> None:

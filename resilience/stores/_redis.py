@@ -18,7 +18,7 @@ import math
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 from resilience._runtime._closing import Closing
 from resilience._validation import MAX_DURATION
@@ -37,7 +37,15 @@ from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseLis
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
-__all__ = ["RedisLockStore", "RedisSemaphoreStore", "companions", "live_waiters"]
+__all__ = [
+    "RedisClients",
+    "RedisLockStore",
+    "RedisSemaphoreStore",
+    "companions",
+    "flavoured",
+    "live_waiters",
+    "redis_client_kind",
+]
 
 _ASKED_KEPT: Final = 100_000
 """At most this many refused async attempts remembered for their waits (a lock store's `_asked`)."""
@@ -48,6 +56,13 @@ _ASYNC_HINT: Final = "async_client=redis.asyncio.Redis(...), an awaitable or a f
 def _is_client(value: object) -> bool:
     """A client instance (a class such as `redis.Redis` itself is a factory, not a client)."""
     return not isinstance(value, type) and callable(getattr(value, "evalsha", None))
+
+
+def redis_client_kind(value: object) -> Literal["sync", "async"] | None:
+    """Whether `value` is a sync or an asyncio Redis client (told apart by class), or neither (None)."""
+    if not _is_client(value):
+        return None
+    return "async" if _is_asyncio_client(value) else "sync"
 
 
 def _is_pipeline(value: object) -> bool:
@@ -422,15 +437,84 @@ def _renewed(replies: list[Any]) -> list[bool | Exception]:
     return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
 
-_VARIANTS: dict[tuple[type, bool, bool], type] = {}
+_VARIANTS: dict[tuple[type, tuple[str, ...]], type] = {}
+_S = TypeVar("_S")
 
 
 def _nothing() -> None:
     """The remover of a listener that was never added."""
 
 
+class RedisClients:
+    """The clients of a Redis store, checked once: what every Redis store holds, by composition.
+
+    `sync` and `async_` run the scripts on the client given for each flavour (None without
+    one); `sync_runner(method)` and `async_runner(method)` return them or raise the
+    `ValidationError` naming the client `method` needs. `kind` names the store in errors,
+    `prefix` is its (non-empty) key namespace.
+    """
+
+    __slots__ = ("async_", "kind", "prefix", "sync")
+
+    def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
+        if client is None and async_client is None:
+            msg = f"{kind}: pass a sync client ({_SYNC_HINT}) and/or an asyncio client ({_ASYNC_HINT})"
+            raise ValidationError(msg)
+        given: object = prefix  # checked at run time: callers need not be typed
+        if not isinstance(given, str) or not given:
+            msg = f"{kind}: prefix must be a non-empty str, got {prefix!r}"
+            raise ValidationError(msg)
+        self.kind = kind
+        self.prefix = prefix
+        self.sync = None if client is None else _SyncClient(client, kind)
+        self.async_ = None if async_client is None else _AsyncClient(async_client, kind)
+
+    def sync_runner(self, method: str) -> _SyncClient:
+        """The sync client's runner, or the `ValidationError` saying `method` needs one."""
+        if self.sync is None:
+            msg = f"{self.kind}.{method} needs a sync client: pass {_SYNC_HINT}"
+            raise ValidationError(msg)
+        return self.sync
+
+    def async_runner(self, method: str) -> _AsyncClient:
+        """The asyncio client's runner, or the `ValidationError` saying `method` needs one."""
+        if self.async_ is None:
+            msg = f"{self.kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
+            raise ValidationError(msg)
+        return self.async_
+
+    def close(self) -> None:
+        """Close an awaitable async client that was never awaited (the clients stay open: they are yours)."""
+        if self.async_ is not None:
+            self.async_.discard_pending()
+
+    def describe(self, store: object) -> str:
+        """`store`'s repr: its class, prefix and flavours."""
+        flavours = [name for name, side in (("sync", self.sync), ("async", self.async_)) if side is not None]
+        return f"{type(store).__name__}(prefix={self.prefix!r}, flavours={'+'.join(flavours)})"
+
+
+def flavoured(cls: type[_S], client: object, async_client: object, methods: tuple[str, ...]) -> type[_S]:
+    """`cls`, or (cached) a subclass of it whose `methods` of the flavour without a client are None.
+
+    For a store whose protocols are told apart by their methods (the rate-limit and circuit
+    stores): `isinstance` on the flavour it cannot serve is then False. `methods` are the
+    sync methods then the async ones, each named `<name>` and `<name>_async`.
+    """
+    missing = tuple(name for name in methods if (async_client is None if name.endswith("_async") else client is None))
+    if not missing:
+        return cls
+    key = (cls, missing)
+    variant = _VARIANTS.get(key)
+    if variant is None:
+        namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        namespace.update(dict.fromkeys(missing))
+        variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
+    return cast("type[_S]", variant)
+
+
 class _RedisStore(Closing):
-    """What both stores share: clients, notification, closing.
+    """What the lock and semaphore stores share: clients, notification, closing.
 
     Every method exists whatever the clients (a fixed surface); a flavour without its client
     raises `ValidationError` naming the client to pass. `has_sync_client`/`has_async_client`
@@ -438,44 +522,15 @@ class _RedisStore(Closing):
     """
 
     _kind: str = "RedisStore"
-    _sync_methods: tuple[str, ...] = ()
-    _async_methods: tuple[str, ...] = ()
-
-    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "") -> Self:  # noqa: ARG004
-        """An instance of `cls`, or of a variant of it without the flavour that has no client.
-
-        For a subclass that lists `_sync_methods`/`_async_methods` (the rate-limit store): a
-        flavour without a client is absent, its methods None on the (cached) variant class, so
-        `isinstance` on its protocols tells the truth. The lock and semaphore stores list none:
-        they keep a fixed surface and say which flavours they serve (`has_sync_client`).
-        """
-        missing = (() if client is not None else cls._sync_methods) + (
-            () if async_client is not None else cls._async_methods
-        )
-        if not missing:
-            return super().__new__(cls)
-        key = (cls, client is not None, async_client is not None)
-        variant = _VARIANTS.get(key)
-        if variant is None:
-            namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-            namespace.update(dict.fromkeys(missing))
-            variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
-        return cast("Self", super().__new__(variant))
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
-        if client is None and async_client is None:
-            msg = f"{self._kind}: pass a sync client ({_SYNC_HINT}) and/or an asyncio client ({_ASYNC_HINT})"
-            raise ValidationError(msg)
-        given: object = prefix  # checked at run time: callers need not be typed
-        if not isinstance(given, str) or not given:
-            msg = f"{self._kind}: prefix must be a non-empty str, got {prefix!r}"
-            raise ValidationError(msg)
+        clients = self._clients = RedisClients(self._kind, client, async_client, prefix)
         self._prefix = prefix
-        self._sync = None if client is None else _SyncClient(client, self._kind)
+        self._sync = clients.sync
         # Whose thread pool runs the lease engine's background calls: one per client (per
         # connection pool), however many stores are made on it (`lock(client)` per request).
         self._pool_owner: object = self if client is None else getattr(client, "connection_pool", client)
-        self._async = None if async_client is None else _AsyncClient(async_client, self._kind)
+        self._async = clients.async_
 
         self._publish: dict[bool, str] = {}
         self._listener: SyncReleaseListener | None = None
@@ -500,16 +555,10 @@ class _RedisStore(Closing):
         return self._async is not None
 
     def _sync_client(self, method: str) -> _SyncClient:
-        if self._sync is None:
-            msg = f"{self._kind}.{method} needs a sync client: pass {_SYNC_HINT}"
-            raise ValidationError(msg)
-        return self._sync
+        return self._clients.sync_runner(method)
 
     def _async_client(self, method: str) -> _AsyncClient:
-        if self._async is None:
-            msg = f"{self._kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
-            raise ValidationError(msg)
-        return self._async
+        return self._clients.async_runner(method)
 
     def _node_of(self, redis_key: str) -> Hashable:
         """The Cluster master serving `redis_key` now, by name (None on a standalone server)."""
@@ -624,8 +673,7 @@ class _RedisStore(Closing):
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
-        if self._async is not None:
-            self._async.discard_pending()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """Stop this event loop's release listener (and the sync one); clients stay open."""
@@ -636,8 +684,7 @@ class _RedisStore(Closing):
         self.close()
 
     def __repr__(self) -> str:
-        flavours = [name for name, side in (("sync", self._sync), ("async", self._async)) if side is not None]
-        return f"{type(self).__name__}(prefix={self._prefix!r}, flavours={'+'.join(flavours)})"
+        return self._clients.describe(self)
 
 
 class RedisLockStore(_RedisStore):
@@ -660,8 +707,6 @@ class RedisLockStore(_RedisStore):
     """
 
     _kind = "RedisLockStore"
-    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
-    _async_methods = ()
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -895,8 +940,6 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    _sync_methods = ()  # a fixed surface: every method exists (see `_RedisStore.__new__`)
-    _async_methods = ()
     _lease_info_takes_limit = True
     """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
     _fair_queue = True

@@ -27,10 +27,11 @@ import contextlib
 import inspect
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
+from resilience._runtime._closing import Closing
 from resilience._validation import wrong_store
-from resilience.stores._redis import _AsyncClient, _check_str, _is_client, _RedisStore
+from resilience.stores._redis import RedisClients, _AsyncClient, _check_str, _is_client, flavoured
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def _reply(raw: Sequence[Any]) -> CircuitReply:
     return CircuitReply(state, epoch, left / 1000, bool(manual), bool(granted), wait / 1000)
 
 
-class RedisCircuitStateStore(_RedisStore):
+class RedisCircuitStateStore(Closing):
     """Circuit state shared across processes through Redis (`circuit_breaker_strategy(state_store=...)`).
 
     Args:
@@ -258,11 +259,14 @@ class RedisCircuitStateStore(_RedisStore):
     """
 
     _kind = "RedisCircuitStateStore"
-    _sync_methods = ("exchange",)
-    _async_methods = ("exchange_async",)
+
+    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> Self:  # noqa: ARG004
+        """An instance of `cls`, or of its variant without the flavour that has no client (`flavoured`)."""
+        return super().__new__(flavoured(cls, client, async_client, ("exchange", "exchange_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> None:
-        super().__init__(client, async_client, prefix)
+        self._clients = RedisClients(self._kind, client, async_client, prefix)
+        self._prefix = prefix
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
         factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
@@ -273,6 +277,21 @@ class RedisCircuitStateStore(_RedisStore):
         )
 
     @property
+    def prefix(self) -> str:
+        """The key prefix: keys are `<prefix>:<circuit key>`."""
+        return self._prefix
+
+    @property
+    def has_sync_client(self) -> bool:
+        """Whether `exchange` works (a `client=` was given): the sync then runs on a thread."""
+        return self._clients.sync is not None
+
+    @property
+    def has_async_client(self) -> bool:
+        """Whether `exchange_async` works (an `async_client=` was given)."""
+        return self._clients.async_ is not None
+
+    @property
     def closed(self) -> bool:
         """True after `close()`/`aclose()`: its circuits no longer synchronise."""
         return self._closed
@@ -280,7 +299,7 @@ class RedisCircuitStateStore(_RedisStore):
     def close(self) -> None:
         """Stop synchronising the circuits of this store: they go on local state. Clients stay open."""
         self._closed = True
-        super().close()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """`close()`, and wait until the sync tasks on this event loop have stopped."""
@@ -299,18 +318,21 @@ class RedisCircuitStateStore(_RedisStore):
 
     def exchange(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """Send one circuit's batch and command; the fleet's state (one round trip)."""
-        runner = self._sync_client("exchange")
+        runner = self._clients.sync_runner("exchange")
         return _reply(runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
 
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
-        runner = self._async_client("exchange_async")
+        runner = self._clients.async_runner("exchange_async")
         if self._factory is not None:
             loop = asyncio.get_running_loop()
             runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(
                 loop, _AsyncClient(self._factory, self._kind)
             )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
+
+    def __repr__(self) -> str:
+        return self._clients.describe(self)
 
     async def release_loop_client(self) -> None:
         """Close the client this store made for the running loop once no other circuit's sync uses it."""

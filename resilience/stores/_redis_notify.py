@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
+
+from resilience._runtime._threads import on_fork_in_child, start_thread
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -121,8 +122,7 @@ def _forget_after_fork() -> None:
         listener._forget()
 
 
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_forget_after_fork)
+on_fork_in_child(_forget_after_fork)
 
 
 class SyncReleaseListener:
@@ -247,9 +247,7 @@ class SyncReleaseListener:
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
-            thread = threading.Thread(target=self._run, args=(self._stop,), name=self._name, daemon=True)
-            self._thread = thread
-            thread.start()
+            self._thread = start_thread(self._run, self._stop, name=self._name)
 
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None

@@ -13,7 +13,6 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from resilience._outcome import Err, Ok, Outcome
-from resilience._time import SystemTimeProvider
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
 
@@ -143,20 +142,11 @@ def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
         return True
     if seconds <= 0:
         return False
-    if type(time_provider) is SystemTimeProvider:
-        return signal.wait(seconds)
-    if getattr(time_provider, "auto_advance", False):
-        # A clock that moves when slept on (FakeTimeProvider(auto_advance=True)): nothing else
-        # would ever move it, so sleeping is moving it.
-        time_provider.sleep(seconds)
-        return signal.aborted
     woken = threading.Event()
     remove = signal._add_wakeup(lambda _reason: woken.set())
-    timer = time_provider.call_later(seconds, woken.set)
     try:
-        woken.wait()
+        time_provider.wait(woken, seconds)
     finally:
-        timer.cancel()
         remove()
     return signal.aborted
 

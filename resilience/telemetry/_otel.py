@@ -33,6 +33,7 @@ import weakref
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from resilience._runtime._threads import start_thread
 from resilience._version import __version__
 from resilience.exceptions import (
     LockLostError,
@@ -251,12 +252,12 @@ class Batch:
         with self._lock:
             if self._flushing and self._pending < 4 * self.limit:
                 return
-            start_thread = not self._flushing
+            first = not self._flushing
             self._flushing = True
-        if not start_thread:
+        if not first:
             self.flush()
             return
-        threading.Thread(target=self._flush_in_background, name="resilience-telemetry-flush", daemon=True).start()
+        start_thread(self._flush_in_background, name="resilience-telemetry-flush")
 
     def _flush_in_background(self) -> None:
         try:

@@ -10,9 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
-from resilience._lease import _workers
 from resilience._lease._workers import Pool
 
 
@@ -45,9 +42,8 @@ def test_idle_threads_use_no_cpu() -> None:
     assert used < 0.1, f"the process used {used:.2f} s of CPU while its pool was idle"
 
 
-def test_idle_threads_end_after_idle_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_workers, "IDLE_EXIT", 0.2)
-    pool = Pool("idle-exit-test", 3)
+def test_idle_threads_end_after_idle_exit() -> None:
+    pool = Pool("idle-exit-test", 3, idle=0.2)
     _grow(pool, 3)
     deadline = time.monotonic() + 5.0
     while pool.threads and time.monotonic() < deadline:

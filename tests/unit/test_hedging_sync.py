@@ -409,7 +409,7 @@ def test_a_job_that_raises_does_not_kill_its_thread(caplog: pytest.LogCaptureFix
     pool.submit(broken)
     pool.submit(done.set)
     assert done.wait(REAL_WAIT)
-    assert "a hedging pool job raised" in caplog.text
+    assert "a job on hedging raised" in caplog.text
 
 
 def test_delay_generator_chooses_each_delay(clock: FakeTimeProvider) -> None:

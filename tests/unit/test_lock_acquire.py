@@ -426,3 +426,32 @@ async def test_an_async_wait_moves_an_auto_advancing_fake_clock() -> None:
 
     assert await _asyncio.wait_for(pipeline.execute_async(body), 5) == "ran"
     assert 5 <= clock.monotonic() < 10
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_auto_advancing_clock_runs_the_release_notification_path(mode: str) -> None:
+    """On FakeTimeProvider(auto_advance=True) a lock wait is woken by the release, as on the real clock.
+
+    The holder releases at 2 s (a timer on the clock) although its lease runs to 5 s: the
+    waiter gets the key at 2 s, which only a wait for the release notification can do.
+    """
+    import asyncio as _asyncio
+
+    from resilience import ResiliencePipelineBuilder
+    from resilience.stores import MemoryLockStore
+    from resilience.testing import FakeTimeProvider
+
+    clock = FakeTimeProvider(auto_advance=True)
+    store = MemoryLockStore(clock)
+    store.acquire("k", "someone-else", 5)
+    clock.call_later(2, lambda: store.release("k", "someone-else"))
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_lock("k", store=store, wait=10).build()
+    if mode == "sync":
+        assert pipeline.execute(lambda: "ran") == "ran"
+    else:
+
+        async def body() -> str:
+            return "ran"
+
+        assert _asyncio.run(pipeline.execute_async(body)) == "ran"
+    assert clock.monotonic() == pytest.approx(2.0)

@@ -81,3 +81,28 @@ def test_a_callable_that_forks_does_not_release_in_the_child(clock: FakeTimeProv
     assert result.value == "parent"
     idle()
     assert store.count("release") == 1
+
+
+def test_the_fork_hooks_run_in_the_child_in_order_past_a_failing_one() -> None:
+    """One registry runs every module's fork hook in the child, in registration order; a hook that raises does not stop the rest."""
+    from resilience._runtime import _threads
+
+    ran: list[str] = []
+
+    def failing() -> None:
+        ran.append("failing")
+        raise RuntimeError("boom")
+
+    hooks = [lambda: ran.append("first"), failing, lambda: ran.append("last")]
+    for hook in hooks:
+        _threads.on_fork_in_child(hook)
+    try:
+        pid = _fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code
+            _child_exit(ran == ["first", "failing", "last"])
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert ran == []  # the parent runs none of them
+    finally:
+        for hook in hooks:
+            _threads._IN_CHILD.remove(hook)

@@ -1,11 +1,13 @@
 import asyncio
+import random
 import threading
 import time
+from collections.abc import Callable
 
 import freezegun
 import pytest
 
-from resilience import SystemTimeProvider, TimeProvider
+from resilience import SystemTimeProvider, TimeProvider, TimerHandle
 from resilience._time import SYSTEM_TIME
 from resilience._timers import TimerThread
 from resilience.testing import FakeTimeProvider
@@ -187,3 +189,90 @@ def test_timer_thread_compacts_cancelled_entries_and_survives_fork_reset(
     timers._after_fork_in_child()
     assert timers._heap == []
     assert timers._thread is None
+
+
+def test_wait_returns_when_the_event_is_set_or_the_timeout_passes(clock: FakeTimeProvider) -> None:
+    """wait(event, timeout): True when set (at once if already set), False at the clock's timeout."""
+    done = threading.Event()
+    done.set()
+    assert clock.wait(done, 5) is True
+    assert SYSTEM_TIME.wait(done, 5) is True
+    assert SYSTEM_TIME.wait(threading.Event(), 0.01) is False
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(clock.wait(threading.Event(), 3)))
+    thread.start()
+    while clock.pending_timers == 0:
+        time.sleep(0.001)
+    clock.advance(3)
+    thread.join(30)
+    assert answers == [False]
+
+
+def test_an_auto_advancing_wait_stops_at_the_timer_that_wakes_it() -> None:
+    """In auto mode wait() moves the clock timer by timer and stops where the event is set."""
+    clock = FakeTimeProvider(auto_advance=True)
+    woken = threading.Event()
+    clock.call_later(2, woken.set)
+    clock.call_later(4, lambda: None)
+    assert clock.wait(woken, 10) is True
+    assert clock.monotonic() == 2
+    assert clock.wait(threading.Event(), 10) is False
+    assert clock.monotonic() == 12
+
+
+async def test_wait_async_leaves_the_future_alone() -> None:
+    """wait_async(future, timeout): True once done, False at the timeout, the future never cancelled."""
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[None] = loop.create_future()
+    assert await SYSTEM_TIME.wait_async(pending, 0.01) is False
+    assert not pending.cancelled()
+    loop.call_later(0.01, pending.set_result, None)
+    assert await SYSTEM_TIME.wait_async(pending, 60) is True
+    manual = FakeTimeProvider()
+    future: asyncio.Future[None] = loop.create_future()
+    waiting = asyncio.ensure_future(manual.wait_async(future, 5))
+    await asyncio.sleep(0)
+    manual.advance(5)
+    assert await waiting is False
+    assert not future.done()
+    auto = FakeTimeProvider(auto_advance=True)
+    auto.call_later(3, lambda: future.set_result(None))
+    assert await auto.wait_async(future, 10) is True
+    assert auto.monotonic() == 3
+
+
+def test_a_subclass_of_the_protocol_inherits_the_waits() -> None:
+    """A TimeProvider subclass with only the basic members gets wait() built on its call_later."""
+
+    class Ticking(TimeProvider):
+        def __init__(self) -> None:
+            self.fake = FakeTimeProvider()
+
+        def monotonic(self) -> float:
+            return self.fake.monotonic()
+
+        def time(self) -> float:
+            return self.fake.time()
+
+        def sleep(self, seconds: float) -> None:
+            self.fake.sleep(seconds)
+
+        async def sleep_async(self, seconds: float) -> None:
+            await self.fake.sleep_async(seconds)
+
+        def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+            return self.fake.call_later(delay, callback)
+
+        def random(self) -> random.Random:
+            return self.fake.random()
+
+    ticking = Ticking()
+    assert isinstance(ticking, TimeProvider)
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(ticking.wait(threading.Event(), 1)))
+    thread.start()
+    while ticking.fake.pending_timers == 0:
+        time.sleep(0.001)
+    ticking.fake.advance(1)
+    thread.join(30)
+    assert answers == [False]

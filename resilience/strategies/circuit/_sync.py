@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-import os
 import threading
 import time
 import weakref
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING
 from resilience._context import new_context
 from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
+from resilience._runtime._threads import on_fork_in_child, start_thread
 from resilience._timers import TIMER_THREAD
 from resilience._validation import to_seconds
 from resilience.strategies.circuit._controller import CircuitController
@@ -447,8 +447,7 @@ class SyncWorker:
             if self._started and self._watchdog is None:  # a circuit joins the queue behind a hung exchange
                 self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-                self._thread.start()
+                self._thread = start_thread(self._serve, name=self._name)
             else:
                 self._cond.notify()
 
@@ -504,8 +503,7 @@ class SyncWorker:
         self._thread = None
         self._running, self._started, self._watchdog = None, 0.0, None
         if self._heap:
-            self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-            self._thread.start()
+            self._thread = start_thread(self._serve, name=self._name)
 
 
 _WORKERS: weakref.WeakKeyDictionary[RedisCircuitStateStore, SyncWorker] = weakref.WeakKeyDictionary()
@@ -526,7 +524,7 @@ def _after_fork_in_child() -> None:
             worker._after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
 
 
 def shared_controller(

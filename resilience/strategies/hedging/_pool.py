@@ -10,18 +10,10 @@ attempt at a time, so the threads in use are exactly the hedged attempts in flig
 
 from __future__ import annotations
 
-import collections
-import logging
-import os
-import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from resilience._runtime._pool import Pool
+from resilience._runtime._threads import on_fork_in_child
 
 __all__ = ["IDLE_SECONDS", "POOL", "POOL_SIZE", "HedgingPool"]
-
-_logger = logging.getLogger("resilience")
 
 POOL_SIZE = 16
 """Threads at most, for every sync hedged attempt of the process."""
@@ -29,66 +21,14 @@ IDLE_SECONDS = 30.0
 """A thread with nothing to do for this long ends."""
 
 
-class HedgingPool:
-    """A bounded pool of daemon threads running quick-to-hand-over jobs, first in first out."""
+class HedgingPool(Pool):
+    """The runtime's pool, sized for hedged attempts: every thread up to `size` starts at once."""
 
     def __init__(self, size: int = POOL_SIZE, idle_seconds: float = IDLE_SECONDS) -> None:
-        self.size = size
-        self._idle_seconds = idle_seconds
-        self._reset()
-
-    def _reset(self) -> None:
-        self._lock = threading.Condition(threading.Lock())
-        self._jobs: collections.deque[Callable[[], object]] = collections.deque()
-        self._threads = 0
-        self._idle = 0
-
-    @property
-    def threads(self) -> int:
-        """How many pool threads exist now."""
-        return self._threads
-
-    def submit(self, job: Callable[[], object]) -> None:
-        """Run `job()` on a pool thread, as soon as one is free (its exceptions are its own)."""
-        with self._lock:
-            self._jobs.append(job)
-            if self._idle >= len(self._jobs):
-                self._lock.notify()
-                return
-            if self._threads >= self.size:
-                return  # queued: the next thread to finish its job takes it
-            self._threads += 1
-        thread = threading.Thread(target=self._work, name="resilience-hedging", daemon=True)
-        thread.start()
-
-    def withdraw(self, job: Callable[[], object]) -> bool:
-        """Remove `job` if no thread took it yet; True if it will never run."""
-        with self._lock:
-            try:
-                self._jobs.remove(job)
-            except ValueError:
-                return False
-            return True
-
-    def _work(self) -> None:
-        lock = self._lock
-        while True:
-            with lock:
-                while not self._jobs:
-                    self._idle += 1
-                    woken = lock.wait(self._idle_seconds)
-                    self._idle -= 1
-                    if not woken and not self._jobs:
-                        self._threads -= 1
-                        return
-                job = self._jobs.popleft()
-            try:
-                job()
-            except BaseException:  # a job reports its own outcome; this is a bug guard
-                _logger.exception("a hedging pool job raised")
+        super().__init__("hedging", size, idle=idle_seconds)
 
 
 POOL = HedgingPool()
 """The process's one hedging pool."""
 
-os.register_at_fork(after_in_child=POOL._reset)  # the parent's threads do not exist in a child
+on_fork_in_child(POOL._reset)  # the parent's threads do not exist in a child

@@ -16,8 +16,6 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from resilience._time import SystemTimeProvider
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -166,17 +164,7 @@ class LocalPermits:
             remove = None
             try:
                 remove = signal._add_wakeup(lambda _reason: woken.set())
-                clock = self._time
-                if type(clock) is SystemTimeProvider:
-                    woken.wait(timeout)
-                elif getattr(clock, "auto_advance", False):
-                    clock.sleep(timeout)  # a clock moved by sleeping: nobody else would move it
-                else:
-                    timer = clock.call_later(timeout, woken.set)
-                    try:
-                        woken.wait()
-                    finally:
-                        timer.cancel()
+                self._time.wait(woken, timeout)
             except BaseException:
                 if self._leave(key, waiter):
                     self.release(key)
@@ -206,22 +194,14 @@ class LocalPermits:
             return None
         if not waiter.granted:
             remove = signal._add_wakeup(lambda _reason: wake())
-            clock = self._time
-            timer = None
             try:
-                if getattr(clock, "auto_advance", False):
-                    await clock.sleep_async(timeout)
-                else:
-                    timer = clock.call_later(timeout, wake)
-                    await future
+                await self._time.wait_async(future, timeout)
             except BaseException:
                 if self._leave(key, waiter):
                     self.release(key)
                 raise
             finally:
                 remove()
-                if timer is not None:
-                    timer.cancel()
             if not self._leave(key, waiter):
                 signal.raise_if_aborted()
                 return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -203,17 +203,17 @@ def rate_limiter_strategy(
     )
 
 
+_Rate: TypeAlias = tuple[int, float, int | None, RateLimitAlgorithm]
+
+
 class RateLimiterStrategy:
     """The built rate limiter (see the module docstring)."""
 
     __slots__ = (
-        "_algorithm",
-        "_burst",
         "_decide",
         "_key",
-        "_limit",
         "_on_rejected",
-        "_per",
+        "_rate",
         "_store",
         "_telemetry",
         "_time",
@@ -225,10 +225,8 @@ class RateLimiterStrategy:
 
     def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         self.name = options.name
-        self._limit = options.limit
-        self._per = to_seconds(options.per)
-        self._burst = options.burst
-        self._algorithm: RateLimitAlgorithm = options.algorithm
+        # `take`'s (limit, per, burst, algorithm), in its order.
+        self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._key = options.key
         self._wait = to_seconds(options.wait)
         self._on_rejected = options.on_rejected
@@ -237,25 +235,14 @@ class RateLimiterStrategy:
         self.carry_key: tuple[Any, ...] | None = None  # set when the limits are in process
         store = options.store
         if store is None:
-            self.carry_key = (
-                context.pipeline_name,
-                context.pipeline_instance,
-                self.name,
-                "rate",
-                self._limit,
-                self._per,
-                self._burst,
-                self._algorithm,
-            )
+            self.carry_key = (context.pipeline_name, context.pipeline_instance, self.name, "rate", *self._rate)
             store = carried(self.carry_key)
             if store is None:
                 store = MemoryRateLimitStore(context.time_provider)
         self._store: RateLimitStore | AsyncRateLimitStore = store
         # An in-process store decides without a call through `take` (arguments checked here, once).
         self._decide: Callable[[str], float] | None = (
-            store._decider(self._limit, self._per, self._burst, self._algorithm)
-            if isinstance(store, MemoryRateLimitStore)
-            else None
+            store._decider(*self._rate) if isinstance(store, MemoryRateLimitStore) else None
         )
         self.traits = store_traits(
             f"{self.name}: the rate-limit store {store!r}",
@@ -274,7 +261,7 @@ class RateLimiterStrategy:
             return decide(key)
         store = self._store
         assert isinstance(store, RateLimitStore)
-        return store.take(key, self._limit, self._per, self._burst, self._algorithm)
+        return store.take(key, *self._rate)
 
     async def _take_async(self, key: str) -> float:
         decide = self._decide
@@ -282,7 +269,7 @@ class RateLimiterStrategy:
             return decide(key)
         store = self._store
         assert isinstance(store, AsyncRateLimitStore)
-        return await store.take_async(key, self._limit, self._per, self._burst, self._algorithm)
+        return await store.take_async(key, *self._rate)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
@@ -333,7 +320,6 @@ class RateLimiterStrategy:
         return await callback(context)
 
     def __repr__(self) -> str:
-        return (
-            f"<RateLimiterStrategy name={self.name!r} limit={self._limit} per={self._per:g} "
-            f"algorithm={self._algorithm!r} key={self._key!r}>"
-        )
+        limit, per, _, algorithm = self._rate
+        rate = f"limit={limit} per={per:g} algorithm={algorithm!r}"
+        return f"<RateLimiterStrategy name={self.name!r} {rate} key={self._key!r}>"

@@ -18,12 +18,12 @@ found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`
 from __future__ import annotations
 
 import math
-import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from resilience._lease._workers import off_timer_thread
+from resilience._runtime._threads import on_fork_in_child
 from resilience._validation import Duration, Problems, generated_seconds, to_seconds
 from resilience.exceptions import TimeoutRejectedError
 from resilience.strategies._base import HANDS_ON
@@ -156,7 +156,7 @@ def _new_firing_lock_after_fork() -> None:
     _FIRING = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_new_firing_lock_after_fork)
+on_fork_in_child(_new_firing_lock_after_fork)
 
 
 class _LazyDeadline(_Deadline):

@@ -1,0 +1,48 @@
+"""Where the library's background threads start, and the one fork hook of the process.
+
+Every thread the library starts is a daemon started by `start_thread` (docs/guarantees.md
+counts them per feature). A module whose state does not survive `os.fork()` (a lock a parent
+thread may hold, threads that do not exist in the child) registers its repair with
+`on_fork_in_child`; the hooks run in the child in the order they were registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["on_fork_in_child", "start_thread"]
+
+_logger = logging.getLogger("resilience")
+_IN_CHILD: list[Callable[[], object]] = []
+_Hook = TypeVar("_Hook", bound="Callable[[], object]")
+
+
+def start_thread(target: Callable[..., object], *args: object, name: str) -> threading.Thread:
+    """Start `target(*args)` on a new daemon thread called `name`; the thread, started."""
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def on_fork_in_child(hook: _Hook) -> _Hook:
+    """Run `hook()` in a child process right after `os.fork()` (usable as a decorator)."""
+    _IN_CHILD.append(hook)
+    return hook
+
+
+def _run_in_child() -> None:  # pragma: no cover - runs in a forked child (tests/unit/test_lock_fork.py)
+    for hook in _IN_CHILD:
+        try:
+            hook()
+        except Exception:
+            _logger.exception("a fork hook of the child failed")  # the others still run, as os's own hooks do
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_run_in_child)
