@@ -16,7 +16,7 @@ import contextlib
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, lease_clock
 from resilience.exceptions import ValidationError
@@ -76,6 +76,23 @@ def _live_queue(queues: dict[str, dict[str, float]], key: str, now: float) -> di
             return None
         queues[key] = queue
     return queue
+
+
+_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+
+
+def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at: int) -> dict[str, _Entry] | None:
+    """Under the mutex: `table[key]` without the entries whose expiry (field `at`) has passed; None when empty."""
+    entries = table.get(key)
+    if entries is None:
+        return None
+    if any(entry[at] <= now for entry in entries.values()):
+        entries = {owner: entry for owner, entry in entries.items() if entry[at] > now}
+        if not entries:
+            del table[key]
+            return None
+        table[key] = entries
+    return entries
 
 
 class _MemoryStore:
@@ -275,29 +292,11 @@ class MemoryLockStore(_MemoryStore):
 
     def _readers(self, key: str, now: float) -> dict[str, tuple[int, float]] | None:
         # Under the mutex: the key's live shared holders (None when none), dropping expired ones.
-        readers = self._shared.get(key)
-        if readers is None:
-            return None
-        if any(expires <= now for _, expires in readers.values()):
-            readers = {owner: hold for owner, hold in readers.items() if hold[1] > now}
-            if not readers:
-                del self._shared[key]
-                return None
-            self._shared[key] = readers
-        return readers
+        return _live_entries(self._shared, key, now, 1)
 
     def _queue(self, key: str, now: float) -> dict[str, tuple[float, bool]] | None:
         # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        queue = self._queues.get(key)
-        if queue is None:
-            return None
-        if any(expires <= now for expires, _ in queue.values()):
-            queue = {owner: entry for owner, entry in queue.items() if entry[0] > now}
-            if not queue:
-                del self._queues[key]
-                return None
-            self._queues[key] = queue
-        return queue
+        return _live_entries(self._queues, key, now, 0)
 
     def _turns(self, key: str, now: float, queue: dict[str, tuple[float, bool]]) -> list[str]:
         """Under the mutex: the queued owners whose turn has come (the key has no exclusive holder).
@@ -659,16 +658,9 @@ class MemorySemaphoreStore(_MemoryStore):
 
     def _waiting(self, key: str, now: float) -> dict[str, tuple[float, int]] | None:
         # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        queue = self._queues.get(key)
+        queue = _live_entries(self._queues, key, now, 0)
         if queue is None:
-            return None
-        if any(expires <= now for expires, _ in queue.values()):
-            queue = {owner: entry for owner, entry in queue.items() if entry[0] > now}
-            if not queue:
-                del self._queues[key]
-                self._forget_limit(key)
-                return None
-            self._queues[key] = queue
+            self._forget_limit(key)
         return queue
 
     def _may_take(self, key: str, owner: str, permits: int, free: int, now: float) -> bool:
