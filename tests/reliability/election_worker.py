@@ -3,19 +3,28 @@
 It runs `election(client, key, identity=..., ttl=...).run(lead)` on the test server and logs to
 a Redis list, with the server's clock (µs): `elected <identity> <term> <time>` on its first act
 as leader, `write <identity> <term> <accepted>` for each write to the fenced resource of the
-key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost|interrupted`
-at the end.
+key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost`
+at the end, or `result <identity> interrupted <caught at> <seen out of line at>`.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import redis
 
 from resilience import LockLeaseLostError
 from resilience.primitives import LockHandle, election
+from resilience.stores._redis import companions
 from tests.reliability.fencing import fenced_write, server_us
+
+
+def waiting_line(key: str) -> str:
+    """The Redis key of the election's waiter queue (arrivals, scored in server µs)."""
+    line = companions(f"election:{key}")
+    assert line is not None
+    return line[0]
 
 
 def main() -> None:
@@ -44,7 +53,14 @@ def main() -> None:
     except LockLeaseLostError:
         client.rpush(args.log, f"result {args.identity} lost")
     except KeyboardInterrupt:
-        client.rpush(args.log, f"result {args.identity} interrupted")
+        # When (server µs) it was caught, and when our entry was seen gone from the line: it
+        # leaves in the background (a release on the store's pool), so look for up to 10 s.
+        caught = server_us(client)
+        for _ in range(1000):
+            if not any(owner.endswith(f":{args.identity}") for owner in client.zrange(waiting_line(args.key), 0, -1)):
+                break
+            time.sleep(0.01)
+        client.rpush(args.log, f"result {args.identity} interrupted {caught} {server_us(client)}")
     else:
         client.rpush(args.log, f"result {args.identity} returned")
     finally:
