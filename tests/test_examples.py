@@ -166,8 +166,8 @@ def test_prometheus_example_keeps_serving_with_serve_until_interrupted() -> None
     """`--serve` keeps the endpoint up and the workload going (counters grow) until Ctrl-C.
 
     A Ctrl-C that lands inside a workload on a loaded machine is sometimes swallowed (the
-    workloads go on: CHANGELOG's known issue), so a second and a third Ctrl-C follow, 10 s
-    apart, as a user would press them; one of them must end it cleanly.
+    workloads go on: CHANGELOG's known issue), so up to four more Ctrl-Cs follow, 6 s apart,
+    as a user would press them; one of them must end it cleanly.
     """
     port = _free_port()
     process = subprocess.Popen(
@@ -191,10 +191,10 @@ def test_prometheus_example_keeps_serving_with_serve_until_interrupted() -> None
         assert process.stdout.readline().startswith("serving")
         assert process.stdout.readline().startswith("workload 2 done")
         assert _retries_exported(port) > first > 0
-        for _ in range(3):
+        for _ in range(5):
             process.send_signal(signal.SIGINT)
             try:
-                out, _ = process.communicate(timeout=10)
+                out, _ = process.communicate(timeout=6)
                 break
             except subprocess.TimeoutExpired:
                 continue
