@@ -25,6 +25,7 @@ from resilience.stores._protocols import (
     SupportsReleaseNotification,
     SupportsRenewMany,
     SupportsSharedHolds,
+    capabilities_of,
 )
 
 if TYPE_CHECKING:
@@ -56,9 +57,10 @@ class StoreOps:
 
     def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type) -> None:
         self.store = store
-        # Whose thread pool runs the background calls: the store itself, or the store a
-        # primitive's prefixing view wraps.
-        self.pool_owner: object = getattr(store, "_pool_owner", store)
+        # Whose thread pool runs the background calls: the store itself, or the key it
+        # declares (its client's connection pool, the store a primitive's prefixing view wraps).
+        capabilities = capabilities_of(store)
+        self.pool_owner: object = store if capabilities.pool_key is None else capabilities.pool_key
         self.has_sync = isinstance(store, sync_protocol)
         self.has_async = isinstance(store, async_protocol)
         self.lease_info = isinstance(store, SupportsLeaseInfo)
@@ -74,10 +76,10 @@ class StoreOps:
         self.renews_many_async = isinstance(store, AsyncSupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
-        self.inline = bool(getattr(store, "_answers_inline", False)) and self.has_sync
+        self.inline = capabilities.answers_inline and self.has_sync
         # A batch of renewals the sync runtime may send right on its timer thread: the memory
         # stores' own `renew_many` (never a subclass's, never user code).
-        self.renews_on_timer = self.inline and self.renews_many and bool(getattr(store, "_renews_on_timer", False))
+        self.renews_on_timer = self.inline and self.renews_many and capabilities.renews_on_timer
         # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
         # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[..., Callable[[], None]] | None = (
@@ -85,8 +87,9 @@ class StoreOps:
         )
         # A store that queues its waiters (`acquire_or_queue`, and an `owner` for its release
         # notification): a waiter joins the queue, sleeps until its turn, and leaves the queue
-        # with `release` when it gives up.
-        self.fair = False
+        # with `release` when it gives up. A semaphore's: free slots go to the waiters in
+        # arrival order.
+        self.fair = capabilities.fair_queue
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
@@ -168,7 +171,6 @@ class LockOps(StoreOps):
 
     def __init__(self, store: Any) -> None:
         super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
-        self.fair = bool(getattr(store, "_fair_queue", False))
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.queue`."""
@@ -269,10 +271,8 @@ class SemaphoreOps(StoreOps):
             isinstance(store, AsyncSupportsPermits) if takes_permits_async is None else takes_permits_async
         )
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
-        self.lease_info = self.lease_info and getattr(store, "_lease_info_takes_limit", False)
-        self.lease_info_async = self.lease_info_async and getattr(store, "_lease_info_takes_limit", False)
-        # Fair waiting as a lock's: free slots go to the waiters in arrival order.
-        self.fair = bool(getattr(store, "_fair_queue", False))
+        if not capabilities_of(store).lease_info_takes_limit:
+            self.lease_info = self.lease_info_async = False
 
     def with_permits(self, permits: int) -> SemaphoreOps:
         """These ops asking for `permits` slots per acquire (self when that is already so)."""

@@ -61,6 +61,7 @@ from resilience.stores import (
     SupportsPermits,
 )
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
+from resilience.stores._protocols import capabilities_of
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
 from resilience.telemetry._source import TelemetrySource
 
@@ -114,11 +115,9 @@ class _PrefixedStore:
     def __init__(self, inner: Any, prefix: str) -> None:
         self.inner = inner
         self.prefix = prefix + ":"
-        self._lease_info_takes_limit = getattr(inner, "_lease_info_takes_limit", False)
-        self._answers_inline = getattr(inner, "_answers_inline", False)
-        self._renews_on_timer = getattr(inner, "_renews_on_timer", False)
-        self._fair_queue = getattr(inner, "_fair_queue", False)
-        self._pool_owner = getattr(inner, "_pool_owner", inner)
+        # What the wrapped store declares, its pool included (leases through the view share it).
+        own = capabilities_of(inner)
+        self.capabilities = dataclasses.replace(own, pool_key=inner if own.pool_key is None else own.pool_key)
         # The flavours the wrapped store serves, as it says (the Redis stores do).
         self.has_sync_client: bool = getattr(inner, "has_sync_client", True)
         self.has_async_client: bool = getattr(inner, "has_async_client", True)

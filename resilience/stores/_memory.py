@@ -16,11 +16,13 @@ import contextlib
 import math
 import threading
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, lease_clock
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, lock_mode
+from resilience.stores._protocols import StoreCapabilities
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -98,22 +100,21 @@ def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at:
 class _MemoryStore:
     """What both memory stores share: the clock, the token counter, waiters and the sweep."""
 
-    _lease_info_takes_limit = False
-    _answers_inline = True
-    """Its async methods never suspend, so the engine may call the sync ones instead."""
-    _renews_on_timer = True
-    """Its `renew_many` is a few dict updates under its lock: the sync runtime may run a batch
-    on its timer thread. Not a subclass's own renewal code, which could block every lease."""
+    # Waiters queue in the store (`acquire_or_queue`). Its async methods never suspend, so the
+    # engine may call the sync ones instead; its `renew_many` is a few dict updates under its
+    # lock, so the sync runtime may run a batch on its timer thread (not a subclass's own
+    # renewal code, which could block every lease).
+    capabilities: StoreCapabilities = StoreCapabilities(fair_queue=True, answers_inline=True, renews_on_timer=True)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         # A subclass that overrides an async method may suspend there (a test double does).
         if cls.__module__ != __name__ and any(name.endswith("_async") for name in vars(cls)):
-            cls._answers_inline = False
+            cls.capabilities = replace(cls.capabilities, answers_inline=False)
         if cls.__module__ != __name__ and "renew" in vars(cls) and "renew_many" not in vars(cls):
             cls.renew_many = None  # type: ignore[assignment] # not offered: the engine calls its `renew` for each
         if cls.__module__ != __name__ and "renew_many" in vars(cls):
-            cls._renews_on_timer = False
+            cls.capabilities = replace(cls.capabilities, renews_on_timer=False)
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         provider = time_provider or SYSTEM_TIME
@@ -267,9 +268,6 @@ class MemoryLockStore(_MemoryStore):
     Keys can also be held shared (`SupportsSharedHolds`): waiters of both modes share the key's
     one queue, and the shared requests at its head are granted together.
     """
-
-    _fair_queue = True
-    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
@@ -602,9 +600,7 @@ class MemorySemaphoreStore(_MemoryStore):
     only the waiters the freed slots now serve.
     """
 
-    _lease_info_takes_limit = True
-    _fair_queue = True
-    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+    capabilities = replace(_MemoryStore.capabilities, lease_info_takes_limit=True)  # `acquire_or_ttl` takes the limit
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)

@@ -23,6 +23,7 @@ from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, LockMode, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
+from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_scripts import QUEUE_ENTRY_MS
 
 if TYPE_CHECKING:
@@ -116,7 +117,6 @@ class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
     _kind: str = "PostgresStore"
-    _lease_info_takes_limit = False
     _mode: LockMode = lock_mode(shared=False)
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
@@ -588,8 +588,7 @@ class PostgresLockStore(_PostgresStore):
     ) -> None:
         super().__init__(conninfo_or_pool, async_pool, LockSql(check_table(self._kind, table)))
 
-    _fair_queue = True
-    """Waiters queue in the database (`acquire_or_queue`); the lease engine looks for this flag."""
+    capabilities = StoreCapabilities(fair_queue=True)  # waiters queue in the database (`acquire_or_queue`)
     _sql: LockSql
 
     def _params(self, key: str, owner: str, ttl: float | None = None, **flags: bool) -> dict[str, Any]:
@@ -750,10 +749,8 @@ class PostgresSemaphoreStore(_PostgresStore):
 
     _kind = "PostgresSemaphoreStore"
     _mode = "semaphore"
-    _lease_info_takes_limit = True
-    """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
-    _fair_queue = True
-    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+    # Waiters queue in the store (`acquire_or_queue`); its `acquire_or_ttl` takes the `limit` too.
+    capabilities = StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)
 
     _sql: SemaphoreSql
 

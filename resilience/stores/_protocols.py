@@ -14,6 +14,7 @@ fifth argument, `permits`.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -30,8 +31,10 @@ __all__ = [
     "AsyncSupportsReleaseNotification",
     "AsyncSupportsRenewMany",
     "AsyncSupportsSharedHolds",
+    "DeclaresCapabilities",
     "LockStore",
     "SemaphoreStore",
+    "StoreCapabilities",
     "SupportsInspection",
     "SupportsLeaseInfo",
     "SupportsPermits",
@@ -41,6 +44,44 @@ __all__ = [
     "SupportsRenewalGroups",
     "SupportsSharedHolds",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What a store tells the lease engine beyond its protocols (`store.capabilities`); all off by default.
+
+    - `fair_queue`: waiters queue in the store: it offers `acquire_or_queue` (and its async
+      twin) and takes a queued waiter's `owner` in `wait_released` / `add_release_listener`.
+    - `answers_inline`: an in-process store whose async methods never suspend: the async
+      engine calls its sync methods instead of starting a task per call.
+    - `renews_on_timer`: its `renew_many` is a few quick steps in memory, so the sync runtime
+      may send a batch right on its timer thread (never for a store that can block).
+    - `lease_info_takes_limit`: a semaphore store whose `acquire_or_ttl` takes the `limit` too.
+    - `pool_key`: the stores that give one key share one background pool (the Redis stores
+      give their client's connection pool); None: the store itself.
+    """
+
+    fair_queue: bool = False
+    answers_inline: bool = False
+    renews_on_timer: bool = False
+    lease_info_takes_limit: bool = False
+    pool_key: object = None
+
+
+# What a store that declares nothing offers.
+NO_CAPABILITIES = StoreCapabilities()
+
+
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """A store that declares its `StoreCapabilities`: what it offers the lease engine."""
+
+    capabilities: StoreCapabilities
+
+
+def capabilities_of(store: object) -> StoreCapabilities:
+    """`store.capabilities`, or `NO_CAPABILITIES` for a store that declares none."""
+    return store.capabilities if isinstance(store, DeclaresCapabilities) else NO_CAPABILITIES
 
 
 def _accepts(method: object, count: int) -> bool:

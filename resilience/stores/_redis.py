@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import math
 import threading
@@ -31,6 +32,7 @@ from resilience.stores._info import (
     force_release_by_owner_async,
     lock_mode,
 )
+from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
 
@@ -522,14 +524,17 @@ class _RedisStore(Closing):
     """
 
     _kind: str = "RedisStore"
+    # Waiters queue in the store (`acquire_or_queue`); `pool_key` is set per store.
+    capabilities = StoreCapabilities(fair_queue=True)
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
         clients = self._clients = RedisClients(self._kind, client, async_client, prefix)
         self._prefix = prefix
         self._sync = clients.sync
         # Whose thread pool runs the lease engine's background calls: one per client (per
-        # connection pool), however many stores are made on it (`lock(client)` per request).
-        self._pool_owner: object = self if client is None else getattr(client, "connection_pool", client)
+        # connection pool), however many stores are made on it (`lock(client)` per request);
+        # without a sync client (None), the store's own.
+        self.capabilities = dataclasses.replace(self.capabilities, pool_key=getattr(client, "connection_pool", client))
         self._async = clients.async_
 
         self._publish: dict[bool, str] = {}
@@ -713,9 +718,6 @@ class RedisLockStore(_RedisStore):
         # When each queued owner's last refused async attempt was sent (monotonic), for its wait
         # (`AsyncReleaseListener.wait`'s `since`); taken by that wait or by the owner's release.
         self._asked: dict[tuple[str, str], float] = {}
-
-    _fair_queue = True
-    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
 
     def key(self, key: str) -> str:
         """The Redis key of lock `key`."""
@@ -940,10 +942,7 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    _lease_info_takes_limit = True
-    """`acquire_or_ttl` takes the `limit` too (the lease engine looks for this flag)."""
-    _fair_queue = True
-    """Waiters queue in the store (`acquire_or_queue`); the lease engine looks for this flag."""
+    capabilities = StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)  # `acquire_or_ttl` takes the limit
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)

@@ -44,7 +44,7 @@ async def test_limit_is_enforced_at_each_call(semaphores: Flavour, key: str) -> 
 
 async def test_a_full_semaphore_says_when_the_first_slot_frees(semaphores: Flavour, key: str) -> None:
     """`acquire_or_ttl` (with the limit) answers the time until the earliest slot expires."""
-    assert semaphores.store._lease_info_takes_limit is True
+    assert semaphores.store.capabilities.lease_info_takes_limit is True
     assert (await semaphores.acquire_or_ttl(key, "a", 1, 2))[0] is not None
     await semaphores.acquire(key, "b", 5, 2)
     token, remaining = await semaphores.acquire_or_ttl(key, "c", 5, 2)
