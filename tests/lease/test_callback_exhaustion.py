@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from resilience._lease import Lease
 
 TTL = 0.3
-SLACK = 1.0  # what a loaded 2-core machine may add to a 0.2 s cut (the bug costs 3 s)
+SLACK = 2.0  # what a loaded 2-core machine may add to a 0.2 s cut (1.01 s seen at load 9; the bug costs 3 s)
 
 
 class AnsweringFalse(MemoryLockStore):
