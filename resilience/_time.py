@@ -18,9 +18,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SYSTEM_TIME",
+    "ClockWaits",
     "SystemTimeProvider",
     "TimeProvider",
     "TimerHandle",
+    "clock_wait",
+    "clock_wait_async",
     "lease_clock",
     "monotonic_source",
     "sync_call_later",
@@ -47,9 +50,10 @@ class TimeProvider(Protocol):
     the provider's choosing. `random()` is the source of jitter (seedable in tests).
 
     The clock owns waiting: every wait of the library (a sleep, a wait for a release, a permit
-    or an abort, bounded by a timeout) is one of its four waits, so a clock whose time is not
-    real (`FakeTimeProvider`) decides what waiting means. A class that subclasses
-    `TimeProvider` inherits `wait` and `wait_async` built on `call_later`.
+    or an abort, bounded by a timeout) goes through the clock. A provider may also offer
+    `wait(event, timeout)` and `wait_async(future, timeout)` (`ClockWaits`: the system and the
+    fake clocks do, so a clock whose time is not real decides what waiting means); without
+    them the library waits on the provider's `call_later` timers (`clock_wait`).
     """
 
     def monotonic(self) -> float:
@@ -68,18 +72,6 @@ class TimeProvider(Protocol):
         """Suspend the calling task for `seconds`."""
         ...
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        """Block until `event` is set (True) or `timeout` seconds pass (False).
-
-        `event` is the caller's own one-shot wake-up: a clock may set it itself when the
-        timeout falls due, so the caller tells why it woke from its own state.
-        """
-        return wait_event(self, event, timeout)
-
-    async def wait_async(self, future: asyncio.Future[Any], timeout: float) -> bool:
-        """Suspend until `future` is done (True) or `timeout` seconds pass (False); `future` is left as it is."""
-        return await wait_future(self, future, timeout)
-
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Run `callback()` once, `delay` seconds from now, unless cancelled."""
         ...
@@ -89,8 +81,39 @@ class TimeProvider(Protocol):
         ...
 
 
+@runtime_checkable
+class ClockWaits(Protocol):
+    """The waits a `TimeProvider` may offer itself (the system and the fake clocks do)."""
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Block until `event` is set (True) or `timeout` seconds pass (False).
+
+        `event` is the caller's own one-shot wake-up: a clock may set it itself when the
+        timeout falls due, so the caller tells why it woke from its own state.
+        """
+        ...
+
+    async def wait_async(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """Suspend until `future` is done (True) or `timeout` seconds pass (False); `future` is left as it is."""
+        ...
+
+
+def clock_wait(provider: TimeProvider, event: threading.Event, timeout: float) -> bool:
+    """`provider.wait(event, timeout)` when it offers `ClockWaits`, else a wait on its timers."""
+    if isinstance(provider, ClockWaits):
+        return provider.wait(event, timeout)
+    return wait_event(provider, event, timeout)
+
+
+async def clock_wait_async(provider: TimeProvider, future: asyncio.Future[Any], timeout: float) -> bool:
+    """`provider.wait_async(future, timeout)` when it offers `ClockWaits`, else a wait on its timers."""
+    if isinstance(provider, ClockWaits):
+        return await provider.wait_async(future, timeout)
+    return await wait_future(provider, future, timeout)
+
+
 async def wait_future(provider: TimeProvider, future: asyncio.Future[Any], timeout: float) -> bool:
-    """`TimeProvider.wait_async` on `provider`'s own timers (which may fire on any thread)."""
+    """`ClockWaits.wait_async` on `provider`'s own timers (which may fire on any thread)."""
     if future.done():
         return True
     loop = asyncio.get_running_loop()

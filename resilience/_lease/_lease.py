@@ -38,7 +38,7 @@ from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, L
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
 from resilience._runtime._threads import on_fork_in_child
 from resilience._signal import Signal
-from resilience._time import sync_call_later, wait_event
+from resilience._time import clock_wait, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -756,7 +756,7 @@ def _sync_wait(
     remove_signal = signal._add_wakeup(lambda _reason: woken.set())
     remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
     try:
-        time_provider.wait(woken, seconds)
+        clock_wait(time_provider, woken, seconds)
     finally:
         remove_signal()
         if remove_listener is not None:

@@ -19,7 +19,7 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from resilience._time import SYSTEM_TIME, lease_clock
+from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, lock_mode
 from resilience.stores._protocols import StoreCapabilities
@@ -221,7 +221,7 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return self._time_provider.wait(woken, timeout)
+            return clock_wait(self._time_provider, woken, timeout)
         finally:
             remove()
 
@@ -246,7 +246,7 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return await self._time_provider.wait_async(future, timeout)
+            return await clock_wait_async(self._time_provider, future, timeout)
         finally:
             remove()
 

@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from resilience._outcome import Err, Ok, Outcome
+from resilience._time import clock_wait
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
 
@@ -145,7 +146,7 @@ def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
     woken = threading.Event()
     remove = signal._add_wakeup(lambda _reason: woken.set())
     try:
-        time_provider.wait(woken, seconds)
+        clock_wait(time_provider, woken, seconds)
     finally:
         remove()
     return signal.aborted

@@ -8,7 +8,7 @@ import freezegun
 import pytest
 
 from resilience import SystemTimeProvider, TimeProvider, TimerHandle
-from resilience._time import SYSTEM_TIME
+from resilience._time import SYSTEM_TIME, ClockWaits, clock_wait
 from resilience._timers import TimerThread
 from resilience.testing import FakeTimeProvider
 
@@ -241,8 +241,8 @@ async def test_wait_async_leaves_the_future_alone() -> None:
     assert auto.monotonic() == 3
 
 
-def test_a_subclass_of_the_protocol_inherits_the_waits() -> None:
-    """A TimeProvider subclass with only the basic members gets wait() built on its call_later."""
+def test_a_provider_without_its_own_waits_is_waited_on_through_its_timers() -> None:
+    """A TimeProvider with only the members DESIGN §2.10 names is accepted, and waited on through its call_later."""
 
     class Ticking(TimeProvider):
         def __init__(self) -> None:
@@ -269,10 +269,52 @@ def test_a_subclass_of_the_protocol_inherits_the_waits() -> None:
     ticking = Ticking()
     assert isinstance(ticking, TimeProvider)
     answers: list[bool] = []
-    thread = threading.Thread(target=lambda: answers.append(ticking.wait(threading.Event(), 1)))
+    assert not isinstance(ticking, ClockWaits)
+    thread = threading.Thread(target=lambda: answers.append(clock_wait(ticking, threading.Event(), 1)))
     thread.start()
     while ticking.fake.pending_timers == 0:
         time.sleep(0.001)
     ticking.fake.advance(1)
     thread.join(30)
     assert answers == [False]
+
+
+def test_a_structural_provider_with_the_documented_members_builds_a_pipeline() -> None:
+    """DESIGN §2.10's six members are the whole protocol: a clock that is not a subclass still builds and runs."""
+    from resilience import ResiliencePipelineBuilder
+
+    class Plain:
+        def __init__(self) -> None:
+            self.real = SystemTimeProvider()
+
+        def monotonic(self) -> float:
+            return self.real.monotonic()
+
+        def time(self) -> float:
+            return self.real.time()
+
+        def sleep(self, seconds: float) -> None:
+            self.real.sleep(seconds)
+
+        async def sleep_async(self, seconds: float) -> None:
+            await self.real.sleep_async(seconds)
+
+        def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+            return self.real.call_later(delay, callback)
+
+        def random(self) -> random.Random:
+            return self.real.random()
+
+    plain = Plain()
+    assert isinstance(plain, TimeProvider)
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError
+        return "ok"
+
+    pipeline = ResiliencePipelineBuilder(time_provider=plain).add_retry(max_retries=3, delay=0.01).build()
+    assert pipeline.execute(flaky) == "ok"
+    assert len(calls) == 3  # two retry delays waited on its call_later timers (real time, 10 ms each)

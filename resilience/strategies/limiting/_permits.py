@@ -16,6 +16,8 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
+from resilience._time import clock_wait, clock_wait_async
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -164,7 +166,7 @@ class LocalPermits:
             remove = None
             try:
                 remove = signal._add_wakeup(lambda _reason: woken.set())
-                self._time.wait(woken, timeout)
+                clock_wait(self._time, woken, timeout)
             except BaseException:
                 if self._leave(key, waiter):
                     self.release(key)
@@ -195,7 +197,7 @@ class LocalPermits:
         if not waiter.granted:
             remove = signal._add_wakeup(lambda _reason: wake())
             try:
-                await self._time.wait_async(future, timeout)
+                await clock_wait_async(self._time, future, timeout)
             except BaseException:
                 if self._leave(key, waiter):
                     self.release(key)
