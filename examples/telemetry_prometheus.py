@@ -3,7 +3,8 @@
 The pipelines exercise every signal of the Grafana dashboard and the alerts of
 docs/dashboards/alerts.yml (a lease is lost every round: the page fires). Run it with --serve, then open the /metrics address it prints (or point Prometheus and the
 Grafana dashboard in docs/dashboards/resilience.json at it); it repeats the workload every few
-seconds, so the dashboard moves, until you press Ctrl-C:
+seconds, so the dashboard moves, until you press Ctrl-C (it stops after the workload under way;
+a second Ctrl-C interrupts at once):
 
     .venv/bin/python examples/telemetry_prometheus.py --port 9464 --serve
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import signal
 import threading
 import time
 
@@ -171,13 +173,21 @@ def main() -> None:
         time.sleep(args.serve_seconds)
         return
     print("serving; press Ctrl-C to stop", flush=True)
-    try:
-        for round_number in itertools.count(2):
-            time.sleep(args.interval)
-            workload.run()
-            print(f"workload {round_number} done", flush=True)
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
+    # A server stops between units of work: the first Ctrl-C asks for a stop after the current
+    # workload, a second one interrupts at once (Python's default).
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, request_stop)
+    for round_number in itertools.count(2):
+        if stop.wait(args.interval):
+            break
+        workload.run()
+        print(f"workload {round_number} done", flush=True)
+    print("stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,9 @@ def _no_stale_write_accepted(client: Any, key: str) -> None:
     assert all(later >= earlier for earlier, later in itertools.pairwise(accepted))
 
 
+# In `make soak`, not `make test`: in a fresh-clone CI run (3.11, coverage) the interrupted
+# candidate once did not exit within 30 s, cause not found (CHANGELOG, known issues).
+@pytest.mark.soak
 @pytest.mark.timeout(120)
 def test_ctrl_c_ends_a_waiting_candidate_which_leaves_the_line(
     redis_server: RedisServer, client: Any, candidates: Candidates
