@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -114,9 +115,22 @@ def test_leader_election_on_redis_replaces_a_killed_leader(redis_server: RedisSe
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range (32768+ on Linux).
+
+    A port from `bind(0)` is ephemeral: once this probe closes it, a server another test
+    starts on port 0 may be handed the same one before the program under test binds it.
+    """
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    msg = "no free port in 20000-32000"
+    raise RuntimeError(msg)
 
 
 def _dashboard_metrics() -> set[str]:

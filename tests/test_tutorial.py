@@ -13,6 +13,7 @@ the tutorial names.
 from __future__ import annotations
 
 import os
+import random
 import re
 import select
 import socket
@@ -87,9 +88,22 @@ def _unmatched(expected: list[str], output: list[str], ports: dict[str, str]) ->
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range (32768+ on Linux).
+
+    A port from `bind(0)` is ephemeral: once this probe closes it, a server another test
+    starts on port 0 may be handed the same one before the program under test binds it.
+    """
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    msg = "no free port in 20000-32000"
+    raise RuntimeError(msg)
 
 
 class Background:
