@@ -22,12 +22,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import on_fork_in_child
+from resilience._runtime._threads import interrupts_caller, on_fork_in_child
 from resilience._validation import Duration, to_seconds
 from resilience.exceptions import OperationAbortedError, ValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
 __all__ = ["Signal"]
@@ -48,6 +48,24 @@ def _new_lock_after_fork() -> None:
 
 
 on_fork_in_child(_new_lock_after_fork)
+
+
+def _call_each(callbacks: Iterable[Callable[[BaseException], object]], reason: BaseException, what: str) -> None:
+    """Call every callback with `reason`, logging what one raises (the others still run).
+
+    A Ctrl-C or exit on the main thread (`interrupts_caller`) is raised once all have run.
+    """
+    interrupt: BaseException | None = None
+    for callback in callbacks:
+        try:
+            callback(reason)
+        except BaseException as error:
+            if interrupt is None and interrupts_caller(error):
+                interrupt = error
+            else:
+                _logger.exception("%s", what)
+    if interrupt is not None:
+        raise interrupt
 
 
 class Signal:
@@ -90,11 +108,7 @@ class Signal:
             callbacks, self._callbacks = self._callbacks, None
             self._unlink()
         if callbacks:
-            for callback in callbacks.values():
-                try:
-                    callback(reason)
-                except BaseException:
-                    _logger.exception("a signal callback raised")
+            _call_each(callbacks.values(), reason, "a signal callback raised")
         return True
 
     def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
@@ -111,20 +125,18 @@ class Signal:
                 return None
             self._unlink()
             pending, wakeups = self._mark_aborted(reason)
-        for wakeup in wakeups:  # ours, not user code: each sets an event or schedules a wake-up
-            try:
-                wakeup(reason)
-            except BaseException:  # never lose the other wake-ups and the callbacks
-                _logger.exception("waking a waiter for a signal failed")
+        # Ours, not user code: each sets an event or schedules a wake-up. One that fails never
+        # loses the other wake-ups (nor the callbacks: a Ctrl-C here is raised by `run`).
+        try:
+            _call_each(wakeups, reason, "waking a waiter for a signal failed")
+        except BaseException:
+            _call_each(pending, reason, "a signal callback raised")  # interrupted here: run them here
+            raise
         if not pending:
             return None
 
         def run() -> None:
-            for callback in pending:
-                try:
-                    callback(reason)
-                except BaseException:
-                    _logger.exception("a signal callback raised")
+            _call_each(pending, reason, "a signal callback raised")
 
         return run
 
@@ -164,10 +176,7 @@ class Signal:
         key = next(_ids)
         reason = self._register(key, callback)
         if reason is not None:
-            try:
-                callback(reason)
-            except BaseException:
-                _logger.exception("a signal callback raised")
+            _call_each((callback,), reason, "a signal callback raised")
             return _noop
         return lambda: self._remove(key)
 

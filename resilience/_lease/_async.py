@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from resilience._lease import _lease
 from resilience._lease._core import LOSE
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
+from resilience._runtime._threads import interrupts_caller
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -170,7 +171,9 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
             await result
     except asyncio.CancelledError:
         raise
-    except BaseException:
+    except BaseException as error:
+        if interrupts_caller(error):
+            raise
         _logger.exception("a lease callback raised")
 
 

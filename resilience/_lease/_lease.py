@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
 from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
-from resilience._runtime._threads import on_fork_in_child
+from resilience._runtime._threads import interrupts_caller, on_fork_in_child
 from resilience._signal import Signal
 from resilience._time import clock_wait, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
@@ -607,7 +607,9 @@ class LeaseBase:
 def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
     try:
         result = hook(*args)
-    except BaseException:
+    except BaseException as error:
+        if interrupts_caller(error):
+            raise
         _logger.exception("a lease callback raised")
         return
     if inspect.isawaitable(result):

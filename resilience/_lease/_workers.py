@@ -113,14 +113,23 @@ class Strand:
         self._run()
 
     def _run(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    if not self._jobs:
+                        return
+                    job = self._jobs.popleft()
+                run_logged(job, "a lease callback")
+        finally:
+            # Also when a Ctrl-C on the main thread (a holder in `join`) ends the run early:
+            # the strand is never left active without a runner, and its other jobs run on the pool.
             with self._lock:
-                if not self._jobs:
-                    self._active = False
-                    self._idle.notify_all()
-                    return
-                job = self._jobs.popleft()
-            run_logged(job, "a lease callback")
+                self._active = False
+                self._idle.notify_all()
+                leftover = bool(self._jobs) and not self._scheduled
+                self._scheduled = self._scheduled or leftover
+            if leftover:
+                self._pool.submit(self._drain)
 
 
 CALLBACKS = Pool("lease-callbacks", CALLBACK_THREADS_MAX, CALLBACK_STALL, eager=CALLBACK_THREADS)

@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import start_thread
+from resilience._runtime._threads import interrupts_caller, start_thread
 from resilience._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
@@ -31,10 +31,15 @@ STALL = 0.0
 
 
 def run_logged(job: Callable[[], object], what: str) -> None:
-    """Run `job()`, logging anything it raises (a background thread must not die of it)."""
+    """Run `job()`, logging anything it raises (a background thread must not die of it).
+
+    On the main thread a Ctrl-C or an exit propagates instead (`interrupts_caller`).
+    """
     try:
         job()
-    except BaseException:
+    except BaseException as error:
+        if interrupts_caller(error):
+            raise
         _logger.exception("%s raised", what)
 
 

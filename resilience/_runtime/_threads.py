@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["on_fork_in_child", "start_thread"]
+__all__ = ["interrupts_caller", "on_fork_in_child", "start_thread"]
 
 _logger = logging.getLogger("resilience")
 _IN_CHILD: list[Callable[[], object]] = []
@@ -28,6 +28,19 @@ def start_thread(target: Callable[..., object], *args: object, name: str) -> thr
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def interrupts_caller(error: BaseException) -> bool:
+    """Whether `error`, raised by a callback, is the caller's to see rather than a log line's.
+
+    Python delivers Ctrl-C to the main thread wherever it is, and the callbacks the library
+    runs there (a loss's callbacks as a lease ends, a signal's callbacks on the aborting
+    thread) are places it can land: logging it would swallow the user's interrupt. So a
+    `KeyboardInterrupt` or `SystemExit` on the main thread propagates (after the other
+    callbacks of the batch have run), as asyncio does with its callbacks. On any other
+    thread there is nobody to raise it to: it is logged like any error.
+    """
+    return isinstance(error, KeyboardInterrupt | SystemExit) and threading.current_thread() is threading.main_thread()
 
 
 def on_fork_in_child(hook: _Hook) -> _Hook:

@@ -149,14 +149,11 @@ def test_a_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseExceptio
             context.signal.add_callback(_raiser(exc))
         _wait_for_loss()
 
-    if kind == "listener-on-lost":
-        # `OnLockLost` is emitted by whichever comes first: the background (which logs what the
-        # listener raises) or the execution as it ends, on the caller's thread, where a
-        # listener's exception propagates as any listener's does.
-        with contextlib.suppress(exc):
-            pipeline.execute(body)
-    else:
-        pipeline.execute(body)  # the strategy returns the body's result after a loss
+    # The loss's callbacks run on the lease's callback strand (logged there) or, for what is left
+    # when the body ends, on the caller's thread: there a Ctrl-C or an exit on the main thread
+    # is the caller's and propagates (`interrupts_caller`), as a listener's exception does.
+    with contextlib.suppress(exc):
+        pipeline.execute(body)
     time.sleep(0.05)
     assert_runtime_healthy()
 
@@ -201,7 +198,8 @@ def test_a_renewal_error_callback_raising_a_fatal_error(kind: str, exc: type[Bas
 
 @pytest.mark.parametrize("exc", FATAL)
 @pytest.mark.parametrize("kind", ["signal-callback", "on_lock_lost"])
-async def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseException]) -> None:
+def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseException]) -> None:
+    """On the loop's thread, the main thread here, the error ends the loop's run as asyncio's own callbacks' do."""
     options: dict[str, Any] = {}
     if kind == "on_lock_lost":
         options["on_lock_lost"] = _raiser(exc)
@@ -215,9 +213,13 @@ async def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type
             context.signal.add_callback(_raiser(exc))
         assert await context.signal.wait_async(3.0)
 
-    await built.execute_async(body)
-    await asyncio.sleep(0.05)
-    await assert_async_runtime_healthy()
+    async def scenario() -> None:
+        await built.execute_async(body)
+        await asyncio.sleep(0.05)
+
+    with contextlib.suppress(exc):
+        asyncio.run(scenario())
+    asyncio.run(assert_async_runtime_healthy())
     assert_runtime_healthy()
 
 

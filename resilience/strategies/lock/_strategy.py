@@ -29,6 +29,7 @@ from resilience._lease import (
     acquire_lease,
     acquire_lease_async,
 )
+from resilience._runtime._threads import interrupts_caller
 from resilience._time import lease_clock
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
@@ -220,7 +221,9 @@ class _Run:
         if callback is not None:
             try:
                 result = callback(OnLockLostArguments(inner, self.key, lease.token))
-            except BaseException:
+            except BaseException as error:
+                if interrupts_caller(error):
+                    raise
                 _logger.exception("on_lock_lost raised")
             else:
                 if inspect.isawaitable(result):
