@@ -516,8 +516,8 @@ class TestSemaphorePermitsConformance:
         """A lapsed holder of every slot frees them all at once."""
         for _ in range(STALL_ATTEMPTS):
             attempt = f"{key}:{_}"
+            started = time.monotonic()  # before the grant: its expiry runs from the store's receipt of it
             assert await semaphore_store.acquire(attempt, "a", EXPIRY_TTL, 3, 3) is not None
-            started = time.monotonic()
             refused = await semaphore_store.acquire(attempt, "b", LONG_TTL, 3, 1) is None
             if semaphore_store.harness.real_time and _stalled(started):
                 continue
