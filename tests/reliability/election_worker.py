@@ -10,6 +10,8 @@ at the end, or `result <identity> interrupted <caught at> <seen out of line at>`
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import time
 
 import redis
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, required=True)
     parser.add_argument("--lead-for", type=float, default=60.0)
     args = parser.parse_args()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that finds it stuck asks where
     client = redis.Redis(port=args.port, socket_timeout=5, socket_connect_timeout=5, decode_responses=True)
     candidate = election(client, args.key, identity=args.identity, ttl=args.ttl)
 

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -70,6 +71,18 @@ def candidates(redis_server: RedisServer, uid: str) -> Iterator[Candidates]:
     running = Candidates(redis_server.port, f"{uid}-leader", f"log:{uid}")
     yield running
     running.close()
+
+
+def _exit_code(process: subprocess.Popen[bytes], timeout: float) -> int:
+    """The process's exit code; a process still running after `timeout` fails with every thread's stack."""
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)  # the worker's faulthandler prints every thread's stack
+        time.sleep(1)
+        process.kill()
+        _, err = process.communicate(timeout=10)
+        pytest.fail(f"still running {timeout:g} s after the interrupt; its threads:\n{err.decode(errors='replace')}")
 
 
 def _elected(client: Any, log: str, after: int = 0) -> tuple[str, int, int]:
@@ -180,7 +193,7 @@ def test_ctrl_c_ends_a_waiting_candidate_which_leaves_the_line(
     refreshed = client.zscore(companions(f"election:{candidates.key}")[1], entry[0]) or 0
     natural_end_ms = max(int(entry[1]) // 1000 + QUEUE_ENTRY_MS, int(refreshed))
     os.kill(waiting.pid, signal.SIGINT)
-    assert waiting.wait(timeout=30) == 0
+    assert _exit_code(waiting, timeout=30) == 0
     (result,) = [line for line in read_log(client, candidates.log) if line[:3] == ["result", "b", "interrupted"]]
     caught_ms, gone_ms = int(result[3]) // 1000, int(result[4]) // 1000
     # Judged when it caught the interrupt a second or more before its entry would lapse (a
