@@ -30,6 +30,7 @@ from resilience.stores._info import (
     LockInfo,
     force_release_by_owner,
     force_release_by_owner_async,
+    holder_tuples,
     lock_mode,
 )
 from resilience.stores._protocols import StoreCapabilities
@@ -1066,7 +1067,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, first lease end first."""
-        return _holders(self.info(key))
+        return holder_tuples(self.info(key))
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -1124,7 +1125,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""
-        return _holders(await self.info_async(key))
+        return holder_tuples(await self.info_async(key))
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -1156,8 +1157,3 @@ class RedisSemaphoreStore(_RedisStore):
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
         return await force_release_by_owner_async(self.info_async, self.release_async, key)
-
-
-def _holders(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
-    """`info`'s holders as `(owner, token, seconds left, permits)` tuples."""
-    return [] if found is None else [(h.owner, h.token, h.expires_in or 0.0, h.permits) for h in found.holders]
