@@ -7,12 +7,18 @@ the report prints per-call medians and ratios against a baseline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis_support import RedisCluster, RedisServer
 
 
 @dataclass
@@ -95,3 +101,37 @@ def write_section(path: Path, heading: str, section: str) -> None:
         tail = "" if end == -1 else existing[end:]
         updated = existing[:start] + section.rstrip("\n") + "\n" + tail
     path.write_text(updated.rstrip("\n") + "\n")
+
+
+# -- Redis: the benchmarks that need one put tests/ (`redis_support`) on sys.path ----------------
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of the benchmark's own, on a free local port (never the user's database)."""
+    from redis_support import RedisServer
+
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+_NOT_COUNTED = frozenset({"info", "cluster|nodes", "cluster|slots", "cluster|shards", "command|docs"})
+"""The benchmark's own reads and a Cluster client's topology reads."""
+
+
+def server_profile(server: RedisServer | RedisCluster) -> Counter[str]:
+    """Calls per command so far (`INFO commandstats`, scripts' commands included; summed over a Cluster's masters)."""
+    from redis_support import RedisCluster
+
+    calls: Counter[str] = Counter()
+    for node in server.nodes if isinstance(server, RedisCluster) else [server]:
+        for line in node.command("INFO", "commandstats").split("\r\n"):
+            if line.startswith("cmdstat_"):
+                name, _, rest = line.removeprefix("cmdstat_").partition(":")
+                if name not in _NOT_COUNTED:
+                    calls[name] += int(rest.split("calls=")[1].split(",")[0])
+    return calls

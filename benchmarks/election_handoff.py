@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import platform
 import statistics
@@ -31,14 +30,13 @@ import redis.asyncio
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "tests"))
 sys.path.insert(0, str(_HERE.parent))
-from redis_support import RedisServer
 
-from benchmarks._harness import write_section
+from benchmarks._harness import redis_server, write_section
 from resilience.primitives import election
 from resilience.stores import MemoryLockStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from resilience.primitives import LockHandle
 
@@ -110,16 +108,6 @@ def _row(name: str, gaps: list[float]) -> str:
     return f"| {name} | {len(ms)} | {statistics.median(ms):.2f} | {p99:.2f} | {ms[-1]:.2f} |"
 
 
-@contextlib.contextmanager
-def _server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--handoffs", type=int, default=300)
@@ -127,7 +115,7 @@ def main() -> None:
     options = parser.parse_args()
     memory = MemoryLockStore()
     rows = [_row("memory store, threads", measure_threads(lambda: memory, options.handoffs))]
-    with _server() as server:
+    with redis_server() as server:
         rows.append(_row("Redis, threads", measure_threads(lambda: redis.Redis(port=server.port), options.handoffs)))
         rows.append(
             _row(

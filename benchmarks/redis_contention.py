@@ -58,14 +58,14 @@ from collections import Counter
 
 from redis_support import RedisCluster, RedisServer
 
-from benchmarks._harness import write_section
+from benchmarks._harness import redis_server, server_profile, write_section
 from resilience import LockLostError, ResiliencePipelineBuilder
 from resilience._lease import wait_idle
 from resilience.primitives import lock
 from resilience.stores import RedisLockStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 WORKERS = 8
 HOLD = 0.001
@@ -100,24 +100,8 @@ def _count_sends() -> None:
             cls.send_packed_command = counted  # type: ignore[method-assign]
 
 
-_NOT_COUNTED = frozenset({"info", "cluster|nodes", "cluster|slots", "cluster|shards", "command|docs"})
-"""The benchmark's own reads and a Cluster client's topology reads."""
-
-
-def _server_profile(server: RedisServer | RedisCluster) -> Counter[str]:
-    """Calls per command so far (`INFO commandstats`, summed over a Cluster's masters)."""
-    calls: Counter[str] = Counter()
-    for node in server.nodes if isinstance(server, RedisCluster) else [server]:
-        for line in node.command("INFO", "commandstats").split("\r\n"):
-            if line.startswith("cmdstat_"):
-                name, _, rest = line.removeprefix("cmdstat_").partition(":")
-                if name not in _NOT_COUNTED:
-                    calls[name] += int(rest.split("calls=")[1].split(",")[0])
-    return calls
-
-
 def _server_calls(server: RedisServer | RedisCluster) -> int:
-    return _server_profile(server).total()
+    return server_profile(server).total()
 
 
 # -- one measurement ------------------------------------------------------------------------------
@@ -200,7 +184,7 @@ def measure_threads(
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(WORKERS)]
     for thread in threads:
         thread.start()
-    sent0, server0 = _SENT[0], _server_profile(server)
+    sent0, server0 = _SENT[0], server_profile(server)
     barrier.wait()
     started = time.perf_counter()
     time.sleep(seconds)
@@ -208,7 +192,7 @@ def measure_threads(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    return summarize(name, record, elapsed, _SENT[0] - sent0, _server_profile(server) - server0)
+    return summarize(name, record, elapsed, _SENT[0] - sent0, server_profile(server) - server0)
 
 
 async def measure_tasks(name: str, server: RedisServer, seconds: float, section: Any) -> Result:
@@ -221,14 +205,14 @@ async def measure_tasks(name: str, server: RedisServer, seconds: float, section:
             await section(index, record, time.perf_counter())
             await asyncio.sleep(THINK)
 
-    sent0, server0 = _SENT[0], _server_profile(server)
+    sent0, server0 = _SENT[0], server_profile(server)
     started = time.perf_counter()
     tasks = [asyncio.create_task(worker(i)) for i in range(WORKERS)]
     await asyncio.sleep(seconds)
     stop.set()
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
-    return summarize(name, record, elapsed, _SENT[0] - sent0, _server_profile(server) - server0)
+    return summarize(name, record, elapsed, _SENT[0] - sent0, server_profile(server) - server0)
 
 
 # -- the contenders -------------------------------------------------------------------------------
@@ -484,16 +468,6 @@ def results_table(title: str, results: list[Result]) -> list[str]:
     return lines
 
 
-@contextlib.contextmanager
-def _server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def cluster_result(seconds: float) -> Result:
     """The primitive with threads on a 3-master Redis Cluster (its own servers), the key on one master."""
     cluster = RedisCluster()
@@ -519,7 +493,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help=f"replace the '{SECTION}' section of this file")
     options = parser.parse_args()
     _count_sends()
-    with _server() as server:
+    with redis_server() as server:
         version = server.command("INFO", "server").split("redis_version:")[1].split("\r\n")[0]
         client = redis.Redis(port=server.port)
         try:

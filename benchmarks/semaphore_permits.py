@@ -19,7 +19,6 @@ wait per request size. Then the cost of one release with 8 waiters queued (4 slo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import random
@@ -34,30 +33,23 @@ import redis
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "tests"))
 sys.path.insert(0, str(_HERE.parent))
-from redis_support import RedisServer
 
-from benchmarks._harness import write_section
+from benchmarks._harness import redis_server, server_profile, write_section
 from resilience.primitives import semaphore
 from resilience.stores import RedisSemaphoreStore
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections import Counter
+
+    from redis_support import RedisServer
 
 SECTION = "## Semaphore permits on Redis"
 
 
-def _calls(admin: redis.Redis) -> dict[str, int]:
-    stats = admin.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
-
-
-def _spent(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {name: calls - before.get(name, 0) for name, calls in after.items() if name != "info"}
-
-
-def contention(port: int, *, limit: int, asks: tuple[int, ...], seconds: float, workers: int = 8) -> dict[str, Any]:
-    admin = redis.Redis(port=port)
-    client = redis.Redis(port=port)
+def contention(
+    server: RedisServer, *, limit: int, asks: tuple[int, ...], seconds: float, workers: int = 8
+) -> dict[str, Any]:
+    client = redis.Redis(port=server.port)
     slots = semaphore(client, limit=limit, ttl=10)
     key = f"bench:{limit}:{len(asks)}:{time.monotonic_ns()}"
     sections = [0] * workers
@@ -82,7 +74,7 @@ def contention(port: int, *, limit: int, asks: tuple[int, ...], seconds: float, 
             sections[index] += 1
             time.sleep(0.005 * rng.uniform(0.5, 1.5))
 
-    before = _calls(admin)
+    before = server_profile(server)
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
     started = time.monotonic()
     for thread in threads:
@@ -90,11 +82,10 @@ def contention(port: int, *, limit: int, asks: tuple[int, ...], seconds: float, 
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    spent = _spent(before, _calls(admin))
+    spent = server_profile(server) - before
     done = sum(sections)
     slots.close()
     client.close()
-    admin.close()
     return {
         "per_second": done / elapsed,
         "commands": sum(spent.values()) / done,
@@ -104,9 +95,8 @@ def contention(port: int, *, limit: int, asks: tuple[int, ...], seconds: float, 
     }
 
 
-def release_cost(port: int) -> dict[str, int]:
-    admin = redis.Redis(port=port)
-    store = RedisSemaphoreStore(redis.Redis(port=port), prefix="cost")
+def release_cost(server: RedisServer) -> Counter[str]:
+    store = RedisSemaphoreStore(redis.Redis(port=server.port), prefix="cost")
     store.acquire("k", "warm", 30, 4)
     store.release("k", "warm")
     try:
@@ -118,26 +108,15 @@ def release_cost(port: int) -> dict[str, int]:
             store.acquire("k", f"holder{index}", 30, 4)
     for index in range(8):
         store.acquire_or_queue("k", f"w{index}", 30, 4)
-    before = _calls(admin)
+    before = server_profile(server)
     if extra:
         for index in range(4):
             store.release("k", f"holder{index}")
     else:
         store.release("k", "holder")
-    spent = _spent(before, _calls(admin))
+    spent = server_profile(server) - before
     store.close()
-    admin.close()
     return spent
-
-
-@contextlib.contextmanager
-def _server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def main() -> None:
@@ -145,13 +124,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--write", type=Path, help=f"replace the '{SECTION}' section of this file")
     options = parser.parse_args()
-    with _server() as server:
-        single = contention(server.port, limit=2, asks=(1,), seconds=options.seconds)
+    with redis_server() as server:
+        single = contention(server, limit=2, asks=(1,), seconds=options.seconds)
         try:
-            mixed = contention(server.port, limit=4, asks=(1, 2, 3, 1), seconds=options.seconds)
+            mixed = contention(server, limit=4, asks=(1, 2, 3, 1), seconds=options.seconds)
         except TypeError:
             mixed = None  # a version without permits
-        spent = release_cost(server.port)
+        spent = release_cost(server)
     load = os.getloadavg()[0]
     lines = [
         SECTION,

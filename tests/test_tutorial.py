@@ -13,10 +13,8 @@ the tutorial names.
 from __future__ import annotations
 
 import os
-import random
 import re
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.test_examples import _dashboard_metrics
+from tests.test_examples import _dashboard_metrics, _free_port
 
 if TYPE_CHECKING:
     from tests.redis_support import RedisServer
@@ -85,25 +83,6 @@ def _unmatched(expected: list[str], output: list[str], ports: dict[str, str]) ->
         else:
             del remaining[hit]
     return missing
-
-
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range (32768+ on Linux).
-
-    A port from `bind(0)` is ephemeral: once this probe closes it, a server another test
-    starts on port 0 may be handed the same one before the program under test binds it.
-    """
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(20_000, 32_000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    msg = "no free port in 20000-32000"
-    raise RuntimeError(msg)
 
 
 class Background:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
 from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, typed
 from resilience.limiters._redis_scripts import SCRIPTS
-from resilience.stores._redis import RedisClients, flavoured
+from resilience.stores._redis import RedisClientsStore, flavoured
 
 __all__ = ["RedisRateLimitStore"]
 
 
-class RedisRateLimitStore(Closing):
+class RedisRateLimitStore(RedisClientsStore):
     """A rate-limit store over Redis: one key per partition, one script call per decision.
 
     Args:
@@ -39,33 +38,10 @@ class RedisRateLimitStore(Closing):
         return super().__new__(flavoured(cls, client, async_client, ("take", "take_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> None:
-        clients = self._clients = RedisClients("RedisRateLimitStore", client, async_client, prefix)
-        self._prefix = prefix
-        self._sync = clients.sync
-        self._async = clients.async_
+        super().__init__("RedisRateLimitStore", client, async_client, prefix)
+        self._sync = self._clients.sync
+        self._async = self._clients.async_
         self._prepared: dict[tuple[object, ...], tuple[Any, list[object]]] = {}
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix: a partition's key is `<prefix>:<algorithm>:<key>`."""
-        return self._prefix
-
-    @property
-    def has_sync_client(self) -> bool:
-        """Whether `take` works (a `client=` was given)."""
-        return self._sync is not None
-
-    @property
-    def has_async_client(self) -> bool:
-        """Whether `take_async` works (an `async_client=` was given)."""
-        return self._async is not None
-
-    def close(self) -> None:
-        """Nothing to stop: the clients stay open (they are yours)."""
-        self._clients.close()
-
-    def __repr__(self) -> str:
-        return self._clients.describe(self)
 
     def key(self, key: str, algorithm: str = "token_bucket") -> str:
         """The Redis key of partition `key` under `algorithm`."""

@@ -928,13 +928,26 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        self._need("acquire", is_async=False, shared=shared)
-        options = self._options(
+        return self._take("acquire", key, ttl, retries, retry_delay, wait, shared)
+
+    def _take_options(self, method: str, key: str, *values: Any, permits: object = 1) -> _Options:
+        """The validated options of `method` (an `acquire`): ttl, retries, retry_delay, wait, shared; and `permits`."""
+        ttl, retries, retry_delay, wait, shared = values
+        self._need(method, is_async=method.endswith("_async"), shared=shared)
+        count = self._permits(permits)
+        taken = self._options(
             key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
         )
-        return self._take(key, options)
+        taken.permits = count
+        return taken
 
-    def _take(self, key: str, options: _Options) -> LockHandle | None:
+    def _permits(self, permits: object) -> int:  # noqa: ARG002 - the semaphore's hook
+        """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
+        return 1
+
+    def _take(self, method: str, key: str, *values: Any, permits: object = 1) -> LockHandle | None:
+        """`acquire`: validate `values` (see `_take_options`), then take `key` or return None."""
+        options = self._take_options(method, key, *values, permits=permits)
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -956,13 +969,11 @@ class Locks(Closing):
         shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        self._need("acquire_async", is_async=True, shared=shared)
-        options = self._options(
-            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
-        )
-        return await self._take_async(key, options)
+        return await self._take_async("acquire_async", key, ttl, retries, retry_delay, wait, shared)
 
-    async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
+    async def _take_async(self, method: str, key: str, *values: Any, permits: object = 1) -> LockHandle | None:
+        """See `_take`."""
+        options = self._take_options(method, key, *values, permits=permits)
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -1176,13 +1187,7 @@ class Semaphores(Locks):
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        self._need("acquire", is_async=False)
-        count = self._permits(permits)
-        options = self._options(
-            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
-        )
-        options.permits = count
-        return self._take(key, options)
+        return self._take("acquire", key, ttl, retries, retry_delay, wait, shared, permits=permits)
 
     async def acquire_async(
         self,
@@ -1197,13 +1202,7 @@ class Semaphores(Locks):
         shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        self._need("acquire_async", is_async=True)
-        count = self._permits(permits)
-        options = self._options(
-            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
-        )
-        options.permits = count
-        return await self._take_async(key, options)
+        return await self._take_async("acquire_async", key, ttl, retries, retry_delay, wait, shared, permits=permits)
 
 
 def lock(

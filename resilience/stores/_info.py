@@ -44,6 +44,11 @@ class LockInfo:
     """The length of the key's waiter queue; None when the store does not record waiters."""
 
 
+def holder_tuples(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
+    """`info`'s holders as `(owner, token, seconds left, permits)`: what a semaphore store's `holders` returns."""
+    return [] if found is None else [(h.owner, h.token, h.expires_in or 0.0, h.permits) for h in found.holders]
+
+
 def lock_mode(*, shared: bool) -> LockMode:
     """The mode of a held lock key: the one place a lock store's `info` decides it."""
     return "shared" if shared else "exclusive"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
 from resilience.exceptions import ValidationError
-from resilience.stores._info import HolderInfo, LockInfo, lock_mode
+from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._protocols import StoreCapabilities
 
 if TYPE_CHECKING:
@@ -634,15 +634,7 @@ class MemorySemaphoreStore(_MemoryStore):
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest grant first."""
-        with self._mutex:
-            now = self._now()
-            holders = self._live(key, now)
-            if holders is None:
-                return []
-            return sorted(
-                ((owner, token, expires - now, permits) for owner, (token, expires, permits) in holders.items()),
-                key=lambda holder: holder[1],
-            )
+        return holder_tuples(self.info(key))
 
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""

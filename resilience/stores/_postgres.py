@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
-from resilience.stores._info import HolderInfo, LockInfo, LockMode, lock_mode
+from resilience.stores._info import HolderInfo, LockInfo, LockMode, holder_tuples, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
 from resilience.stores._protocols import StoreCapabilities
@@ -848,13 +848,11 @@ class PostgresSemaphoreStore(_PostgresStore):
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest token first."""
-        rows = self._execute("holders", self._sql.holders, (_check_str("key", key),), fetch="all")
-        return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
+        return holder_tuples(self.info(key))
 
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""
-        rows = await self._execute_async("holders_async", self._sql.holders, (_check_str("key", key),), fetch="all")
-        return [(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows]
+        return holder_tuples(await self.info_async(key))
 
     def _turn_params(self, key: str, owner: str, limit: int, permits: int) -> tuple[object, ...]:
         checked_limit, checked_permits = self._limit(limit, permits)

@@ -30,6 +30,7 @@ from resilience.stores._info import (
     LockInfo,
     force_release_by_owner,
     force_release_by_owner_async,
+    holder_tuples,
     lock_mode,
 )
 from resilience.stores._protocols import StoreCapabilities
@@ -496,6 +497,41 @@ class RedisClients:
         return f"{type(store).__name__}(prefix={self.prefix!r}, flavours={'+'.join(flavours)})"
 
 
+class RedisClientsStore(Closing):
+    """A store over Redis clients (`RedisClients`): its prefix, the flavours it serves, `close()` and repr.
+
+    `has_sync_client` / `has_async_client` tell the store protocols which flavours it serves
+    (`isinstance(store, AsyncLockStore)`); a flavour without its client raises the
+    `ValidationError` naming the client to pass.
+    """
+
+    def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
+        self._clients = RedisClients(kind, client, async_client, prefix)
+        self._prefix = prefix
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: the store's keys are `<prefix>:...`."""
+        return self._prefix
+
+    @property
+    def has_sync_client(self) -> bool:
+        """Whether the sync methods work (a `client=` was given)."""
+        return self._clients.sync is not None
+
+    @property
+    def has_async_client(self) -> bool:
+        """Whether the `_async` methods work (an `async_client=` was given)."""
+        return self._clients.async_ is not None
+
+    def close(self) -> None:
+        """Close what the store opened (the clients stay open: they are yours)."""
+        self._clients.close()
+
+    def __repr__(self) -> str:
+        return self._clients.describe(self)
+
+
 def flavoured(cls: type[_S], client: object, async_client: object, methods: tuple[str, ...]) -> type[_S]:
     """`cls`, or (cached) a subclass of it whose `methods` of the flavour without a client are None.
 
@@ -515,12 +551,10 @@ def flavoured(cls: type[_S], client: object, async_client: object, methods: tupl
     return cast("type[_S]", variant)
 
 
-class _RedisStore(Closing):
+class _RedisStore(RedisClientsStore):
     """What the lock and semaphore stores share: clients, notification, closing.
 
-    Every method exists whatever the clients (a fixed surface); a flavour without its client
-    raises `ValidationError` naming the client to pass. `has_sync_client`/`has_async_client`
-    tell the store protocols which flavours it serves (`isinstance(store, AsyncLockStore)`).
+    Every method exists whatever the clients (a fixed surface).
     """
 
     _kind: str = "RedisStore"
@@ -528,36 +562,17 @@ class _RedisStore(Closing):
     capabilities = StoreCapabilities(fair_queue=True)
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
-        clients = self._clients = RedisClients(self._kind, client, async_client, prefix)
-        self._prefix = prefix
-        self._sync = clients.sync
+        super().__init__(self._kind, client, async_client, prefix)
         # Whose thread pool runs the lease engine's background calls: one per client (per
         # connection pool), however many stores are made on it (`lock(client)` per request);
         # without a sync client (None), the store's own.
         self.capabilities = dataclasses.replace(self.capabilities, pool_key=getattr(client, "connection_pool", client))
-        self._async = clients.async_
-
         self._publish: dict[bool, str] = {}
         self._listener: SyncReleaseListener | None = None
         self._listener_lock = threading.Lock()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix: keys are `<prefix>:<key>`."""
-        return self._prefix
-
-    @property
-    def has_sync_client(self) -> bool:
-        """Whether the sync methods work (a `client=` was given)."""
-        return self._sync is not None
-
-    @property
-    def has_async_client(self) -> bool:
-        """Whether the `_async` methods work (an `async_client=` was given)."""
-        return self._async is not None
 
     def _sync_client(self, method: str) -> _SyncClient:
         return self._clients.sync_runner(method)
@@ -678,7 +693,7 @@ class _RedisStore(Closing):
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
-        self._clients.close()
+        super().close()
 
     async def aclose(self) -> None:
         """Stop this event loop's release listener (and the sync one); clients stay open."""
@@ -687,9 +702,6 @@ class _RedisStore(Closing):
             if listener is not None:
                 await listener.aclose()
         self.close()
-
-    def __repr__(self) -> str:
-        return self._clients.describe(self)
 
 
 class RedisLockStore(_RedisStore):
@@ -1055,7 +1067,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, first lease end first."""
-        return _holders(self.info(key))
+        return holder_tuples(self.info(key))
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -1113,7 +1125,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""
-        return _holders(await self.info_async(key))
+        return holder_tuples(await self.info_async(key))
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -1145,8 +1157,3 @@ class RedisSemaphoreStore(_RedisStore):
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
         return await force_release_by_owner_async(self.info_async, self.release_async, key)
-
-
-def _holders(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
-    """`info`'s holders as `(owner, token, seconds left, permits)` tuples."""
-    return [] if found is None else [(h.owner, h.token, h.expires_in or 0.0, h.permits) for h in found.holders]

@@ -29,9 +29,8 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
-from resilience._runtime._closing import Closing
 from resilience._validation import wrong_store
-from resilience.stores._redis import RedisClients, _AsyncClient, _check_str, _is_client, flavoured
+from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str, _is_client, flavoured
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -240,7 +239,7 @@ def _reply(raw: Sequence[Any]) -> CircuitReply:
     return CircuitReply(state, epoch, left / 1000, bool(manual), bool(granted), wait / 1000)
 
 
-class RedisCircuitStateStore(Closing):
+class RedisCircuitStateStore(RedisClientsStore):
     """Circuit state shared across processes through Redis (`circuit_breaker_strategy(state_store=...)`).
 
     Args:
@@ -265,8 +264,7 @@ class RedisCircuitStateStore(Closing):
         return super().__new__(flavoured(cls, client, async_client, ("exchange", "exchange_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> None:
-        self._clients = RedisClients(self._kind, client, async_client, prefix)
-        self._prefix = prefix
+        super().__init__(self._kind, client, async_client, prefix)
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
         factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
@@ -277,21 +275,6 @@ class RedisCircuitStateStore(Closing):
         )
 
     @property
-    def prefix(self) -> str:
-        """The key prefix: keys are `<prefix>:<circuit key>`."""
-        return self._prefix
-
-    @property
-    def has_sync_client(self) -> bool:
-        """Whether `exchange` works (a `client=` was given): the sync then runs on a thread."""
-        return self._clients.sync is not None
-
-    @property
-    def has_async_client(self) -> bool:
-        """Whether `exchange_async` works (an `async_client=` was given)."""
-        return self._clients.async_ is not None
-
-    @property
     def closed(self) -> bool:
         """True after `close()`/`aclose()`: its circuits no longer synchronise."""
         return self._closed
@@ -299,7 +282,7 @@ class RedisCircuitStateStore(Closing):
     def close(self) -> None:
         """Stop synchronising the circuits of this store: they go on local state. Clients stay open."""
         self._closed = True
-        self._clients.close()
+        super().close()
 
     async def aclose(self) -> None:
         """`close()`, and wait until the sync tasks on this event loop have stopped."""
@@ -330,9 +313,6 @@ class RedisCircuitStateStore(Closing):
                 loop, _AsyncClient(self._factory, self._kind)
             )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
-
-    def __repr__(self) -> str:
-        return self._clients.describe(self)
 
     async def release_loop_client(self) -> None:
         """Close the client this store made for the running loop once no other circuit's sync uses it."""

@@ -167,11 +167,11 @@ def test_a_client_class_is_a_factory(redis_server: Any) -> None:
             super().__init__(port=redis_server.port)
 
     store = RedisLockStore(Local, async_client=redis.asyncio.Redis)
-    assert store._sync is not None
-    assert store._sync._client is None
+    assert store._clients.sync is not None
+    assert store._clients.sync._client is None
     assert store.acquire("class-factory", "o", 1) is not None
     assert store.release("class-factory", "o")
-    store._sync.get().close()
+    store._clients.sync.get().close()
 
 
 def test_a_sync_factory_must_return_a_sync_client() -> None:
@@ -437,7 +437,7 @@ def test_a_failing_check_means_wait(sync_redis: Any, key: str, monkeypatch: pyte
     def broken(*args: Any) -> Any:
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store._sync, "run", broken)
+    monkeypatch.setattr(store._clients.sync, "run", broken)
     assert store.wait_released(key, 0.05) is False
     store.close()
 
@@ -449,7 +449,7 @@ async def test_a_failing_async_check_means_wait(async_redis: Any, key: str, monk
     async def broken(*args: Any) -> Any:
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store._async, "run", broken)
+    monkeypatch.setattr(store._clients.async_, "run", broken)
     assert await store.wait_released_async(key, 0.05) is False
     await store.aclose()
 

@@ -50,7 +50,7 @@ def _most_permits_at_once(intervals: list[tuple[int, int, int]]) -> tuple[int, i
 
 def run(redis_port: int, client: Any, uid: str, postgres: str = "") -> None:
     log = f"permits:{uid}"
-    args = [sys.executable, "-m", "tests.reliability.permits_worker", "--port", str(redis_port)]
+    args = [sys.executable, "-m", "tests.reliability.permit_worker", "--permits", "--port", str(redis_port)]
     args += ["--key", f"jobs:{uid}", "--log", log, "--limit", str(LIMIT), "--ttl", str(TTL)]
     args += ["--duration", str(SECONDS), "--postgres", postgres]
     workers = [subprocess.Popen(args, cwd=ROOT) for _ in range(3)]
