@@ -138,30 +138,18 @@ class Instruments:
         self.events: Counter = meter.create_counter(
             "resilience.strategy.events", unit="{event}", description="Resilience events, by event and source."
         )
-        self.attempt_duration: Histogram = meter.create_histogram(
-            "resilience.strategy.attempt.duration",
-            unit="s",
-            description="Duration of each execution attempt.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+
+        def histogram(name: str, description: str) -> Histogram:
+            return meter.create_histogram(
+                name, unit="s", description=description, explicit_bucket_boundaries_advisory=_DURATION_BUCKETS
+            )
+
+        self.attempt_duration = histogram("resilience.strategy.attempt.duration", "Duration of each execution attempt.")
+        self.pipeline_duration = histogram("resilience.pipeline.duration", "Duration of each pipeline execution.")
+        self.lock_wait = histogram(
+            "resilience.lock.wait.duration", "Time spent acquiring a lock, whether it was acquired or rejected."
         )
-        self.pipeline_duration: Histogram = meter.create_histogram(
-            "resilience.pipeline.duration",
-            unit="s",
-            description="Duration of each pipeline execution.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.lock_wait: Histogram = meter.create_histogram(
-            "resilience.lock.wait.duration",
-            unit="s",
-            description="Time spent acquiring a lock, whether it was acquired or rejected.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.lock_hold: Histogram = meter.create_histogram(
-            "resilience.lock.hold.duration",
-            unit="s",
-            description="Time a lock was held, until released or lost.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
+        self.lock_hold = histogram("resilience.lock.hold.duration", "Time a lock was held, until released or lost.")
         self.batch = Batch()
         # Collections call observable callbacks before they read the synchronous instruments,
         # so measurements flushed here are part of that same collection. The callback observes
