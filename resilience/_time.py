@@ -8,7 +8,7 @@ import random as _random
 import time as _time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from resilience._timers import TIMER_THREAD
+from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
     import threading

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from resilience._runtime._pool import IDLE_EXIT, Pool, run_logged
 from resilience._runtime._threads import on_fork_in_child
-from resilience._timers import TIMER_THREAD
+from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable

@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from resilience._runtime._threads import interrupts_caller, start_thread
-from resilience._timers import TIMER_THREAD
+from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
     from collections.abc import Callable

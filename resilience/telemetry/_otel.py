@@ -33,6 +33,7 @@ import weakref
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from resilience._outcome import Err
 from resilience._runtime._threads import start_thread
 from resilience._version import __version__
 from resilience.exceptions import (
@@ -137,30 +138,18 @@ class Instruments:
         self.events: Counter = meter.create_counter(
             "resilience.strategy.events", unit="{event}", description="Resilience events, by event and source."
         )
-        self.attempt_duration: Histogram = meter.create_histogram(
-            "resilience.strategy.attempt.duration",
-            unit="s",
-            description="Duration of each execution attempt.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+
+        def histogram(name: str, description: str) -> Histogram:
+            return meter.create_histogram(
+                name, unit="s", description=description, explicit_bucket_boundaries_advisory=_DURATION_BUCKETS
+            )
+
+        self.attempt_duration = histogram("resilience.strategy.attempt.duration", "Duration of each execution attempt.")
+        self.pipeline_duration = histogram("resilience.pipeline.duration", "Duration of each pipeline execution.")
+        self.lock_wait = histogram(
+            "resilience.lock.wait.duration", "Time spent acquiring a lock, whether it was acquired or rejected."
         )
-        self.pipeline_duration: Histogram = meter.create_histogram(
-            "resilience.pipeline.duration",
-            unit="s",
-            description="Duration of each pipeline execution.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.lock_wait: Histogram = meter.create_histogram(
-            "resilience.lock.wait.duration",
-            unit="s",
-            description="Time spent acquiring a lock, whether it was acquired or rejected.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.lock_hold: Histogram = meter.create_histogram(
-            "resilience.lock.hold.duration",
-            unit="s",
-            description="Time a lock was held, until released or lost.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
+        self.lock_hold = histogram("resilience.lock.hold.duration", "Time a lock was held, until released or lost.")
         self.batch = Batch()
         # Collections call observable callbacks before they read the synchronous instruments,
         # so measurements flushed here are part of that same collection. The callback observes
@@ -381,13 +370,16 @@ def _environment_names_meter_provider() -> bool:
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     if options.meter_provider is not None:
         return options.meter_provider
-    metrics = sys.modules.get("opentelemetry.metrics")
+    metrics = _metrics_api or _api_modules()[0]
     if metrics is None:
         return None  # nobody imported the metrics API, so no SDK is installed
     # `get_meter_provider()` returns the no-op proxy while no provider was set in code and
     # the environment names none; read the API's global directly to skip its environment
     # lookup on that (hot) path. Any other case, or an API without that global, asks the API.
-    global_provider = getattr(sys.modules.get("opentelemetry.metrics._internal"), "_METER_PROVIDER", _UNKNOWN)
+    try:
+        global_provider = metrics._METER_PROVIDER
+    except AttributeError:
+        global_provider = _UNKNOWN
     if global_provider is None:
         names = _env_names_provider
         if not (_environment_names_meter_provider() if names is None else names):
@@ -401,22 +393,27 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
         found = None if type(global_provider).__name__ in _NOOP_PROVIDERS else global_provider
         _remember_global(global_provider, found)
         return found
-    provider: MeterProvider = metrics.get_meter_provider()
+    provider: MeterProvider = sys.modules["opentelemetry.metrics"].get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
 
 
 def _recording_span(options: TelemetryOptions) -> Any:
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = _trace_api or _api_modules()[1]
     if trace is None:
         return None
-    if options.tracer_provider is None and getattr(trace, "_TRACER_PROVIDER", True) is None:
-        return None  # no global tracer provider installed and none given: no recording span
+    if options.tracer_provider is None:
+        try:
+            if trace._TRACER_PROVIDER is None:
+                return None  # no global tracer provider installed and none given: no recording span
+        except AttributeError:  # an API without that global: the current span decides
+            pass
     span = trace.get_current_span()
     return span if span.is_recording() else None
 
 
-# The API modules whose globals say whether a provider was set in code, kept once imported
-# (a module stays imported): `is_active` then reads two module attributes, no lookup, no call.
+# The API modules whose globals say whether a provider was set in code
+# (`opentelemetry.metrics._internal`, `opentelemetry.trace`), kept once imported (a module
+# stays imported): the checks then read module attributes, no lookup, no call.
 _metrics_api: Any = None
 _trace_api: Any = None
 
@@ -592,8 +589,8 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
     """
     name = event.name
     arguments = event.arguments
-    # `Ok.error` is a property (a Python call); the slot says the same, and Ok has none.
-    error = getattr(event.outcome, "_error", None)
+    outcome = event.outcome
+    error = outcome.error if type(outcome) is Err else None  # no property call on the success path
     # Everything `tags()` reads, so that equal keys always stand for equal tags.
     key: _Key = (
         name,

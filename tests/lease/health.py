@@ -13,7 +13,7 @@ from resilience import LockLostError, ResiliencePipelineBuilder, get_context
 from resilience._lease._async import _SCHEDULERS as _ASYNC_SCHEDULERS
 from resilience._lease._lease import _LIVE, _LOCK, _STRONG_SCHEDULERS
 from resilience._lease._workers import all_pools
-from resilience._timers import TIMER_THREAD, ThreadTimerHandle
+from resilience._runtime._timers import TIMER_THREAD, ThreadTimerHandle
 from resilience.stores import MemoryLockStore
 
 TTL = 1.0

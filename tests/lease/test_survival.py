@@ -18,7 +18,7 @@ import freezegun
 import pytest
 
 from resilience import LockLostError, ResiliencePipelineBuilder, ValidationError, get_context
-from resilience._timers import TIMER_THREAD
+from resilience._runtime._timers import TIMER_THREAD
 from resilience.primitives import lock
 from resilience.stores import MemoryLockStore
 from resilience.telemetry import TelemetryOptions

@@ -15,8 +15,8 @@ import pytest
 
 from resilience import PipelineBuilder, ResilienceContext, ResiliencePipeline, get_context, use_context
 from resilience._lease._workers import CALLBACKS
+from resilience._runtime._timers import TIMER_THREAD
 from resilience._time import SystemTimeProvider, TimerHandle
-from resilience._timers import TIMER_THREAD
 from resilience.strategies import retry_strategy, timeout_strategy
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from resilience import OperationAbortedError, Signal, SystemTimeProvider
-from resilience._timers import TIMER_THREAD, TimerThread
+from resilience._runtime._timers import TIMER_THREAD, TimerThread
 from resilience.strategies._common import wait, wait_async
 from resilience.testing import FakeTimeProvider
 

@@ -8,8 +8,8 @@ import freezegun
 import pytest
 
 from resilience import SystemTimeProvider, TimeProvider, TimerHandle
+from resilience._runtime._timers import TimerThread
 from resilience._time import SYSTEM_TIME, ClockWaits, clock_wait
-from resilience._timers import TimerThread
 from resilience.testing import FakeTimeProvider
 
 

@@ -38,7 +38,7 @@ from resilience._context import new_context
 from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
 from resilience._runtime._threads import on_fork_in_child, start_thread
-from resilience._timers import TIMER_THREAD
+from resilience._runtime._timers import TIMER_THREAD
 from resilience._validation import to_seconds
 from resilience.strategies.circuit._controller import CircuitController
 from resilience.strategies.circuit._core import CircuitState, Transition
@@ -46,8 +46,8 @@ from resilience.strategies.circuit._fleet import Command, SharedCircuitCore, Sta
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
+    from resilience._runtime._timers import ThreadTimerHandle
     from resilience._time import TimeProvider
-    from resilience._timers import ThreadTimerHandle
     from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
