@@ -253,6 +253,7 @@ class LockStrategy:
     """The built lock strategy (see the module docstring)."""
 
     __slots__ = (
+        "_alone",
         "_async_params",
         "_cancel_on_lost",
         "_events",
@@ -288,6 +289,10 @@ class LockStrategy:
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = SharedLockOps(store) if options.shared else LockOps(store)
         self._store_id = id(store)
+        # What the callable's context holds when this lock (on its fixed key) is its only one.
+        self._alone: frozenset[tuple[int, str]] = frozenset(
+            {(self._store_id, self._key)} if isinstance(self._key, str) else ()
+        )
         self.traits = store_traits(
             f"{self.name}: the lock store {store!r}{' (shared holds)' if options.shared else ''}",
             has_sync=self._ops.has_sync,
@@ -344,7 +349,7 @@ class LockStrategy:
     ) -> ResilienceContext:
         key = run.key
         self._events.acquired(context, key, lease, started)
-        held |= {(self._store_id, key)}
+        held = self._alone if not held and key == self._key else held | {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
@@ -378,7 +383,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._params,
-            schedule=self._schedule(started),
+            schedule=None if self._wait <= 0 else self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
@@ -417,7 +422,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._async_params,
-            schedule=self._schedule(started),
+            schedule=None if self._wait <= 0 else self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
