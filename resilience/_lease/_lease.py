@@ -23,6 +23,7 @@ its strand of the callback pool; async: its loop), once per lease.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import inspect
@@ -80,8 +81,25 @@ BATCH = 512
 
 
 def new_owner() -> str:
-    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
-    return _urandom(16).hex()  # `secrets.token_hex(16)`, without its call
+    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition).
+
+    Each is 16 bytes of `os.urandom` as hex, read `_OWNER_BATCH` at a time: one system call
+    serves that many executions. A forked child forgets the parent's unused ones.
+    """
+    try:
+        return _OWNERS.pop()  # atomic: two threads never get the same one
+    except IndexError:
+        return _more_owners()
+
+
+def _more_owners() -> str:
+    raw = _urandom(16 * _OWNER_BATCH).hex()
+    _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
+    return raw[:32]
+
+
+_OWNERS: collections.deque[str] = collections.deque()
+_OWNER_BATCH = 64
 
 
 class Scheduler:
@@ -922,6 +940,7 @@ def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
     global _LOCK  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
+    _OWNERS.clear()  # the parent may use them still: the child's owner ids are its own
     _SCHEDULERS.clear()  # their timers died with the parent's threads
     _STRONG_SCHEDULERS.clear()
     leases = list(_LIVE.values())
