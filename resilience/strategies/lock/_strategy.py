@@ -170,6 +170,7 @@ def lock_strategy(
 
 
 _TOLD = threading.Lock()
+_NONE_HELD: frozenset[tuple[int, str]] = frozenset()
 
 
 class _Run:
@@ -302,14 +303,6 @@ class LockStrategy:
 
     # -- shared steps -------------------------------------------------------------------------
 
-    def _resolve_key(self, context: ResilienceContext) -> str:
-        key = self._key
-        return key if isinstance(key, str) else resolve_key(self.name, key, context)
-
-    def _held(self, context: ResilienceContext) -> frozenset[tuple[int, str]]:
-        held = context.properties.get(HELD_LOCKS)
-        return frozenset() if held is None else held
-
     # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
 
     @staticmethod
@@ -372,9 +365,11 @@ class LockStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
-        key = self._resolve_key(context)
+        key = self._key
+        if not isinstance(key, str):
+            key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = self._held(context)
+        held = context.properties.get(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
@@ -402,7 +397,11 @@ class LockStrategy:
         except BaseException:
             self._released(run, lease, lease.finish())
             raise
-        self._released(run, lease, lease.finish())
+        error = lease.finish()
+        if error is None:  # `_released`, inline
+            self._events.released(run.inner, key, lease)
+        else:
+            run.tell_lost(lease, ending=True)
         return result
 
     # -- async --------------------------------------------------------------------------------
@@ -411,9 +410,11 @@ class LockStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
-        key = self._resolve_key(context)
+        key = self._key
+        if not isinstance(key, str):
+            key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = self._held(context)
+        held = context.properties.get(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
