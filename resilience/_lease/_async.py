@@ -182,14 +182,25 @@ class AsyncLease(LeaseBase):
 
     __slots__ = ("_hook", "_loop_ref", "_renew_task", "_thread", "_waiter")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        ops: StoreOps,
+        key: str,
+        grant: tuple[str, int, float, object],
+        *,
+        params: LeaseParams,
+        time_provider: TimeProvider,
+        parent: Signal | None,
+    ) -> None:
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
         self._loop_ref = weakref.ref(asyncio.get_running_loop())
         self._thread = threading.get_ident()
         self._renew_task: asyncio.Task[None] | None = None
         self._hook: asyncio.Task[None] | None = None  # the hook task started last
         self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            ops, key, grant, params=params, time_provider=time_provider, parent=parent
+        )  # no *args, **kwargs packing
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None:
@@ -293,8 +304,13 @@ class AsyncLease(LeaseBase):
         A loss's callbacks (`on_lost`) have run when it returns.
         """
         if self._ending():
-            bound = self._release_bound()
-            self._released(await _release_bounded(self._ops, self.key, self.owner, self._tp, bound))
+            ops = self._ops
+            if ops.inline:  # an in-process store answers at once, here: no coroutine (`_release_bounded`)
+                released = _lease._release_quietly(ops, self.key, self.owner)
+            else:
+                released = await _release_bounded(ops, self.key, self.owner, self._tp, self._release_bound())
+            if not released:
+                self._released(released)
         told = self._told
         if self._error is not None and told is not None and not told.is_set():
             # The loss's callbacks run on this loop: the holder returns once they have.
@@ -388,17 +404,21 @@ async def acquire_lease_async(
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
     queued = ops.fair and schedule is not None
-    task = asyncio.current_task()
-    baseline = 0 if task is None else task.cancelling()
+    inline = ops.inline
+    # Only an await lets a cancellation in: an acquire that never waits on an in-process store needs no baseline.
+    task, baseline = _cancel_baseline() if schedule is not None or not inline else (None, 0)
     while True:
         if signal is not None:
             signal.raise_if_aborted()
         sent = time_provider.monotonic()
         try:
-            token, held_for = await (
-                ops.queue_async(key, owner, params.ttl) if queued else ops.acquire_async(key, owner, params.ttl)
-            )
-            _raise_if_cancelling(task, baseline)
+            if inline:  # an in-process store answers at once: its sync call, no coroutine (`StoreOps.inline`)
+                token, held_for = ops.queue(key, owner, params.ttl) if queued else ops.acquire(key, owner, params.ttl)
+            else:
+                token, held_for = await (
+                    ops.queue_async(key, owner, params.ttl) if queued else ops.acquire_async(key, owner, params.ttl)
+                )
+                _raise_if_cancelling(task, baseline)
         except BaseException as exc:
             _release_in_background(ops, key, owner, time_provider)
             _raise_if_cancelling(task, baseline, exc)
@@ -411,16 +431,44 @@ async def acquire_lease_async(
             if queued:  # leave the queue: the turn passes on
                 await _release_bounded(ops, key, owner, time_provider)
             return None, held_for
-        try:
-            released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
-            _raise_if_cancelling(task, baseline)
-        except BaseException as exc:
-            if queued:
-                _release_in_background(ops, key, owner, time_provider)
-            _raise_if_cancelling(task, baseline, exc)
-            raise
-        if released:
-            schedule.woken(time_provider.monotonic())
+        await _wait_turn(
+            ops, key, wait, schedule, time_provider=time_provider, signal=signal, owner=owner, cancel=(task, baseline)
+        )
+
+
+async def _wait_turn(
+    ops: StoreOps,
+    key: str,
+    wait: float,
+    schedule: AcquireSchedule,
+    *,
+    time_provider: TimeProvider,
+    signal: Signal | None,
+    owner: str,
+    cancel: tuple[asyncio.Task[Any] | None, int],
+) -> None:
+    """Wait before the next attempt; tell `schedule` when a release ended the wait.
+
+    A queued waiter (`ops.fair`) that is interrupted leaves the queue in the background.
+    """
+    queued = ops.fair
+    task, baseline = cancel
+    try:
+        released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
+        _raise_if_cancelling(task, baseline)
+    except BaseException as exc:
+        if queued:
+            _release_in_background(ops, key, owner, time_provider)
+        _raise_if_cancelling(task, baseline, exc)
+        raise
+    if released:
+        schedule.woken(time_provider.monotonic())
+
+
+def _cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
+    """The current task and its `cancelling()` count now (see `_raise_if_cancelling`)."""
+    task = asyncio.current_task()
+    return task, 0 if task is None else task.cancelling()
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

@@ -170,6 +170,18 @@ def _slack(interval: float | None) -> float:
     return 0.0 if interval is None else min(RENEW_SLACK, interval / 10)
 
 
+def _derived(ttl: float, interval: float | None) -> tuple[float, float]:
+    """`(safety_margin(ttl), _slack(interval))`, remembered for the few (ttl, interval) pairs in use."""
+    derived = (safety_margin(ttl), _slack(interval))
+    if len(_DERIVED) < _DERIVED_MAX:  # bounded: leases of arbitrary ttls never grow it
+        _DERIVED[ttl, interval] = derived
+    return derived
+
+
+_DERIVED: dict[tuple[float, float | None], tuple[float, float]] = {}
+_DERIVED_MAX = 256
+
+
 class LeaseMachine:
     """The state machine of one held lease: every decision after the acquisition, pure and lock-free.
 
@@ -213,9 +225,11 @@ class LeaseMachine:
 
     def __init__(self, ttl: float, interval: float | None, *, watch: bool = True) -> None:
         self.ttl = self._base_ttl = self.renew_ttl = ttl
-        self.margin = safety_margin(ttl)
+        derived = _DERIVED.get((ttl, interval))
+        if derived is None:
+            derived = _derived(ttl, interval)
+        self.margin, self.slack = derived
         self.interval = self._base_interval = interval
-        self.slack = _slack(interval)
         self.watch = watch
         self.deadline = _NEVER
         self.answered_at = -_NEVER

@@ -23,6 +23,7 @@ its strand of the callback pool; async: its loop), once per lease.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import inspect
@@ -80,8 +81,25 @@ BATCH = 512
 
 
 def new_owner() -> str:
-    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition)."""
-    return _urandom(16).hex()  # `secrets.token_hex(16)`, without its call
+    """A random owner id, 128 bits, unique to one execution (or one primitive acquisition).
+
+    Each is 16 bytes of `os.urandom` as hex, read `_OWNER_BATCH` at a time: one system call
+    serves that many executions. A forked child forgets the parent's unused ones.
+    """
+    try:
+        return _OWNERS.pop()  # atomic: two threads never get the same one
+    except IndexError:
+        return _more_owners()
+
+
+def _more_owners() -> str:
+    raw = _urandom(16 * _OWNER_BATCH).hex()
+    _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
+    return raw[:32]
+
+
+_OWNERS: collections.deque[str] = collections.deque()
+_OWNER_BATCH = 64
 
 
 class Scheduler:
@@ -116,18 +134,28 @@ class Scheduler:
     def push(self, lease: LeaseBase) -> None:
         """Arm `lease`'s event at its machine's `armed_at` (under _LOCK)."""
         machine = lease._machine
-        lease._queued = machine.armed_at
-        self._push(machine.armed_at, machine.early_at, lease)
+        lease._queued = when = machine.armed_at
+        heap = self._heap
+        if self.stale > _COMPACT_AT and self.stale * 2 > len(heap):
+            self._compact()
+        heapq.heappush(heap, (when, next(self._seq), machine.early_at, lease))  # `_push`, inline: once per lease
+        if when < self._armed_at:
+            self._arm(when)
 
     def _push(self, when: float, early: float, item: LeaseBase | Batch) -> None:
         heap = self._heap
         if self.stale > _COMPACT_AT and self.stale * 2 > len(heap):
-            heap[:] = [entry for entry in heap if _live(entry)]
-            heapq.heapify(heap)
-            self.stale = 0
+            self._compact()
         heapq.heappush(heap, (when, next(self._seq), early, item))
         if when < self._armed_at:
             self._arm(when)
+
+    def _compact(self) -> None:
+        """Drop the entries of leases that re-armed or ended since (they outnumber the live ones)."""
+        heap = self._heap
+        heap[:] = [entry for entry in heap if _live(entry)]
+        heapq.heapify(heap)
+        self.stale = 0
 
     def _arm(self, when: float) -> None:
         # The new timer first: if scheduling raised, the old one would still stand for `_armed_at`.
@@ -364,6 +392,7 @@ class LeaseBase:
         "_params",
         "_queued",
         "_scheduler",
+        "_strand",
         "_teller",
         "_told",
         "_tp",
@@ -412,6 +441,8 @@ class LeaseBase:
         # together with the thread that owes their hand-on (`_then`).
         self._told: threading.Event | None = None
         self._teller: threading.Thread | None = None
+        # The sync runtime's callback strand, made by the first callback (`Lease._callbacks`).
+        self._strand: Strand | None = None
         self._generation = fork_generation()
         self.acquired_at = now = time_provider.monotonic()
         try:
@@ -555,7 +586,11 @@ class LeaseBase:
 
     def _ending(self) -> bool:
         """The body ended: stop, check the deadline once more; whether to send the final release."""
-        return bool(self._input(LeaseMachine.body_ended) & RELEASE) and not self._forked()
+        with _LOCK:  # `_input(LeaseMachine.body_ended)`, inline: once per lease
+            flags = self._locked(self._machine.body_ended(self._tp.monotonic()))
+        if flags & LOSE:
+            self._then(flags, inline=True)
+        return bool(flags & RELEASE) and self._generation == fork_generation()
 
     def _released(self, ok: bool) -> None:
         if not ok:  # a release answered True changes nothing: no lock, no input
@@ -625,19 +660,18 @@ class Lease(LeaseBase):
     Its callbacks run in order on its own strand of the callback pool (`_workers`).
     """
 
-    __slots__ = ("_strand",)  # set by the first callback (`_callbacks`): no __init__ of its own on the hot path
+    __slots__ = ()
 
-    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
-        return scheduler_for(time_provider)
+    _scheduler_for = staticmethod(scheduler_for)  # the function itself: one call per lease, not two
 
     def _abandon(self) -> None:
         _release_quietly(self._ops, self.key, self.owner)  # the store just answered: no reason to wait
 
     def _callbacks(self) -> Strand:
-        strand: Strand | None = getattr(self, "_strand", None)
+        strand = self._strand
         if strand is None:
             with _LOCK:
-                strand = getattr(self, "_strand", None)
+                strand = self._strand
                 if strand is None:
                     strand = self._strand = Strand(CALLBACKS)
         return strand
@@ -700,10 +734,18 @@ class Lease(LeaseBase):
         the signal.
         """
         if self._ending():
-            bound = self._release_bound()
-            self._released(_release_within(self._ops, self.key, self.owner, self._tp, bound=bound, group=_group(self)))
-        self._wait_loss_told()
-        return self._detach()
+            ops = self._ops
+            if ops.inline:  # an in-process store answers at once, here (`_release_within`)
+                released = _release_quietly(ops, self.key, self.owner)
+            else:
+                bound = self._release_bound()
+                released = _release_within(ops, self.key, self.owner, self._tp, bound=bound, group=_group(self))
+            if not released:
+                self._released(released)
+        if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
+            self._wait_loss_told()
+        self.signal.detach()
+        return self._error
 
 
 class _Wake:
@@ -802,7 +844,11 @@ def acquire_lease(
             if wake is not None:
                 wake.reset()
             sent = time_provider.monotonic()
-            token, held_for = _attempt(ops, key, owner, params.ttl, queued=queued)
+            try:  # interrupted, the attempt releases in the background (the store may have granted it)
+                token, held_for = ops.queue(key, owner, params.ttl) if queued else ops.acquire(key, owner, params.ttl)
+            except BaseException:
+                _release_in_background(ops, key, owner)
+                raise
             if token is not None:
                 grant = (owner, token, sent, tag)
                 return Lease(ops, key, grant, params=params, time_provider=time_provider, parent=signal), None
@@ -842,15 +888,6 @@ def _wait_turn(
         raise
     if released:
         schedule.woken(time_provider.monotonic())
-
-
-def _attempt(ops: StoreOps, key: str, owner: str, ttl: float, *, queued: bool) -> tuple[int | None, float | None]:
-    """One acquire (joining the store's queue when `queued`); interrupted, it releases in the background."""
-    try:
-        return ops.queue(key, owner, ttl) if queued else ops.acquire(key, owner, ttl)
-    except BaseException:
-        _release_in_background(ops, key, owner)
-        raise
 
 
 def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
@@ -902,6 +939,7 @@ def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child (test_lock_fork.py)
     global _LOCK  # noqa: PLW0603 - a lock held by a parent thread at fork time stays held in the child
     _LOCK = threading.Lock()
+    _OWNERS.clear()  # the parent may use them still: the child's owner ids are its own
     _SCHEDULERS.clear()  # their timers died with the parent's threads
     _STRONG_SCHEDULERS.clear()
     leases = list(_LIVE.values())

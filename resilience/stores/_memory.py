@@ -48,8 +48,17 @@ def _alive(ref: Callable[[], TimeProvider | None]) -> TimeProvider:
 
 
 def _round_ttl(ttl: float) -> float:
-    """A ttl rounded up to whole milliseconds (at least one)."""
-    return max(1, math.ceil(round(ttl * 1000, 6))) / 1000
+    """A ttl rounded up to whole milliseconds (at least one); remembered for the few ttls in use."""
+    rounded = _ROUNDED.get(ttl)
+    if rounded is None:
+        rounded = max(1, math.ceil(round(ttl * 1000, 6))) / 1000
+        if len(_ROUNDED) < _ROUNDED_MAX:  # a bounded memo: arbitrary `extend` ttls never grow it
+            _ROUNDED[ttl] = rounded
+    return rounded
+
+
+_ROUNDED: dict[float, float] = {}
+_ROUNDED_MAX = 256
 
 
 def _check_permits(limit: object, permits: object) -> None:
@@ -355,19 +364,21 @@ class MemoryLockStore(_MemoryStore):
     def _acquire(
         self, key: str, owner: str, ttl: float, *, join: bool, shared: bool = False
     ) -> tuple[int | None, float | None]:
-        ttl = _round_ttl(ttl)
+        ttl = _ROUNDED.get(ttl) or _round_ttl(ttl)  # every rounded ttl is >= 1 ms: truthy
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
             if lease is None and key not in self._queues and key not in self._shared:
-                if shared:  # the common case of each mode: free, nobody waits
+                # The common case of each mode: free, nobody waits (sweep and token inline).
+                if len(self._leases) + len(self._shared) + len(self._queues) >= self._sweep_at:
                     self._sweep(now)
-                    token = self._next_token()
+                self._counter = token = self._counter + 1
+                if shared:
                     self._shared[key] = {owner: (token, now + ttl)}
-                    return token, None
-                self._sweep(now)
-                token = self._next_token()
-            elif lease is not None:
+                else:
+                    self._leases[key] = (owner, token, now + ttl)
+                return token, None
+            if lease is not None:
                 if lease[0] != owner or shared:
                     self._refused(key, owner, now, join=join, shared=shared)
                     return None, lease[2] - now
@@ -494,7 +505,12 @@ class MemoryLockStore(_MemoryStore):
         """
         with self._mutex:
             now = self._now()
-            released = self._drop(key, owner, now)
+            lease = self._leases.get(key)
+            if lease is not None and lease[0] == owner and lease[2] > now:  # the common case, inline
+                del self._leases[key]
+                released = True
+            else:
+                released = self._drop(key, owner, now)
             if not released and not self._leave(key, owner):
                 return False
             if key not in self._listeners:  # the common case: nobody waits

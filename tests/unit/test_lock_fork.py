@@ -106,3 +106,25 @@ def test_the_fork_hooks_run_in_the_child_in_order_past_a_failing_one() -> None:
     finally:
         for hook in hooks:
             _threads._IN_CHILD.remove(hook)
+
+
+def test_a_child_never_reuses_the_owner_ids_its_parent_drew() -> None:
+    """Owner ids are read from os.urandom in batches: a forked child draws its own, not the parent's unused ones."""
+    from resilience._lease import new_owner
+
+    new_owner()  # the parent now holds a batch of unused ids
+    read, write = os.pipe()
+    pid = _fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, "".join(new_owner() for _ in range(3)).encode())
+        _child_exit(True)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        drawn = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    child = {drawn[n : n + 32] for n in range(0, len(drawn), 32)}
+    parent = {new_owner() for _ in range(3)}
+    assert len(child) == 3
+    assert not child & parent

@@ -170,6 +170,7 @@ def lock_strategy(
 
 
 _TOLD = threading.Lock()
+_NONE_HELD: frozenset[tuple[int, str]] = frozenset()
 
 
 class _Run:
@@ -253,6 +254,7 @@ class LockStrategy:
     """The built lock strategy (see the module docstring)."""
 
     __slots__ = (
+        "_alone",
         "_async_params",
         "_cancel_on_lost",
         "_events",
@@ -288,6 +290,10 @@ class LockStrategy:
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = SharedLockOps(store) if options.shared else LockOps(store)
         self._store_id = id(store)
+        # What the callable's context holds when this lock (on its fixed key) is its only one.
+        self._alone: frozenset[tuple[int, str]] = frozenset(
+            {(self._store_id, self._key)} if isinstance(self._key, str) else ()
+        )
         self.traits = store_traits(
             f"{self.name}: the lock store {store!r}{' (shared holds)' if options.shared else ''}",
             has_sync=self._ops.has_sync,
@@ -296,14 +302,6 @@ class LockStrategy:
         )
 
     # -- shared steps -------------------------------------------------------------------------
-
-    def _resolve_key(self, context: ResilienceContext) -> str:
-        key = self._key
-        return key if isinstance(key, str) else resolve_key(self.name, key, context)
-
-    def _held(self, context: ResilienceContext) -> frozenset[tuple[int, str]]:
-        held = context.properties.get(HELD_LOCKS)
-        return frozenset() if held is None else held
 
     # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
 
@@ -344,7 +342,7 @@ class LockStrategy:
     ) -> ResilienceContext:
         key = run.key
         self._events.acquired(context, key, lease, started)
-        held |= {(self._store_id, key)}
+        held = self._alone if not held and key == self._key else held | {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
@@ -367,9 +365,11 @@ class LockStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
-        key = self._resolve_key(context)
+        key = self._key
+        if not isinstance(key, str):
+            key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = self._held(context)
+        held = context.properties.get(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
@@ -378,7 +378,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._params,
-            schedule=self._schedule(started),
+            schedule=None if self._wait <= 0 else self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
@@ -397,7 +397,11 @@ class LockStrategy:
         except BaseException:
             self._released(run, lease, lease.finish())
             raise
-        self._released(run, lease, lease.finish())
+        error = lease.finish()
+        if error is None:  # `_released`, inline
+            self._events.released(run.inner, key, lease)
+        else:
+            run.tell_lost(lease, ending=True)
         return result
 
     # -- async --------------------------------------------------------------------------------
@@ -406,9 +410,11 @@ class LockStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
-        key = self._resolve_key(context)
+        key = self._key
+        if not isinstance(key, str):
+            key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = self._held(context)
+        held = context.properties.get(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
@@ -417,7 +423,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._async_params,
-            schedule=self._schedule(started),
+            schedule=None if self._wait <= 0 else self._schedule(started),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
