@@ -52,7 +52,7 @@ class LeasedPermits(LockStrategy):
         context.telemetry.observe("resilience.limiter.queued", self, _queued)
         store = options.store
         self._ops = SemaphoreOps(store, options.limit)  # type: ignore[assignment] # the engine drives any StoreOps
-        self._store_id = id(store)
+        self._own_store(store)
         self._params = LeaseParams(
             ttl=self._ttl,
             renew_interval=self._ttl / 3,

@@ -289,16 +289,20 @@ class LockStrategy:
             note_default_store(self.name)
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
         self._ops = SharedLockOps(store) if options.shared else LockOps(store)
-        self._store_id = id(store)
-        # What the callable's context holds when this lock (on its fixed key) is its only one.
-        self._alone: frozenset[tuple[int, str]] = frozenset(
-            {(self._store_id, self._key)} if isinstance(self._key, str) else ()
-        )
+        self._own_store(store)
         self.traits = store_traits(
             f"{self.name}: the lock store {store!r}{' (shared holds)' if options.shared else ''}",
             has_sync=self._ops.has_sync,
             has_async=self._ops.has_async,
             example="RedisLockStore",
+        )
+
+    def _own_store(self, store: object) -> None:
+        """Name this lock's holds by `store` (a context's held set names a hold by store id and key)."""
+        self._store_id = id(store)
+        # What the callable's context holds when this lock (on its fixed key) is its only one.
+        self._alone: frozenset[tuple[int, str]] = frozenset(
+            {(self._store_id, self._key)} if isinstance(self._key, str) else ()
         )
 
     # -- shared steps -------------------------------------------------------------------------
