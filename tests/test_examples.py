@@ -94,7 +94,10 @@ def test_leader_election_hands_over_in_turn_and_refuses_a_stale_term() -> None:
     assert [name for name, _ in leads] == ["scheduler-1", "scheduler-2", "scheduler-3"]
     assert [int(term) for _, term in leads] == [1, 2, 3]
     assert "leader now: scheduler-3 (term 3" in out
-    assert out.count("stepped down after 3 ticks") == 2
+    assert "scheduler-1 stepped down after 3 ticks" in out
+    assert "scheduler-2 stepped down after 3 ticks" in out
+    # The last leads until the shutdown, 3 ticks after the main thread saw it lead: it may
+    # have made 3 or 4 by then on a loaded machine.
     assert "scheduler-3 stepped down after" in out
     assert "refused: stale term 1 (already saw 3)" in out
     assert "enqueued by terms [1, 2, 3]" in out

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from resilience import ResiliencePipelineBuilder
 from resilience.stores import RedisLockStore
@@ -29,10 +30,11 @@ SOCKET_TIMEOUT = 1.0
 BOUND = 1.3
 
 
-def _options() -> dict[str, object]:
+def _options(retry: type[redis.retry.Retry | redis.asyncio.retry.Retry] = redis.retry.Retry) -> dict[str, object]:
     # The client's own retries would multiply the timeout (redis-py retries timeouts 3 times
-    # by default): they are the client's choice, not the lock's, so they are off here.
-    return {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT, "retry": Retry(NoBackoff(), 0)}
+    # by default): they are the client's choice, not the lock's, so they are off here. An
+    # asyncio client takes redis.asyncio's Retry (redis-py 8.2 warns about a sync one).
+    return {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT, "retry": retry(NoBackoff(), 0)}
 
 
 @pytest.mark.timeout(60)
@@ -51,7 +53,7 @@ def test_a_blackholed_redis_fails_a_sync_acquire_within_the_socket_timeout(proxy
 @pytest.mark.timeout(60)
 async def test_a_blackholed_redis_fails_an_async_acquire_within_the_socket_timeout(proxy: FaultProxy, uid: str) -> None:
     proxy.mode = "blackhole"
-    client = redis.asyncio.Redis(port=proxy.port, **_options())  # type: ignore[arg-type]
+    client = redis.asyncio.Redis(port=proxy.port, **_options(redis.asyncio.retry.Retry))  # type: ignore[arg-type]
     pipeline = ResiliencePipelineBuilder().add_lock(uid, ttl=5, store=RedisLockStore(async_client=client)).build()
 
     async def body() -> None:
