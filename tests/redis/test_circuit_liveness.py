@@ -89,7 +89,9 @@ def frozen(server: RedisServer) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-@pytest.mark.parametrize("socket_timeout", [None, 2.0])
+# 5 s: well beyond the watchdog (1 s), so that a loaded machine's lateness (a 3.5 s opening was
+# seen with two test suites running) still tells the watchdog from the socket timeout.
+@pytest.mark.parametrize("socket_timeout", [None, 5.0])
 def test_a_hung_redis_puts_every_circuit_of_the_store_on_local_state(
     fresh_redis_server: RedisServer, socket_timeout: float | None
 ) -> None:
@@ -114,8 +116,8 @@ def test_a_hung_redis_puts_every_circuit_of_the_store_on_local_state(
 
             waited = until(all_open, timeout=8)
             print(f"\nfive circuits open {waited:.2f}s after the hang")  # noqa: T201
-            assert waited < 1.0 + 1.5, waited  # stall_after (1 s) and slack for a loaded machine
-            assert time.monotonic() - start < 3
+            assert waited < 1.0 + 3.0, waited  # stall_after (1 s) and slack for a loaded machine
+            assert time.monotonic() - start < 4.5
         failed = {event.arguments.circuit_key for event in events if event.name == "OnCircuitStateSyncFailed"}  # type: ignore[union-attr]
     assert set(keys) <= failed
     with contextlib.suppress(Exception):
