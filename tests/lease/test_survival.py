@@ -231,7 +231,9 @@ def test_a_timer_scheduled_while_time_is_frozen_fires_on_real_time() -> None:
     assert fired.wait(2), "a call_later made during a freeze never fired"
 
 
-FROZEN_TTL = 0.6  # renewals every 0.2 s: room for a loaded machine, and one falls due in each freeze below
+# Renewals every 0.4 s: room for a loaded machine (at 0.6 s a lease was lost with two test
+# suites sharing two cores), and one falls due in each 0.5 s freeze below.
+FROZEN_TTL = 1.2
 
 
 def _held_throughout(store: MemoryLockStore, key: str, seconds: float) -> Callable[[], bool]:
@@ -268,7 +270,7 @@ def test_a_lease_held_across_a_frozen_clock_is_renewed_and_leaves_the_runtime_he
     holder.start()
     time.sleep(0.05)
     with freezegun.freeze_time("2030-01-01"):
-        time.sleep(0.3)  # at least one renewal falls due while the clock is frozen
+        time.sleep(0.5)  # at least one renewal falls due while the clock is frozen
     holder.join(5)
     assert kept == [True]
     assert_runtime_healthy()
@@ -304,14 +306,14 @@ async def test_an_async_lease_across_a_frozen_clock_leaves_later_async_leases_re
         return ResiliencePipelineBuilder().add_lock(key, ttl=FROZEN_TTL, store=store).build()
 
     async def across_the_freeze() -> None:
-        await asyncio.to_thread(time.sleep, 0.35)  # a blocking wait: the freeze starts and ends meanwhile
+        await asyncio.to_thread(time.sleep, 0.6)  # a blocking wait: the freeze starts and ends meanwhile
 
     first = asyncio.ensure_future(pipeline(f"k-{uuid.uuid4().hex}").execute_async(across_the_freeze))
     await asyncio.sleep(0.02)
     freezer = freezegun.freeze_time("2030-01-01")
     freezer.start()
     try:
-        await asyncio.to_thread(time.sleep, 0.25)
+        await asyncio.to_thread(time.sleep, 0.5)
     finally:
         freezer.stop()
     await first
