@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import signal as os_signal
+import subprocess
+import sys
+import textwrap
 import threading
 import uuid
 from typing import TYPE_CHECKING
@@ -126,3 +129,39 @@ def test_a_real_ctrl_c_in_a_loss_callback_on_the_holders_thread_reaches_the_call
     assert len(told) == 1
     assert isinstance(told[0], LockLostError)
     assert store.acquire(key, "next", 5.0) is not None, "the interrupted holder left the key locked"
+
+
+def test_a_ctrl_c_in_an_async_loss_callback_ends_the_loops_run() -> None:
+    """Under asyncio on the main thread, `on_lock_lost` raising KeyboardInterrupt ends `asyncio.run` (in a process of its own)."""
+    script = textwrap.dedent(
+        """
+        import asyncio
+        from resilience import ResiliencePipelineBuilder
+        from resilience.stores import MemoryLockStore
+
+        class LosingStore(MemoryLockStore):
+            def renew(self, key, owner, ttl):
+                return False
+
+        def interrupt(_arguments):
+            raise KeyboardInterrupt
+
+        pipeline = (
+            ResiliencePipelineBuilder()
+            .add_lock("k", ttl=0.3, store=LosingStore(), on_lock_lost=interrupt)
+            .build()
+        )
+
+        async def body():
+            await asyncio.sleep(5)  # outlives the lease: the loss is told while it runs
+
+        try:
+            asyncio.run(pipeline.execute_async(body))
+        except KeyboardInterrupt:
+            print("interrupted")
+        else:
+            print("not interrupted")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() == "interrupted", done.stderr
