@@ -205,9 +205,9 @@ def test_an_async_loss_callback_raising_a_fatal_error(kind: str, exc: type[BaseE
     """The loop runs on a thread of its own: there the error is logged and the runtime lives on.
 
     (On the main thread it ends the loop's run, as asyncio's own callbacks' do:
-    `tests/unit/test_interrupts.py`, in a process of its own, because CPython 3.11.7 leaks C
-    recursion depth when a `SystemExit` leaves a task, which later breaks `compile()` in the
-    same process.)
+    `tests/unit/test_interrupts.py`, in a process of its own: after a `SystemExit` left a task
+    here, CPython 3.11.7 failed a later `compile()` in the same worker with "AST constructor
+    recursion depth mismatch".)
     """
     options: dict[str, Any] = {}
     if kind == "on_lock_lost":
