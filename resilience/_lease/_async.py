@@ -182,32 +182,19 @@ class AsyncLease(LeaseBase):
 
     __slots__ = ("_hook", "_loop_ref", "_renew_task", "_thread", "_waiter")
 
-    def __init__(
-        self,
-        ops: StoreOps,
-        key: str,
-        grant: tuple[str, int, float, object],
-        *,
-        params: LeaseParams,
-        time_provider: TimeProvider,
-        parent: Signal | None,
-    ) -> None:
-        # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
-        self._loop_ref = weakref.ref(asyncio.get_running_loop())
-        self._thread = threading.get_ident()
-        self._renew_task: asyncio.Task[None] | None = None
-        self._hook: asyncio.Task[None] | None = None  # the hook task started last
-        self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
-        super().__init__(
-            ops, key, grant, params=params, time_provider=time_provider, parent=parent
-        )  # no *args, **kwargs packing
-
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop_ref()
 
-    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
-        return _scheduler_for(asyncio.get_running_loop(), time_provider)
+    def _bind(self, time_provider: TimeProvider) -> Scheduler:
+        loop = asyncio.get_running_loop()
+        # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
+        self._loop_ref = weakref.ref(loop)
+        self._thread = threading.get_ident()
+        self._renew_task: asyncio.Task[None] | None = None
+        self._hook: asyncio.Task[None] | None = None  # the hook task started last
+        self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
+        return _scheduler_for(loop, time_provider)
 
     def _abandon(self) -> None:
         _release_in_background(self._ops, self.key, self.owner, self._tp)

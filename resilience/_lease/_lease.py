@@ -434,7 +434,7 @@ class LeaseBase:
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None
         self._machine = LeaseMachine(params.ttl, params.renew_interval, watch=params.watch_deadline)
-        self._scheduler = self._scheduler_for(time_provider)
+        self._scheduler = self._bind(time_provider)
         self._queued = _NEVER  # when its own heap entry is (a batch's entry may stand for it)
         self._error: LockLostError | None = None
         # Set once the loss's callbacks (signal, `on_lost`) have run; created with the loss record,
@@ -457,7 +457,8 @@ class LeaseBase:
             self._abandon()
             raise
 
-    def _scheduler_for(self, time_provider: TimeProvider) -> Scheduler:
+    def _bind(self, time_provider: TimeProvider) -> Scheduler:
+        """Bind the lease to the runtime that runs it (the sync one, or the running loop): its scheduler."""
         raise NotImplementedError
 
     # -- what a handle shows ------------------------------------------------------------------
@@ -662,7 +663,7 @@ class Lease(LeaseBase):
 
     __slots__ = ()
 
-    _scheduler_for = staticmethod(scheduler_for)  # the function itself: one call per lease, not two
+    _bind = staticmethod(scheduler_for)  # the function itself: one call per lease, not two
 
     def _abandon(self) -> None:
         _release_quietly(self._ops, self.key, self.owner)  # the store just answered: no reason to wait

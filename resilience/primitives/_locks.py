@@ -928,11 +928,24 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        return self._take("acquire", key, ttl, retries, retry_delay, wait, shared)
+        options = self._take_options(
+            "acquire", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        )
+        return self._take(key, options)
 
-    def _take_options(self, method: str, key: str, *values: Any, permits: object = 1) -> _Options:
-        """The validated options of `method` (an `acquire`): ttl, retries, retry_delay, wait, shared; and `permits`."""
-        ttl, retries, retry_delay, wait, shared = values
+    def _take_options(
+        self,
+        method: str,
+        key: str,
+        *,
+        ttl: Duration | None,
+        retries: int,
+        retry_delay: Duration,
+        wait: Duration | None,
+        shared: bool,
+        permits: object = 1,
+    ) -> _Options:
+        """The validated options of `method` (an `acquire`), `permits` included."""
         self._need(method, is_async=method.endswith("_async"), shared=shared)
         count = self._permits(permits)
         taken = self._options(
@@ -945,9 +958,8 @@ class Locks(Closing):
         """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
         return 1
 
-    def _take(self, method: str, key: str, *values: Any, permits: object = 1) -> LockHandle | None:
-        """`acquire`: validate `values` (see `_take_options`), then take `key` or return None."""
-        options = self._take_options(method, key, *values, permits=permits)
+    def _take(self, key: str, options: _Options) -> LockHandle | None:
+        """`acquire` once its options are valid: take `key` or return None."""
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -969,11 +981,13 @@ class Locks(Closing):
         shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        return await self._take_async("acquire_async", key, ttl, retries, retry_delay, wait, shared)
+        options = self._take_options(
+            "acquire_async", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        )
+        return await self._take_async(key, options)
 
-    async def _take_async(self, method: str, key: str, *values: Any, permits: object = 1) -> LockHandle | None:
+    async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
         """See `_take`."""
-        options = self._take_options(method, key, *values, permits=permits)
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
@@ -1187,7 +1201,10 @@ class Semaphores(Locks):
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        return self._take("acquire", key, ttl, retries, retry_delay, wait, shared, permits=permits)
+        options = self._take_options(
+            "acquire", key, permits=permits, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        )
+        return self._take(key, options)
 
     async def acquire_async(
         self,
@@ -1202,7 +1219,17 @@ class Semaphores(Locks):
         shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        return await self._take_async("acquire_async", key, ttl, retries, retry_delay, wait, shared, permits=permits)
+        options = self._take_options(
+            "acquire_async",
+            key,
+            permits=permits,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            wait=wait,
+            shared=shared,
+        )
+        return await self._take_async(key, options)
 
 
 def lock(
