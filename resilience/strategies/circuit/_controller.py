@@ -165,7 +165,7 @@ class CircuitBreakerManualControl:
 class CircuitController:
     """One circuit: the core under a lock, plus the reporting of its transitions."""
 
-    __slots__ = ("__weakref__", "_generator", "_options", "_telemetry", "_time", "core", "lock")
+    __slots__ = ("__weakref__", "_generator", "_options", "_rolling", "_telemetry", "_time", "core", "lock")
 
     def __init__(
         self,
@@ -176,6 +176,8 @@ class CircuitController:
         telemetry: TelemetrySource,
     ) -> None:
         self.core = core
+        # The core's window when it is a `RollingWindow` (never replaced): `succeeded`'s lock-free path.
+        self._rolling = core.window if type(core.window) is RollingWindow else None
         self.lock = threading.Lock()
         self._options = options
         self._generator = options.break_duration_generator
@@ -204,16 +206,16 @@ class CircuitController:
         """
         core = self.core
         now = self._time.monotonic()
-        window = core.window
-        if type(window) is RollingWindow:
+        rolling = self._rolling
+        if rolling is not None:
             # The common case without the lock: the bucket current at `now`, read before the
             # generation (a close after that check resets the window and detaches the bucket,
             # so a success of an older generation is never counted in a newer window), and
             # the success counted in it by one atomic step (`Bucket`).
-            bucket = window.current
+            bucket = rolling.current
             if (
                 bucket is not None
-                and now - bucket.start < window.width
+                and now - bucket.start < rolling.width
                 and ticket == core.generation
                 and core.state is _CLOSED
             ):
@@ -221,7 +223,7 @@ class CircuitController:
                 return None
         with self.lock:
             if ticket == core.generation and core.state is _CLOSED:
-                window.success(now)
+                core.window.success(now)
                 return None
             return core.record(now, ticket, handled=False)
 

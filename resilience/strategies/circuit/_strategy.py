@@ -279,12 +279,14 @@ class CircuitBreakerStrategy:
         except BaseException:
             controller.release(ticket)
             raise
-        handler = self._handler
         streak = self._streak
         if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
             return result  # nothing to reset (see __init__)
-        handled = handler.checks_results and handler.result(result)
-        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
+        handler = self._handler
+        if handler.checks_results and handler.result(result):
+            transition = controller.record(ticket, handled=True)
+        else:
+            transition = controller.succeeded(ticket)
         if transition is not None:
             controller.report(transition, context, Ok(result))
         return result
@@ -315,12 +317,14 @@ class CircuitBreakerStrategy:
         except BaseException:
             controller.release(ticket)
             raise
-        handler = self._handler
         streak = self._streak
         if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
             return result  # nothing to reset (see __init__)
-        handled = handler.checks_results and handler.result(result)
-        transition = controller.record(ticket, handled=True) if handled else controller.succeeded(ticket)
+        handler = self._handler
+        if handler.checks_results and handler.result(result):
+            transition = controller.record(ticket, handled=True)
+        else:
+            transition = controller.succeeded(ticket)
         if transition is not None:
             await controller.report_async(transition, context, Ok(result))
         return result
