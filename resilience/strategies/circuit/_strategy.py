@@ -271,8 +271,7 @@ class CircuitBreakerStrategy:
         try:
             result = callback(context)
         except Exception as exc:
-            handled = self._handler.error(exc)
-            transition = controller.record(ticket, handled=handled)
+            transition = controller.record(ticket, handled=self._handler.error(exc))
             if transition is not None:
                 controller.report(transition, context, Err(exc))
             raise
@@ -282,11 +281,8 @@ class CircuitBreakerStrategy:
         streak = self._streak
         if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
             return result  # nothing to reset (see __init__)
-        handler = self._handler
-        if handler.checks_results and handler.result(result):
-            transition = controller.record(ticket, handled=True)
-        else:
-            transition = controller.succeeded(ticket)
+        failed = self._handler.checks_results and self._handler.result(result)
+        transition = controller.record(ticket, handled=True) if failed else controller.succeeded(ticket)
         if transition is not None:
             controller.report(transition, context, Ok(result))
         return result
@@ -309,8 +305,7 @@ class CircuitBreakerStrategy:
         try:
             result = await callback(context)
         except Exception as exc:
-            handled = self._handler.error(exc)
-            transition = controller.record(ticket, handled=handled)
+            transition = controller.record(ticket, handled=self._handler.error(exc))
             if transition is not None:
                 await controller.report_async(transition, context, Err(exc))
             raise
@@ -320,11 +315,8 @@ class CircuitBreakerStrategy:
         streak = self._streak
         if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
             return result  # nothing to reset (see __init__)
-        handler = self._handler
-        if handler.checks_results and handler.result(result):
-            transition = controller.record(ticket, handled=True)
-        else:
-            transition = controller.succeeded(ticket)
+        failed = self._handler.checks_results and self._handler.result(result)
+        transition = controller.record(ticket, handled=True) if failed else controller.succeeded(ticket)
         if transition is not None:
             await controller.report_async(transition, context, Ok(result))
         return result
