@@ -279,40 +279,35 @@ class CircuitController:
         known = transition.break_duration
         return self.core.break_duration if known is None else known
 
-    def breaking(self, transition: Transition, context: ResilienceContext) -> BreakDurationGeneratorArguments | None:
-        """The generator's arguments when this opening waits for it, else None."""
-        if self._generator is None or transition.state is not CircuitState.OPEN:
-            return None
-        if transition.break_duration is not None:  # learned from the fleet, or the fleet's break
-            return None
-        return BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
-
-    def _not_opening(
+    def _reporting(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
-    ) -> tuple[object, Callable[[Any], object] | None] | None:
-        """Arguments and callback of a half-open or closed transition; None for an opening one."""
+    ) -> tuple[object, Callable[[Any], object] | None, BreakDurationGeneratorArguments | None]:
+        """What reporting `transition` takes, for both shells: `(arguments, callback, generating)`.
+
+        With `generating` (an opening that waits for the break-duration generator), the shell
+        calls the generator with it, sets the break it answered and reports the opening.
+        """
         if transition.state is CircuitState.HALF_OPEN:
-            return self.half_opened(context), self._options.on_half_opened
+            return self.half_opened(context), self._options.on_half_opened, None
         if transition.state is CircuitState.CLOSED:
-            return self.closed(transition, context, outcome), self._options.on_closed
-        return None
+            return self.closed(transition, context, outcome), self._options.on_closed, None
+        # Isolated, no generator, or a break learned from the fleet (or the fleet's break): no wait.
+        known = transition.state is not CircuitState.OPEN or transition.break_duration is not None
+        if known or self._generator is None:
+            return self.opened(transition, context, outcome, self._seconds(transition)), self._options.on_opened, None
+        arguments = BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
+        return None, self._options.on_opened, arguments
 
     def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        plain = self._not_opening(transition, context, outcome)
-        if plain is not None:
-            arguments, callback = plain
-        else:
-            seconds = self._seconds(transition)
-            generating = self.breaking(transition, context)
-            if generating is not None:
-                value: object = None
-                try:
-                    value = call_back(self._generator, generating)  # type: ignore[arg-type]
-                finally:
-                    seconds = self.set_break(transition, value)
+        arguments, callback, generating = self._reporting(transition, context, outcome)
+        if generating is not None:
+            value: object = None
+            try:
+                value = call_back(self._generator, generating)  # type: ignore[arg-type]
+            finally:
+                seconds = self.set_break(transition, value)  # the default if the generator raised
             arguments = self.opened(transition, context, outcome, seconds)
-            callback = self._options.on_opened
         if callback is not None:
             call_back(callback, arguments)
 
@@ -320,20 +315,14 @@ class CircuitController:
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition in an async execution (awaiting async callbacks)."""
-        plain = self._not_opening(transition, context, outcome)
-        if plain is not None:
-            arguments, callback = plain
-        else:
-            seconds = self._seconds(transition)
-            generating = self.breaking(transition, context)
-            if generating is not None:
-                value: object = None
-                try:
-                    value = await call_back_async(self._generator, generating)  # type: ignore[arg-type]
-                finally:
-                    seconds = self.set_break(transition, value)
+        arguments, callback, generating = self._reporting(transition, context, outcome)
+        if generating is not None:
+            value: object = None
+            try:
+                value = await call_back_async(self._generator, generating)  # type: ignore[arg-type]
+            finally:
+                seconds = self.set_break(transition, value)  # the default if the generator raised
             arguments = self.opened(transition, context, outcome, seconds)
-            callback = self._options.on_opened
         if callback is not None:
             await call_back_async(callback, arguments)
 
