@@ -26,6 +26,7 @@ from resilience.stores._protocols import (
     SupportsRenewMany,
     SupportsSharedHolds,
     capabilities_of,
+    serves,
 )
 
 if TYPE_CHECKING:
@@ -61,19 +62,19 @@ class StoreOps:
         # declares (its client's connection pool, the store a primitive's prefixing view wraps).
         capabilities = capabilities_of(store)
         self.pool_owner: object = store if capabilities.pool_key is None else capabilities.pool_key
-        self.has_sync = isinstance(store, sync_protocol)
-        self.has_async = isinstance(store, async_protocol)
-        self.lease_info = isinstance(store, SupportsLeaseInfo)
-        self.lease_info_async = isinstance(store, AsyncSupportsLeaseInfo)
-        self.notify = isinstance(store, SupportsReleaseNotification)
-        self.notify_async = isinstance(store, AsyncSupportsReleaseNotification)
-        self.renews_many = isinstance(store, SupportsRenewMany)
+        self.has_sync = serves(store, sync_protocol)
+        self.has_async = serves(store, async_protocol)
+        self.lease_info = serves(store, SupportsLeaseInfo)
+        self.lease_info_async = serves(store, AsyncSupportsLeaseInfo)
+        self.notify = serves(store, SupportsReleaseNotification)
+        self.notify_async = serves(store, AsyncSupportsReleaseNotification)
+        self.renews_many = serves(store, SupportsRenewMany)
         # Keys on separate servers (`SupportsRenewalGroups`): sync renewals are batched, and
         # sent on a thread, per server, so that one server that hangs costs only its leases.
         self.group: Callable[[str], Hashable] | None = (
-            store.renewal_group if isinstance(store, SupportsRenewalGroups) else None
+            store.renewal_group if serves(store, SupportsRenewalGroups) else None
         )
-        self.renews_many_async = isinstance(store, AsyncSupportsRenewMany)
+        self.renews_many_async = serves(store, AsyncSupportsRenewMany)
         # An in-process store whose async methods never suspend (the memory stores): the
         # async engine calls its sync methods directly instead of starting a task per call.
         self.inline = capabilities.answers_inline and self.has_sync
@@ -83,7 +84,7 @@ class StoreOps:
         # A callback on release (`SupportsReleaseListener`): a sync waiter sleeps until a
         # release *or* its signal, whichever comes first, with no polling.
         self.listen: Callable[..., Callable[[], None]] | None = (
-            store.add_release_listener if isinstance(store, SupportsReleaseListener) else None
+            store.add_release_listener if serves(store, SupportsReleaseListener) else None
         )
         # A store that queues its waiters (`acquire_or_queue`, and an `owner` for its release
         # notification): a waiter joins the queue, sleeps until its turn, and leaves the queue
@@ -210,13 +211,13 @@ class SharedLockOps(LockOps):
 
     def __init__(self, store: Any) -> None:
         super().__init__(store)
-        self.has_sync = self.has_sync and isinstance(store, SupportsSharedHolds)
-        self.has_async = self.has_async and isinstance(store, AsyncSupportsSharedHolds)
+        self.has_sync = self.has_sync and serves(store, SupportsSharedHolds)
+        self.has_async = self.has_async and serves(store, AsyncSupportsSharedHolds)
 
     @staticmethod
     def supported(store: object) -> bool:
         """Whether `store` can hold keys shared in some flavour."""
-        return isinstance(store, SupportsSharedHolds | AsyncSupportsSharedHolds)
+        return serves(store, SupportsSharedHolds, AsyncSupportsSharedHolds)
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.queue`."""
@@ -266,9 +267,9 @@ class SemaphoreOps(StoreOps):
         self.permits = 1
         # Whether the store takes `permits` (`SupportsPermits`): as it declares, or as the
         # caller says for a store it wraps.
-        self.takes_permits = isinstance(store, SupportsPermits) if takes_permits is None else takes_permits
+        self.takes_permits = serves(store, SupportsPermits) if takes_permits is None else takes_permits
         self.takes_permits_async = (
-            isinstance(store, AsyncSupportsPermits) if takes_permits_async is None else takes_permits_async
+            serves(store, AsyncSupportsPermits) if takes_permits_async is None else takes_permits_async
         )
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
         if not capabilities_of(store).lease_info_takes_limit:

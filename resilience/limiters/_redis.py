@@ -7,12 +7,12 @@ NOSCRIPT answer). redis-py is never imported here.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
 from resilience.exceptions import ValidationError
 from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, typed
 from resilience.limiters._redis_scripts import SCRIPTS
-from resilience.stores._redis import RedisClientsStore, flavoured
+from resilience.stores._redis import RedisClientsStore
 
 __all__ = ["RedisRateLimitStore"]
 
@@ -32,10 +32,6 @@ class RedisRateLimitStore(RedisClientsStore):
     partitions cost nothing. Decisions are atomic: no process can over-admit. The clients
     stay yours (`close()` closes nothing of them).
     """
-
-    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> Self:  # noqa: ARG004
-        """An instance of `cls`, or of its variant without the flavour that has no client (`flavoured`)."""
-        return super().__new__(flavoured(cls, client, async_client, ("take", "take_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> None:
         super().__init__("RedisRateLimitStore", client, async_client, prefix)

@@ -61,7 +61,7 @@ from resilience.stores import (
     SupportsPermits,
 )
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
-from resilience.stores._protocols import capabilities_of
+from resilience.stores._protocols import capabilities_of, serves
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
 from resilience.telemetry._source import TelemetrySource
 
@@ -107,9 +107,9 @@ class _PrefixedStore:
     """A caller's store seen through the primitive's prefix: every key becomes `<prefix>:<key>`.
 
     It offers exactly the methods (and so the protocols) of the store it wraps: a method the
-    wrapped store lacks is None on the variant class, and it reports the flavours the wrapped
-    store serves (`has_sync_client`, `has_async_client`). The engine thus works on the
-    caller's keys, and errors carry them.
+    wrapped store lacks is None on the variant class, and it declares what the wrapped store
+    declares (`capabilities`: its kind, its flavours). The engine thus works on the caller's
+    keys, and errors carry them.
     """
 
     def __init__(self, inner: Any, prefix: str) -> None:
@@ -118,9 +118,6 @@ class _PrefixedStore:
         # What the wrapped store declares, its pool included (leases through the view share it).
         own = capabilities_of(inner)
         self.capabilities = dataclasses.replace(own, pool_key=inner if own.pool_key is None else own.pool_key)
-        # The flavours the wrapped store serves, as it says (the Redis stores do).
-        self.has_sync_client: bool = getattr(inner, "has_sync_client", True)
-        self.has_async_client: bool = getattr(inner, "has_async_client", True)
 
     def acquire(self, key: str, *args: Any) -> Any:
         return self.inner.acquire(self.prefix + key, *args)
@@ -571,7 +568,7 @@ class Locks(Closing):
         """More option checks (the semaphore's `limit`)."""
 
     def _check_store_kind(self, store: object) -> None:
-        if not isinstance(store, LockStore | AsyncLockStore):
+        if not serves(store, LockStore, AsyncLockStore):
             msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
             raise ValidationError(msg)
 
@@ -1016,7 +1013,7 @@ class Locks(Closing):
             msg = f"key: must be a non-empty str, got {key!r}"
             raise ValidationError(msg)
         store = self._ops.store
-        if not isinstance(store, AsyncSupportsInspection if is_async else SupportsInspection):
+        if not serves(store, AsyncSupportsInspection if is_async else SupportsInspection):
             capability = "AsyncSupportsInspection" if is_async else "SupportsInspection"
             msg = f"{self._kind}(...).{method}: the store {self.store!r} cannot inspect its keys (no {capability})"
             raise ValidationError(msg)
@@ -1100,7 +1097,7 @@ class Semaphores(Locks):
         problems.integer("limit", self.limit, minimum=1)
 
     def _check_store_kind(self, store: object) -> None:
-        if not isinstance(store, SemaphoreStore | AsyncSemaphoreStore):
+        if not serves(store, SemaphoreStore, AsyncSemaphoreStore):
             msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
             raise ValidationError(msg)
 
@@ -1113,8 +1110,8 @@ class Semaphores(Locks):
         return SemaphoreOps(
             store,
             self.limit,
-            takes_permits=isinstance(self.store, SupportsPermits),
-            takes_permits_async=isinstance(self.store, AsyncSupportsPermits),
+            takes_permits=serves(self.store, SupportsPermits),
+            takes_permits_async=serves(self.store, AsyncSupportsPermits),
         )
 
     def _permits(self, permits: object) -> int:

@@ -24,6 +24,7 @@ from resilience.stores._protocols import (
     SupportsRenewalGroups,
     SupportsRenewMany,
     SupportsSharedHolds,
+    serves,
 )
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore
 from resilience.stores._redis_circuit import RedisCircuitStateStore
@@ -61,4 +62,5 @@ __all__ = [
     "SupportsSharedHolds",
     "async_redis_client",
     "redis_client",
+    "serves",
 ]

@@ -278,6 +278,8 @@ class MemoryLockStore(_MemoryStore):
     one queue, and the shared requests at its head are granted together.
     """
 
+    capabilities = replace(_MemoryStore.capabilities, kind="lock")
+
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)
         self._leases: dict[str, tuple[str, int, float]] = {}  # key -> (owner, token, expires): exclusive
@@ -616,7 +618,8 @@ class MemorySemaphoreStore(_MemoryStore):
     only the waiters the freed slots now serve.
     """
 
-    capabilities = replace(_MemoryStore.capabilities, lease_info_takes_limit=True)  # `acquire_or_ttl` takes the limit
+    # Its `acquire_or_ttl` takes the limit too.
+    capabilities = replace(_MemoryStore.capabilities, kind="semaphore", lease_info_takes_limit=True)
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         super().__init__(time_provider)

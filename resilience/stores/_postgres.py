@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from resilience._runtime._closing import Closing
@@ -118,6 +119,7 @@ class _PostgresStore(Closing):
 
     _kind: str = "PostgresStore"
     _mode: LockMode = lock_mode(shared=False)
+    capabilities: StoreCapabilities
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -158,6 +160,10 @@ class _PostgresStore(Closing):
         self._kept_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept] = weakref.WeakKeyDictionary()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
+        )
+        # The flavours it serves: those it has a pool (or a conninfo) for.
+        self.capabilities = replace(
+            self.capabilities, serves_sync=self.has_sync_client, serves_async=self.has_async_client
         )
 
     # -- what a lock and a semaphore do alike ------------------------------------------------
@@ -588,7 +594,7 @@ class PostgresLockStore(_PostgresStore):
     ) -> None:
         super().__init__(conninfo_or_pool, async_pool, LockSql(check_table(self._kind, table)))
 
-    capabilities = StoreCapabilities(fair_queue=True)  # waiters queue in the database (`acquire_or_queue`)
+    capabilities = StoreCapabilities(kind="lock", fair_queue=True)  # waiters queue in the database (`acquire_or_queue`)
     _sql: LockSql
 
     def _params(self, key: str, owner: str, ttl: float | None = None, **flags: bool) -> dict[str, Any]:
@@ -750,7 +756,7 @@ class PostgresSemaphoreStore(_PostgresStore):
     _kind = "PostgresSemaphoreStore"
     _mode = "semaphore"
     # Waiters queue in the store (`acquire_or_queue`); its `acquire_or_ttl` takes the `limit` too.
-    capabilities = StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)
+    capabilities = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
 
     _sql: SemaphoreSql
 

@@ -2,20 +2,22 @@
 
 Every method is atomic for its key. Tokens are integers >= 1, below 2**53, that only ever
 increase per key, across release and expiry. A ttl is rounded up to whole milliseconds.
-Capabilities are separate protocols, detected with `isinstance`.
+Capabilities are separate protocols: `isinstance` tells that a store has their methods.
 
-Lock and semaphore stores have methods of the same names; `isinstance` tells them apart by
-what `acquire` accepts: a lock store's takes `(key, owner, ttl)`, a semaphore store's
-`(key, owner, ttl, limit)`. A store whose `acquire` accepts both (`*args`) passes for either.
-A semaphore store that lets one holder take several slots at once (`SupportsPermits`) takes a
-fifth argument, `permits`.
+What the methods cannot say, a store declares in its `StoreCapabilities`: which kind of store
+it is (lock and semaphore stores have methods of the same names: a lock store's `acquire`
+takes `(key, owner, ttl)`, a semaphore store's `(key, owner, ttl, limit)`), and which
+flavours it serves (a store given only a sync client has `_async` methods that refuse).
+`serves(store, protocol)` combines the two: it is how the library asks. A semaphore store that
+lets one holder take several slots at once (`SupportsPermits`) takes a fifth argument,
+`permits`.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -43,12 +45,21 @@ __all__ = [
     "SupportsRenewMany",
     "SupportsRenewalGroups",
     "SupportsSharedHolds",
+    "serves",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class StoreCapabilities:
-    """What a store tells the lease engine beyond its protocols (`store.capabilities`); all off by default.
+    """What a store tells the library beyond its methods (`store.capabilities`).
+
+    - `kind`: `"lock"` or `"semaphore"`: which store protocols its `acquire` answers. None
+      (the default): told by how many positional arguments `acquire` takes (three or four).
+    - `serves_sync` / `serves_async`: the flavours it serves (both by default). A store given
+      one client serves that flavour only: the protocols of the other are not used, although
+      their methods exist (and refuse).
+
+    What it offers the lease engine, all off by default:
 
     - `fair_queue`: waiters queue in the store: it offers `acquire_or_queue` (and its async
       twin) and takes a queued waiter's `owner` in `wait_released` / `add_release_listener`.
@@ -61,6 +72,9 @@ class StoreCapabilities:
       give their client's connection pool); None: the store itself.
     """
 
+    kind: Literal["lock", "semaphore"] | None = None
+    serves_sync: bool = True
+    serves_async: bool = True
     fair_queue: bool = False
     answers_inline: bool = False
     renews_on_timer: bool = False
@@ -95,30 +109,35 @@ def _accepts(method: object, count: int) -> bool:
     return True
 
 
-_ARITY: dict[type, int] = {}
-"""How many positional arguments `acquire` takes, per store protocol (filled below)."""
-_FLAVOURED: set[type] = set()
-"""The protocols of this module (filled below): their subclasses get the plain check."""
+def serves(store: object, *protocols: type) -> bool:
+    """Whether `store` offers one of `protocols`: it has the methods, serves the flavour, and is that kind of store.
+
+    `isinstance(store, protocol)` answers only the first: a protocol is its methods. The
+    flavour (`Async...` protocols are the asyncio flavour) is what the store's `capabilities`
+    declare; so is the kind of store (`LockStore` and `SemaphoreStore` and their async twins),
+    or, for a store that declares no `kind`, how many arguments its `acquire` takes.
+    `SupportsPermits` is always told by `acquire`'s arguments (five).
+    """
+    return any(_serves(store, protocol) for protocol in protocols)
 
 
-class _StoreMeta(type(Protocol)):  # type: ignore[misc]
-    """`isinstance` also checks how many arguments `acquire` (or `acquire_async`) takes."""
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        if not super().__instancecheck__(instance):
-            return False
-        if cls not in _FLAVOURED:  # a subclass of a store protocol: the plain structural check
-            return True
-        is_async = cls.__name__.startswith("Async")
-        # A store with one flavour per client says which it serves (the Redis stores do).
-        if getattr(instance, "has_async_client" if is_async else "has_sync_client", True) is False:
-            return False
-        arity = _ARITY.get(cls)
-        return arity is None or _accepts(getattr(instance, "acquire_async" if is_async else "acquire"), arity)
+def _serves(store: object, protocol: type) -> bool:
+    if not isinstance(store, protocol):
+        return False
+    capabilities = capabilities_of(store)
+    is_async = protocol.__name__.startswith("Async")
+    if not (capabilities.serves_async if is_async else capabilities.serves_sync):
+        return False
+    arity = _ARITY.get(protocol)
+    if arity is None:
+        return True
+    if arity < 5 and capabilities.kind is not None:
+        return capabilities.kind == ("lock" if arity == 3 else "semaphore")
+    return _accepts(getattr(store, "acquire_async" if is_async else "acquire"), arity)
 
 
 @runtime_checkable
-class LockStore(Protocol, metaclass=_StoreMeta):
+class LockStore(Protocol):
     """A sync lease store: one holder per key."""
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
@@ -138,7 +157,7 @@ class LockStore(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncLockStore(Protocol, metaclass=_StoreMeta):
+class AsyncLockStore(Protocol):
     """The asyncio flavour of `LockStore`: same meaning, `_async` names."""
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
@@ -155,7 +174,7 @@ class AsyncLockStore(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
+class SupportsLeaseInfo(Protocol):
     """A store that tells a waiter how long the current holder's lease has left."""
 
     def acquire_or_ttl(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
@@ -164,7 +183,7 @@ class SupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsLeaseInfo(Protocol):
     """The asyncio flavour of `SupportsLeaseInfo`."""
 
     async def acquire_or_ttl_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
@@ -173,7 +192,7 @@ class AsyncSupportsLeaseInfo(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
+class SupportsReleaseNotification(Protocol):
     """A store that can wake a waiter when a key is released."""
 
     def wait_released(self, key: str, timeout: float) -> bool:
@@ -182,7 +201,7 @@ class SupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsReleaseListener(Protocol, metaclass=_StoreMeta):
+class SupportsReleaseListener(Protocol):
     """A store that calls back when a key is released: what a sync waiter sleeps on.
 
     The callback runs on a thread of the store's choosing and must be quick (it sets an
@@ -196,7 +215,7 @@ class SupportsReleaseListener(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsRenewMany(Protocol, metaclass=_StoreMeta):
+class SupportsRenewMany(Protocol):
     """A store that renews many leases in one call: what keeps thousands of leases renewed cheaply.
 
     The sync lease runtime renews the leases of one store that are due together in one
@@ -210,7 +229,7 @@ class SupportsRenewMany(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsRenewalGroups(Protocol, metaclass=_StoreMeta):
+class SupportsRenewalGroups(Protocol):
     """A store whose keys live on separate servers (Redis Cluster masters), each failing alone.
 
     The sync lease runtime batches renewals per group and sends each group's batches on a
@@ -223,7 +242,7 @@ class SupportsRenewalGroups(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsRenewMany(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsRenewMany(Protocol):
     """The asyncio flavour of `SupportsRenewMany`: the async runtime sends one task per batch."""
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
@@ -232,7 +251,7 @@ class AsyncSupportsRenewMany(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsReleaseNotification(Protocol):
     """The asyncio flavour of `SupportsReleaseNotification`."""
 
     async def wait_released_async(self, key: str, timeout: float) -> bool:
@@ -241,7 +260,7 @@ class AsyncSupportsReleaseNotification(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsSharedHolds(Protocol, metaclass=_StoreMeta):
+class SupportsSharedHolds(Protocol):
     """A lock store whose keys can also be held shared: a read-write lock.
 
     A key is held exclusively (one holder: `acquire`) or shared (any number of holders of
@@ -266,7 +285,7 @@ class SupportsSharedHolds(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsInspection(Protocol, metaclass=_StoreMeta):
+class SupportsInspection(Protocol):
     """A store that tells who holds a key and can break its leases: what `info` and the CLI use.
 
     `info(key)` is None when the key is free, else a `LockInfo` built by the store (its `key`
@@ -285,7 +304,7 @@ class SupportsInspection(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsSharedHolds(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsSharedHolds(Protocol):
     """The asyncio flavour of `SupportsSharedHolds`."""
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
@@ -294,7 +313,7 @@ class AsyncSupportsSharedHolds(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsInspection(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsInspection(Protocol):
     """The asyncio flavour of `SupportsInspection`."""
 
     async def info_async(self, key: str) -> LockInfo | None:
@@ -307,7 +326,7 @@ class AsyncSupportsInspection(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SemaphoreStore(Protocol, metaclass=_StoreMeta):
+class SemaphoreStore(Protocol):
     """A sync lease store with up to `limit` holders per key, each with its own token."""
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
@@ -324,7 +343,7 @@ class SemaphoreStore(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSemaphoreStore(Protocol, metaclass=_StoreMeta):
+class AsyncSemaphoreStore(Protocol):
     """The asyncio flavour of `SemaphoreStore`."""
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int) -> int | None:
@@ -341,7 +360,7 @@ class AsyncSemaphoreStore(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class SupportsPermits(Protocol, metaclass=_StoreMeta):
+class SupportsPermits(Protocol):
     """A semaphore store whose holder may take several slots at once, all or none.
 
     Every method of the store that takes `limit` also takes `permits` (an int, 1 <= permits <=
@@ -359,7 +378,7 @@ class SupportsPermits(Protocol, metaclass=_StoreMeta):
 
 
 @runtime_checkable
-class AsyncSupportsPermits(Protocol, metaclass=_StoreMeta):
+class AsyncSupportsPermits(Protocol):
     """The asyncio flavour of `SupportsPermits`: the `_async` methods take `permits` too."""
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
@@ -367,30 +386,12 @@ class AsyncSupportsPermits(Protocol, metaclass=_StoreMeta):
         ...
 
 
-_ARITY.update(
-    {
-        LockStore: 3,
-        AsyncLockStore: 3,
-        SemaphoreStore: 4,
-        AsyncSemaphoreStore: 4,
-        SupportsPermits: 5,
-        AsyncSupportsPermits: 5,
-    }
-)
-_FLAVOURED.update(
-    {
-        *_ARITY,
-        SupportsLeaseInfo,
-        AsyncSupportsLeaseInfo,
-        SupportsReleaseNotification,
-        SupportsReleaseListener,
-        SupportsRenewMany,
-        SupportsRenewalGroups,
-        AsyncSupportsRenewMany,
-        AsyncSupportsReleaseNotification,
-        SupportsSharedHolds,
-        AsyncSupportsSharedHolds,
-        SupportsInspection,
-        AsyncSupportsInspection,
-    }
-)
+_ARITY: dict[type, int] = {
+    LockStore: 3,
+    AsyncLockStore: 3,
+    SemaphoreStore: 4,
+    AsyncSemaphoreStore: 4,
+    SupportsPermits: 5,
+    AsyncSupportsPermits: 5,
+}
+"""How many positional arguments `acquire` (or `acquire_async`) takes, per store protocol."""

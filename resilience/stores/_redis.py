@@ -19,7 +19,7 @@ import math
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from resilience._runtime._closing import Closing
 from resilience._validation import MAX_DURATION
@@ -45,7 +45,6 @@ __all__ = [
     "RedisLockStore",
     "RedisSemaphoreStore",
     "companions",
-    "flavoured",
     "live_waiters",
     "redis_client_kind",
 ]
@@ -440,10 +439,6 @@ def _renewed(replies: list[Any]) -> list[bool | Exception]:
     return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
 
-_VARIANTS: dict[tuple[type, tuple[str, ...]], type] = {}
-_S = TypeVar("_S")
-
-
 def _nothing() -> None:
     """The remover of a listener that was never added."""
 
@@ -500,14 +495,19 @@ class RedisClients:
 class RedisClientsStore(Closing):
     """A store over Redis clients (`RedisClients`): its prefix, the flavours it serves, `close()` and repr.
 
-    `has_sync_client` / `has_async_client` tell the store protocols which flavours it serves
-    (`isinstance(store, AsyncLockStore)`); a flavour without its client raises the
-    `ValidationError` naming the client to pass.
+    It serves the flavours it has a client for (`has_sync_client` / `has_async_client`, and
+    its `capabilities`, which `serves(store, AsyncLockStore)` reads); a method of the other
+    flavour raises the `ValidationError` naming the client to pass.
     """
+
+    capabilities = StoreCapabilities()
 
     def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
         self._clients = RedisClients(kind, client, async_client, prefix)
         self._prefix = prefix
+        self.capabilities = dataclasses.replace(
+            self.capabilities, serves_sync=client is not None, serves_async=async_client is not None
+        )
 
     @property
     def prefix(self) -> str:
@@ -530,25 +530,6 @@ class RedisClientsStore(Closing):
 
     def __repr__(self) -> str:
         return self._clients.describe(self)
-
-
-def flavoured(cls: type[_S], client: object, async_client: object, methods: tuple[str, ...]) -> type[_S]:
-    """`cls`, or (cached) a subclass of it whose `methods` of the flavour without a client are None.
-
-    For a store whose protocols are told apart by their methods (the rate-limit and circuit
-    stores): `isinstance` on the flavour it cannot serve is then False. `methods` are the
-    sync methods then the async ones, each named `<name>` and `<name>_async`.
-    """
-    missing = tuple(name for name in methods if (async_client is None if name.endswith("_async") else client is None))
-    if not missing:
-        return cls
-    key = (cls, missing)
-    variant = _VARIANTS.get(key)
-    if variant is None:
-        namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-        namespace.update(dict.fromkeys(missing))
-        variant = _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
-    return cast("type[_S]", variant)
 
 
 class _RedisStore(RedisClientsStore):
@@ -724,6 +705,7 @@ class RedisLockStore(_RedisStore):
     """
 
     _kind = "RedisLockStore"
+    capabilities = StoreCapabilities(kind="lock", fair_queue=True)
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -954,7 +936,8 @@ class RedisSemaphoreStore(_RedisStore):
     """
 
     _kind = "RedisSemaphoreStore"
-    capabilities = StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)  # `acquire_or_ttl` takes the limit
+    # Its `acquire_or_ttl` takes the limit too.
+    capabilities = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)

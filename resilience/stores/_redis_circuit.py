@@ -27,10 +27,10 @@ import contextlib
 import inspect
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resilience._validation import wrong_store
-from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str, _is_client, flavoured
+from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str, _is_client
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -258,10 +258,6 @@ class RedisCircuitStateStore(RedisClientsStore):
     """
 
     _kind = "RedisCircuitStateStore"
-
-    def __new__(cls, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> Self:  # noqa: ARG004
-        """An instance of `cls`, or of its variant without the flavour that has no client (`flavoured`)."""
-        return super().__new__(flavoured(cls, client, async_client, ("exchange", "exchange_async")))
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "circuit") -> None:
         super().__init__(self._kind, client, async_client, prefix)

@@ -1,4 +1,4 @@
-"""Lock and semaphore stores are told apart; store classes have a fixed surface (issue #11)."""
+"""Lock and semaphore stores are told apart (`serves`); store classes have a fixed surface."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from resilience.stores import (
     RedisLockStore,
     RedisSemaphoreStore,
     SemaphoreStore,
+    StoreCapabilities,
+    serves,
 )
 
 
@@ -36,19 +38,37 @@ class ThirdPartySemaphore:
         return self.inner.release(key, owner)
 
 
-def test_the_protocols_tell_the_kinds_apart() -> None:
-    assert not isinstance(MemorySemaphoreStore(), LockStore | AsyncLockStore)
-    assert isinstance(MemorySemaphoreStore(), SemaphoreStore)
-    assert isinstance(MemorySemaphoreStore(), AsyncSemaphoreStore)
-    assert not isinstance(MemoryLockStore(), SemaphoreStore | AsyncSemaphoreStore)
-    assert isinstance(MemoryLockStore(), LockStore)
-    assert not isinstance(ThirdPartySemaphore(), LockStore)
-    assert isinstance(ThirdPartySemaphore(), SemaphoreStore)
+def test_serves_tells_the_kinds_apart() -> None:
+    """By the kind a store declares, else by how many arguments its `acquire` takes."""
+    assert not serves(MemorySemaphoreStore(), LockStore, AsyncLockStore)
+    assert serves(MemorySemaphoreStore(), SemaphoreStore)
+    assert serves(MemorySemaphoreStore(), AsyncSemaphoreStore)
+    assert not serves(MemoryLockStore(), SemaphoreStore, AsyncSemaphoreStore)
+    assert serves(MemoryLockStore(), LockStore)
+    assert not serves(ThirdPartySemaphore(), LockStore)
+    assert serves(ThirdPartySemaphore(), SemaphoreStore)
     client = redis.Redis()
-    assert isinstance(RedisLockStore(client), LockStore)
-    assert not isinstance(RedisLockStore(client), SemaphoreStore)
-    assert isinstance(RedisSemaphoreStore(client), SemaphoreStore)
-    assert not isinstance(RedisSemaphoreStore(client), LockStore)
+    assert serves(RedisLockStore(client), LockStore)
+    assert not serves(RedisLockStore(client), SemaphoreStore)
+    assert serves(RedisSemaphoreStore(client), SemaphoreStore)
+    assert not serves(RedisSemaphoreStore(client), LockStore)
+
+
+def test_isinstance_is_structural_and_a_declared_kind_wins_over_the_arguments() -> None:
+    """A protocol is its methods; what kind of store it is, the store declares."""
+    assert isinstance(MemorySemaphoreStore(), LockStore)  # the same method names
+
+    class Forwarding(ThirdPartySemaphore):
+        capabilities = StoreCapabilities(kind="semaphore")
+
+        def acquire(self, key: str, *args: object) -> int | None:  # type: ignore[override]
+            return self.inner.acquire(key, *args)  # type: ignore[arg-type]
+
+    assert serves(Forwarding(), SemaphoreStore)
+    assert not serves(Forwarding(), LockStore)
+    with pytest.raises(ValidationError, match="semaphore store"):
+        lock(Forwarding())
+    semaphore(Forwarding(), limit=2)
 
 
 def test_a_third_party_semaphore_store_is_refused_where_a_lock_store_is_wanted() -> None:
@@ -61,12 +81,14 @@ def test_a_third_party_semaphore_store_is_refused_where_a_lock_store_is_wanted()
 
 
 def test_a_redis_store_has_a_fixed_surface() -> None:
+    """One class whatever the clients: the flavours it serves are declared, the other refuses."""
     store = RedisLockStore(async_client=redis.asyncio.Redis())
     assert type(store) is RedisLockStore
-    assert not isinstance(store, LockStore)
-    assert isinstance(store, AsyncLockStore)
+    assert not serves(store, LockStore)
+    assert serves(store, AsyncLockStore)
     with pytest.raises(ValidationError, match="sync client"):
         store.acquire("k", "owner", 1.0)
     sync_only = RedisSemaphoreStore(redis.Redis())
     assert type(sync_only) is RedisSemaphoreStore
-    assert not isinstance(sync_only, AsyncSemaphoreStore)
+    assert not serves(sync_only, AsyncSemaphoreStore)
+    assert serves(sync_only, SemaphoreStore)

@@ -16,6 +16,7 @@ from resilience.stores import (
     RedisLockStore,
     RedisSemaphoreStore,
     SupportsRenewMany,
+    serves,
 )
 from tests.redis_support import Roundtrips
 
@@ -33,10 +34,10 @@ def test_both_stores_offer_the_capability(sync_redis: Any, async_redis: Any) -> 
         RedisLockStore(sync_redis, async_client=async_redis),
         RedisSemaphoreStore(sync_redis, async_client=async_redis),
     ):
-        assert isinstance(store, SupportsRenewMany)
-        assert isinstance(store, AsyncSupportsRenewMany)
-    assert not isinstance(RedisLockStore(async_client=async_redis), SupportsRenewMany)
-    assert not isinstance(RedisLockStore(sync_redis), AsyncSupportsRenewMany)
+        assert serves(store, SupportsRenewMany)
+        assert serves(store, AsyncSupportsRenewMany)
+    assert not serves(RedisLockStore(async_client=async_redis), SupportsRenewMany)
+    assert not serves(RedisLockStore(sync_redis), AsyncSupportsRenewMany)
 
 
 async def _world(store: Flavour, key: str) -> tuple[list[tuple[str, str, float]], list[bool]]:

@@ -48,6 +48,7 @@ from resilience.stores import (
     SupportsPermits,
     SupportsReleaseNotification,
     SupportsRenewMany,
+    serves,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class Driver:
         return self.store.release(key, owner)  # type: ignore[no-any-return]
 
     def has_lease_info(self) -> bool:
-        return isinstance(self.store, AsyncSupportsLeaseInfo if self.is_async else SupportsLeaseInfo)
+        return serves(self.store, AsyncSupportsLeaseInfo if self.is_async else SupportsLeaseInfo)
 
     async def acquire_or_ttl(self, key: str, owner: str, ttl: float, *limit: int) -> tuple[int | None, float | None]:
         if self.is_async:
@@ -135,7 +136,7 @@ class Driver:
         return self.store.acquire_or_ttl(key, owner, ttl, *limit)  # type: ignore[no-any-return]
 
     def has_renew_many(self) -> bool:
-        return isinstance(self.store, AsyncSupportsRenewMany if self.is_async else SupportsRenewMany)
+        return serves(self.store, AsyncSupportsRenewMany if self.is_async else SupportsRenewMany)
 
     async def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
         if self.is_async:
@@ -144,7 +145,7 @@ class Driver:
 
     async def inspect(self, key: str) -> LockInfo | None:
         """`info(key)`, skipping the test when the store cannot inspect."""
-        if not isinstance(self.store, AsyncSupportsInspection if self.is_async else SupportsInspection):
+        if not serves(self.store, AsyncSupportsInspection if self.is_async else SupportsInspection):
             pytest.skip("the store offers no inspection")
         if self.is_async:
             return await self.store.info_async(key)  # type: ignore[no-any-return]

@@ -60,7 +60,9 @@ def test_a_third_party_store_opts_into_fair_queueing_and_a_shared_pool() -> None
 
 def test_the_memory_stores_declare_theirs_and_a_subclass_loses_what_it_overrides() -> None:
     """In-process answers and timer-thread renewals hold for the memory stores' own code only."""
-    assert MemoryLockStore.capabilities == StoreCapabilities(fair_queue=True, answers_inline=True, renews_on_timer=True)
+    assert MemoryLockStore.capabilities == StoreCapabilities(
+        kind="lock", fair_queue=True, answers_inline=True, renews_on_timer=True
+    )
     ops = SemaphoreOps(MemorySemaphoreStore(), 2)
     assert (ops.fair, ops.inline, ops.renews_on_timer, ops.lease_info) == (True, True, True, True)
 
@@ -71,17 +73,18 @@ def test_the_memory_stores_declare_theirs_and_a_subclass_loses_what_it_overrides
         def renew_many(self, items: Any) -> Any:
             return super().renew_many(items)
 
-    assert Slow.capabilities == StoreCapabilities(fair_queue=True)
+    assert Slow.capabilities == StoreCapabilities(kind="lock", fair_queue=True)
     assert not LockOps(Slow()).inline
     assert MemoryLockStore.capabilities.answers_inline  # the parent's declaration is untouched
 
 
 def test_the_database_stores_queue_and_only_the_semaphores_pass_the_limit() -> None:
     """Redis and PostgreSQL stores queue their waiters; only semaphore stores' lease info takes the limit."""
-    assert PostgresLockStore.capabilities == StoreCapabilities(fair_queue=True)
-    assert PostgresSemaphoreStore.capabilities == StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)
-    assert RedisLockStore.capabilities == StoreCapabilities(fair_queue=True)
-    assert RedisSemaphoreStore.capabilities == StoreCapabilities(fair_queue=True, lease_info_takes_limit=True)
+    semaphore = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
+    assert PostgresLockStore.capabilities == StoreCapabilities(kind="lock", fair_queue=True)
+    assert PostgresSemaphoreStore.capabilities == semaphore
+    assert RedisLockStore.capabilities == StoreCapabilities(kind="lock", fair_queue=True)
+    assert RedisSemaphoreStore.capabilities == semaphore
 
 
 def test_the_prefixing_view_forwards_what_the_store_declares_and_its_pool() -> None:
@@ -91,7 +94,7 @@ def test_the_prefixing_view_forwards_what_the_store_declares_and_its_pool() -> N
     ops = lock(store, prefix="jobs", time_provider=clock)._ops
     assert ops.store is not store  # the prefixing view
     assert ops.store.capabilities == StoreCapabilities(
-        fair_queue=True, answers_inline=True, renews_on_timer=True, pool_key=store
+        kind="lock", fair_queue=True, answers_inline=True, renews_on_timer=True, pool_key=store
     )
     assert (ops.fair, ops.inline) == (True, True)
     assert ops.pool_owner is store

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from resilience import ValidationError
 from resilience.limiters import AsyncRateLimitStore, MemoryRateLimitStore, RateLimitStore
 from resilience.limiters._algorithms import check_take, fixed_window, sliding_window, token_bucket
+from resilience.stores import serves
 from resilience.testing import FakeTimeProvider
 
 # -- pure decisions -----------------------------------------------------------------------------
@@ -153,8 +154,8 @@ def test_token_bucket_bound_and_exact_wait(limit: int, burst: int, gaps: list[in
 def test_memory_store_offers_both_protocols() -> None:
     """The memory store is a RateLimitStore and an AsyncRateLimitStore."""
     store = MemoryRateLimitStore()
-    assert isinstance(store, RateLimitStore)
-    assert isinstance(store, AsyncRateLimitStore)
+    assert serves(store, RateLimitStore)
+    assert serves(store, AsyncRateLimitStore)
     assert "MemoryRateLimitStore" in repr(store)
 
 

@@ -21,6 +21,7 @@ from resilience.exceptions import RateLimiterRejectedError, ValidationError
 from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, check_rate
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
+from resilience.stores._protocols import serves
 from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
 from resilience.telemetry._event import Severity
 
@@ -129,7 +130,7 @@ class RateLimiterStrategyOptions:
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:
-            if not isinstance(store, RateLimitStore | AsyncRateLimitStore):
+            if not serves(store, RateLimitStore, AsyncRateLimitStore):
                 problems.add(
                     "store",
                     wrong_store(
@@ -246,8 +247,8 @@ class RateLimiterStrategy:
         )
         self.traits = store_traits(
             f"{self.name}: the rate-limit store {store!r}",
-            has_sync=isinstance(store, RateLimitStore),
-            has_async=isinstance(store, AsyncRateLimitStore),
+            has_sync=serves(store, RateLimitStore),
+            has_async=serves(store, AsyncRateLimitStore),
             example="RedisRateLimitStore",
         )
 

@@ -34,7 +34,7 @@ from resilience._time import lease_clock
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
-from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore
+from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore, serves
 from resilience.strategies._common import store_traits
 from resilience.strategies.lock._key import check_key, check_store_kind, note_default_store, resolve_key
 
@@ -90,11 +90,9 @@ class LockStrategyOptions:
         problems.duration("wait", self.wait)
         store: object = self.store
         if store is not None:
-            if isinstance(store, SemaphoreStore | AsyncSemaphoreStore) and not isinstance(
-                store, LockStore | AsyncLockStore
-            ):
+            if serves(store, SemaphoreStore, AsyncSemaphoreStore) and not serves(store, LockStore, AsyncLockStore):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
-            elif not isinstance(store, LockStore | AsyncLockStore):
+            elif not serves(store, LockStore, AsyncLockStore):
                 check_store_kind(problems, store)
             elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
                 problems.add(
@@ -105,7 +103,7 @@ class LockStrategyOptions:
         shared: object = self.shared
         if not isinstance(shared, bool):
             problems.add("shared", f"must be a bool, got {shared!r}")
-        elif shared and isinstance(store, LockStore | AsyncLockStore) and not SharedLockOps.supported(store):
+        elif shared and serves(store, LockStore, AsyncLockStore) and not SharedLockOps.supported(store):
             problems.add(
                 "shared",
                 f"the store {store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
