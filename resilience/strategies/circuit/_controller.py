@@ -279,13 +279,14 @@ class CircuitController:
         known = transition.break_duration
         return self.core.break_duration if known is None else known
 
-    def _reporting(
+    def announce(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> tuple[object, Callable[[Any], object] | None, BreakDurationGeneratorArguments | None]:
-        """What reporting `transition` takes, for both shells: `(arguments, callback, generating)`.
+        """Emit `transition`'s event; return `(arguments, callback, generating)` for the shells.
 
-        With `generating` (an opening that waits for the break-duration generator), the shell
-        calls the generator with it, sets the break it answered and reports the opening.
+        With `generating` (an opening that waits for the break-duration generator), nothing is
+        emitted yet: the shell calls the generator with it, sets the break it answered and
+        reports the opening. A transition learned from the fleet (no generator) is only emitted.
         """
         if transition.state is CircuitState.HALF_OPEN:
             return self.half_opened(context), self._options.on_half_opened, None
@@ -300,7 +301,7 @@ class CircuitController:
 
     def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        arguments, callback, generating = self._reporting(transition, context, outcome)
+        arguments, callback, generating = self.announce(transition, context, outcome)
         if generating is not None:
             value: object = None
             try:
@@ -315,7 +316,7 @@ class CircuitController:
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition in an async execution (awaiting async callbacks)."""
-        arguments, callback, generating = self._reporting(transition, context, outcome)
+        arguments, callback, generating = self.announce(transition, context, outcome)
         if generating is not None:
             value: object = None
             try:

@@ -376,14 +376,7 @@ def _report_remote(controller: CircuitController, transition: Transition) -> Non
     control = controller._options.manual_control
     if control is not None and transition.is_manual:
         control._follow(isolated=transition.state is CircuitState.ISOLATED)
-    context = new_context()
-    if transition.state is CircuitState.HALF_OPEN:
-        controller.half_opened(context)
-    elif transition.state is CircuitState.CLOSED:
-        controller.closed(transition, context, None)
-    else:
-        seconds = float("inf") if transition.is_manual else transition.break_duration
-        controller.opened(transition, context, None, controller.core.break_duration if seconds is None else seconds)
+    controller.announce(transition, new_context(), None)  # a shared circuit has no break generator
 
 
 class SyncWorker:
