@@ -1,4 +1,4 @@
-"""What the four chaos strategies share: the injection decision and its options.
+"""What the four chaos strategies share: the injection decision, its options, and both shells.
 
 One source decides whether an execution gets chaos (Polly's `ChaosStrategy.ShouldInjectAsync`):
 
@@ -19,20 +19,21 @@ import copy
 import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from resilience._outcome import Outcome
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable, Generator
 
     from resilience._context import ResilienceContext
-    from resilience._outcome import Outcome
+    from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
 
@@ -41,10 +42,16 @@ __all__ = [
     "EnabledGeneratorArguments",
     "Injection",
     "InjectionRateGeneratorArguments",
+    "Steps",
     "chaos_problems",
     "check_fault",
     "fresh_fault",
 ]
+
+T = TypeVar("T")
+
+Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object, None]"
+"""A chaos kind's injection steps, which both shells drive (see `ChaosStrategyBase._inject`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +235,7 @@ class ChaosStrategyBase:
     strategy out, so switched-off chaos costs nothing on the success path.
     """
 
-    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "traits")
+    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "_time", "traits")
 
     def __init__(
         self,
@@ -246,25 +253,53 @@ class ChaosStrategyBase:
             random=context.time_provider.random(),
         )
         self._telemetry: TelemetrySource = context.telemetry
+        self._time: TimeProvider = context.time_provider
         self._event = event
         self._on_injected = on_injected
         self.traits = StrategyTraits(inert=self._injection.never, hands_on_context=True)
 
-    def _report(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
-        """Emit the injection's event (Information); the caller then runs the user callback."""
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """This kind's injection, for both shells, once the decision says inject.
+
+        Yields `(callback, arguments)` for each user callback (the shell calls or awaits it and
+        sends back its result), then `(None, step)`: None calls the inner pipeline, an
+        `Outcome` is returned or raised instead of calling it, a number of seconds is waited
+        (on the time provider, ending at once with the signal's reason if it aborts) before
+        calling it. A fault is raised from the steps themselves.
+        """
+        raise NotImplementedError  # pragma: no cover - each kind has its own
+
+    def _injected(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> Steps:
+        """Emit the injection's event (Information), then yield the user callback."""
         context.raise_if_aborted()  # nothing is injected into an execution already abandoned
         self._telemetry.emit(
             self._event, Severity.INFORMATION, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )
-
-    def _injected(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
-        self._report(context, arguments, outcome)
         if self._on_injected is not None:
-            call_back(self._on_injected, arguments)
+            yield self._on_injected, arguments
 
-    async def _injected_async(
-        self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None
-    ) -> None:
-        self._report(context, arguments, outcome)
-        if self._on_injected is not None:
-            await call_back_async(self._on_injected, arguments)
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Inject (see `_inject`) or call `callback` (sync)."""
+        if self._injection.decide(context):
+            hook, step = next(steps := self._inject(context))
+            while hook is not None:
+                hook, step = steps.send(call_back(hook, step))
+            if isinstance(step, Outcome):
+                return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
+            if step is not None and wait(self._time, step, context.signal):
+                context.raise_if_aborted()
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Inject (see `_inject`) or await `callback` (async)."""
+        if await self._injection.decide_async(context):
+            hook, step = next(steps := self._inject(context))
+            while hook is not None:
+                hook, step = steps.send(await call_back_async(hook, step))
+            if isinstance(step, Outcome):
+                return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
+            if step is not None and await wait_async(self._time, step, context.signal):
+                context.raise_if_aborted()
+        return await callback(context)
