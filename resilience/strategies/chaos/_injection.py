@@ -29,7 +29,6 @@ from resilience.strategies._common import call_back, call_back_async, wait, wait
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
-    import random
     from collections.abc import Awaitable, Callable, Generator
 
     from resilience._context import ResilienceContext
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ChaosStrategyBase",
     "EnabledGeneratorArguments",
-    "Injection",
     "InjectionRateGeneratorArguments",
     "Steps",
     "chaos_problems",
@@ -132,73 +130,6 @@ def coerce_rate(value: object) -> float:
     return min(max(float(value), 0.0), 1.0)
 
 
-class Injection:
-    """Decides, per execution, whether a chaos strategy injects (see the module docstring)."""
-
-    __slots__ = ("_draw", "enabled", "enabled_generator", "rate", "rate_generator")
-
-    def __init__(
-        self,
-        *,
-        enabled: bool,
-        enabled_generator: Callable[[EnabledGeneratorArguments], object] | None,
-        rate: float,
-        rate_generator: Callable[[InjectionRateGeneratorArguments], object] | None,
-        random: random.Random,
-    ) -> None:
-        self.enabled = enabled
-        self.enabled_generator = enabled_generator
-        self.rate = float(rate)
-        self.rate_generator = rate_generator
-        self._draw = random.random
-
-    @property
-    def never(self) -> bool:
-        """True when no execution can ever be injected (switched off or a rate of 0, no generator)."""
-        off = self.enabled_generator is None and not self.enabled
-        return off or (self.rate_generator is None and self.rate <= 0)
-
-    def decide(self, context: ResilienceContext) -> bool:
-        """Whether this (sync) execution gets chaos."""
-        generator = self.enabled_generator
-        if generator is None:
-            if not self.enabled:
-                return False
-        else:
-            context.raise_if_aborted()  # no generator runs for an execution that is over
-            on = generator(_enabled_arguments(context))
-            if on is not True and (on is False or not _plain(generator, on)):
-                return False
-        rate_generator = self.rate_generator
-        if rate_generator is None:
-            return self._draw() < self.rate
-        context.raise_if_aborted()
-        rate = rate_generator(_rate_arguments(context))
-        if type(rate) is not float:
-            rate = _plain(rate_generator, rate)
-        return self._draw() < coerce_rate(rate)
-
-    async def decide_async(self, context: ResilienceContext) -> bool:
-        """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
-        generator = self.enabled_generator
-        if generator is None:
-            if not self.enabled:
-                return False
-        else:
-            context.raise_if_aborted()
-            on = generator(_enabled_arguments(context))
-            if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
-                return False
-        rate_generator = self.rate_generator
-        if rate_generator is None:
-            return self._draw() < self.rate
-        context.raise_if_aborted()
-        rate = rate_generator(_rate_arguments(context))
-        if type(rate) is not float and inspect.isawaitable(rate):
-            rate = await rate
-        return self._draw() < coerce_rate(rate)
-
-
 _new_object = object.__new__
 
 
@@ -235,7 +166,18 @@ class ChaosStrategyBase:
     strategy out, so switched-off chaos costs nothing on the success path.
     """
 
-    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "_time", "traits")
+    __slots__ = (
+        "_draw",
+        "_enabled",
+        "_enabled_generator",
+        "_event",
+        "_on_injected",
+        "_rate",
+        "_rate_generator",
+        "_telemetry",
+        "_time",
+        "traits",
+    )
 
     def __init__(
         self,
@@ -245,18 +187,61 @@ class ChaosStrategyBase:
         event: str,
         on_injected: Callable[[Any], object] | None,
     ) -> None:
-        self._injection = Injection(
-            enabled=options.enabled,
-            enabled_generator=options.enabled_generator,
-            rate=options.injection_rate,
-            rate_generator=options.injection_rate_generator,
-            random=context.time_provider.random(),
+        self._enabled: bool = options.enabled
+        self._enabled_generator: Callable[[EnabledGeneratorArguments], object] | None = options.enabled_generator
+        self._rate = float(options.injection_rate)
+        self._rate_generator: Callable[[InjectionRateGeneratorArguments], object] | None = (
+            options.injection_rate_generator
         )
+        self._draw = context.time_provider.random().random
         self._telemetry: TelemetrySource = context.telemetry
         self._time: TimeProvider = context.time_provider
         self._event = event
         self._on_injected = on_injected
-        self.traits = StrategyTraits(inert=self._injection.never, hands_on_context=True)
+        # No execution can ever be injected when switched off or at a rate of 0 (no generator).
+        never = self._enabled_generator is None and not self._enabled
+        never = never or (self._rate_generator is None and self._rate <= 0)
+        self.traits = StrategyTraits(inert=never, hands_on_context=True)
+
+    def _decide(self, context: ResilienceContext) -> bool:
+        """Whether this (sync) execution gets chaos."""
+        generator = self._enabled_generator
+        if generator is None:
+            if not self._enabled:
+                return False
+        else:
+            context.raise_if_aborted()  # no generator runs for an execution that is over
+            on = generator(_enabled_arguments(context))
+            if on is not True and (on is False or not _plain(generator, on)):
+                return False
+        rate_generator = self._rate_generator
+        if rate_generator is None:
+            return self._draw() < self._rate
+        context.raise_if_aborted()
+        rate = rate_generator(_rate_arguments(context))
+        if type(rate) is not float:
+            rate = _plain(rate_generator, rate)
+        return self._draw() < coerce_rate(rate)
+
+    async def _decide_async(self, context: ResilienceContext) -> bool:
+        """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
+        generator = self._enabled_generator
+        if generator is None:
+            if not self._enabled:
+                return False
+        else:
+            context.raise_if_aborted()
+            on = generator(_enabled_arguments(context))
+            if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
+                return False
+        rate_generator = self._rate_generator
+        if rate_generator is None:
+            return self._draw() < self._rate
+        context.raise_if_aborted()
+        rate = rate_generator(_rate_arguments(context))
+        if type(rate) is not float and inspect.isawaitable(rate):
+            rate = await rate
+        return self._draw() < coerce_rate(rate)
 
     def _inject(self, context: ResilienceContext) -> Steps:
         """This kind's injection, for both shells, once the decision says inject.
@@ -280,7 +265,7 @@ class ChaosStrategyBase:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Inject (see `_inject`) or call `callback` (sync)."""
-        if self._injection.decide(context):
+        if self._decide(context):
             hook, step = next(steps := self._inject(context))
             while hook is not None:
                 hook, step = steps.send(call_back(hook, step))
@@ -294,7 +279,7 @@ class ChaosStrategyBase:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Inject (see `_inject`) or await `callback` (async)."""
-        if await self._injection.decide_async(context):
+        if await self._decide_async(context):
             hook, step = next(steps := self._inject(context))
             while hook is not None:
                 hook, step = steps.send(await call_back_async(hook, step))

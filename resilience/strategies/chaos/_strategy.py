@@ -1,8 +1,8 @@
 """The chaos strategies (Polly's Simmy): inject faults, latency, outcomes or behaviors on purpose.
 
-Each one asks the shared `Injection` (see `_injection.py`) whether this execution gets
-chaos; if not, it calls the inner pipeline unchanged. When it injects it emits its event
-(Information) and runs its `on_*_injected` callback, then:
+Each one asks the shared decision (`ChaosStrategyBase`, see `_injection.py`) whether this
+execution gets chaos; if not, it calls the inner pipeline unchanged. When it injects it emits
+its event (Information) and runs its `on_*_injected` callback, then:
 
 - fault: raises the fault instead of calling the inner pipeline;
 - latency: waits on the time provider (ending at once, with the signal's reason, when the
@@ -395,7 +395,7 @@ class ChaosFaultStrategy(ChaosStrategyBase):
         yield None, None
 
     def __repr__(self) -> str:
-        return f"<ChaosFaultStrategy rate={self._injection.rate!r}>"
+        return f"<ChaosFaultStrategy rate={self._rate!r}>"
 
 
 def _generated_latency(value: object, default: float) -> float:
@@ -426,7 +426,7 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
         yield None, latency
 
     def __repr__(self) -> str:
-        return f"<ChaosLatencyStrategy rate={self._injection.rate!r} latency={self._latency!r}>"
+        return f"<ChaosLatencyStrategy rate={self._rate!r} latency={self._latency!r}>"
 
 
 class ChaosOutcomeStrategy(ChaosStrategyBase):
@@ -454,7 +454,7 @@ class ChaosOutcomeStrategy(ChaosStrategyBase):
         yield None, outcome
 
     def __repr__(self) -> str:
-        return f"<ChaosOutcomeStrategy rate={self._injection.rate!r}>"
+        return f"<ChaosOutcomeStrategy rate={self._rate!r}>"
 
 
 class ChaosBehaviorStrategy(ChaosStrategyBase):
@@ -473,4 +473,4 @@ class ChaosBehaviorStrategy(ChaosStrategyBase):
         yield None, None
 
     def __repr__(self) -> str:
-        return f"<ChaosBehaviorStrategy rate={self._injection.rate!r}>"
+        return f"<ChaosBehaviorStrategy rate={self._rate!r}>"
