@@ -336,10 +336,7 @@ class _Run:
                 outcome=outcome,
                 arguments=ExecutionAttemptArguments(attempt, self.strategy._time.monotonic() - started, handled),
             )
-        if finished:
-            self.abort_others(attempt)
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=attempt)
         return due
 
     def ended_fatally(self, attempt: int, error: BaseException) -> None:
@@ -349,8 +346,12 @@ class _Run:
             if finished:
                 self.fatal = error
             settled = self.state.settled
+        self.settle(finished=finished, settled=settled, winner=attempt)
+
+    def settle(self, *, finished: bool, settled: bool, winner: int) -> None:
+        """After a state change, outside the lock: abort the others if it finished, wake the caller if it settled."""
         if finished:
-            self.abort_others(attempt)
+            self.abort_others(winner)
         if settled:
             self.wake()
 
@@ -396,10 +397,7 @@ class _Run:
             finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
             settled = self.state.settled
         self.end_scope(context)
-        if finished:
-            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
         return None
 
     def new_context(self, attempt: int) -> ResilienceContext:
@@ -572,10 +570,7 @@ class _SyncRun(_Run):
         with self._lock:
             finished = self.state.abandoned(attempt)
             settled = self.state.settled
-        if finished:
-            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
 
     def wake(self) -> None:
         with self._lock:
