@@ -613,9 +613,6 @@ class _AsyncRun(_Run):
     async def leave(self) -> None:
         """Abort every attempt and wait until each has ended (the caller is leaving)."""
         self.abort_all()
-        await self._drain()
-
-    async def _drain(self) -> None:
         cancelled = False
         while pending := [task for task in self._tasks if not task.done()]:
             try:
