@@ -243,6 +243,9 @@ class ChaosStrategyBase:
             rate = await rate
         return self._draw() < coerce_rate(rate)
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} rate={self._rate!r}>"
+
     def _inject(self, context: ResilienceContext) -> Steps:
         """This kind's injection, for both shells, once the decision says inject.
 

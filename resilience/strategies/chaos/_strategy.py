@@ -394,9 +394,6 @@ class ChaosFaultStrategy(ChaosStrategyBase):
             raise fault
         yield None, None
 
-    def __repr__(self) -> str:
-        return f"<ChaosFaultStrategy rate={self._rate!r}>"
-
 
 def _generated_latency(value: object, default: float) -> float:
     return generated_seconds(value, default, "latency_generator", "seconds (int, float or timedelta), or None")
@@ -453,9 +450,6 @@ class ChaosOutcomeStrategy(ChaosStrategyBase):
             yield from self._injected(context, OnOutcomeInjectedArguments(context, outcome), outcome)
         yield None, outcome
 
-    def __repr__(self) -> str:
-        return f"<ChaosOutcomeStrategy rate={self._rate!r}>"
-
 
 class ChaosBehaviorStrategy(ChaosStrategyBase):
     """The built behavior chaos strategy."""
@@ -471,6 +465,3 @@ class ChaosBehaviorStrategy(ChaosStrategyBase):
         yield from self._injected(context, OnBehaviorInjectedArguments(context))
         yield self._behavior, BehaviorGeneratorArguments(context)
         yield None, None
-
-    def __repr__(self) -> str:
-        return f"<ChaosBehaviorStrategy rate={self._rate!r}>"
