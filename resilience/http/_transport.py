@@ -62,6 +62,7 @@ __all__ = [
     "release",
     "release_async",
     "send_abortable",
+    "server_tags",
 ]
 
 _logger = logging.getLogger("resilience")
@@ -165,6 +166,17 @@ async def discard_async(response: httpx.Response) -> None:
             await response.aclose()
 
 
+def server_tags(method: str, host: str, port: int | None) -> dict[str, Any]:
+    """OpenTelemetry's request tags: a known method by name (else "_OTHER"), the server's address and port."""
+    tags: dict[str, Any] = {
+        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+        "server.address": host,
+    }
+    if port is not None:
+        tags["server.port"] = port
+    return tags
+
+
 class _Exchange:
     """One request's state across its attempts (see the module docstring)."""
 
@@ -185,19 +197,17 @@ class _Exchange:
         """Extra metric tags of the events of this request (bounded cardinality only)."""
         base = self._base_tags
         if base is None:
-            url = self.request.url
-            method = self.request.method
-            base = self._base_tags = {
-                "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
-                "server.address": url.host,
-            }
-            if url.port is not None:
-                base["server.port"] = url.port
+            base = self._base_tags = self.server_tags()
         outcome = event.outcome
         value = None if outcome is None else outcome.value
         if is_response(value):
             return {**base, "http.response.status_code": value.status_code}
         return base
+
+    def server_tags(self) -> dict[str, Any]:
+        """The tags of every event of this request: its method, and the server's address and port."""
+        url = self.request.url
+        return server_tags(self.request.method, url.host, url.port)
 
     def enter(self) -> tuple[Any, Any]:
         """Publish the request (for the strategies) and the tags (for telemetry); returns the tokens."""

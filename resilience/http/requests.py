@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
@@ -30,25 +30,23 @@ from resilience._context import current_context
 from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
 from resilience.http._transport import (
+    _DRAIN_LIMIT,
     _GRACE,
-    _KNOWN_METHODS,
     _MIN_TIMEOUT,
     ABORTABLE,
     DEADLINE,
     _Exchange,
     discard,
     send_abortable,
+    server_tags,
 )
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
     from resilience._pipeline import ResiliencePipeline
     from resilience._time import TimeProvider
-    from resilience.telemetry._otel import EventFields
 
 __all__ = ["ResilientHTTPAdapter"]
-
-_DRAIN_LIMIT: Final = 64 * 1024
 
 
 def _discard(response: requests.Response) -> None:
@@ -95,22 +93,9 @@ class _RequestsExchange(_Exchange):
         self._port = parts.port
         self._authority = authority_of(parts.scheme, parts.hostname, parts.port)
 
-    def tags(self, event: EventFields) -> dict[str, Any]:
-        """Extra metric tags of the events of this request (as for httpx: no path, no URL)."""
-        base = self._base_tags
-        if base is None:
-            method = self.prepared.method or ""
-            base = self._base_tags = {
-                "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
-                "server.address": self._host,
-            }
-            if self._port is not None:
-                base["server.port"] = self._port
-        outcome = event.outcome
-        value = None if outcome is None else outcome.value
-        if isinstance(value, requests.Response):
-            return {**base, "http.response.status_code": value.status_code}
-        return base
+    def server_tags(self) -> dict[str, Any]:
+        """The tags of every event of this request (as for httpx: no path, no URL)."""
+        return server_tags(self.prepared.method or "", self._host, self._port)
 
     def enter(self) -> tuple[Any, Any]:
         """Publish the request and its authority (for the strategies) and the tags (for telemetry)."""

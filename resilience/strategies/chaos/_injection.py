@@ -1,4 +1,4 @@
-"""What the four chaos strategies share: the injection decision and its options.
+"""What the four chaos strategies share: the injection decision, its options, and both shells.
 
 One source decides whether an execution gets chaos (Polly's `ChaosStrategy.ShouldInjectAsync`):
 
@@ -19,32 +19,37 @@ import copy
 import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from resilience._outcome import Outcome
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
-    import random
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable, Generator
 
     from resilience._context import ResilienceContext
-    from resilience._outcome import Outcome
+    from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "ChaosStrategyBase",
     "EnabledGeneratorArguments",
-    "Injection",
     "InjectionRateGeneratorArguments",
+    "Steps",
     "chaos_problems",
     "check_fault",
     "fresh_fault",
 ]
+
+T = TypeVar("T")
+
+Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object, None]"
+"""A chaos kind's injection steps, which both shells drive (see `ChaosStrategyBase._inject`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,73 +130,6 @@ def coerce_rate(value: object) -> float:
     return min(max(float(value), 0.0), 1.0)
 
 
-class Injection:
-    """Decides, per execution, whether a chaos strategy injects (see the module docstring)."""
-
-    __slots__ = ("_draw", "enabled", "enabled_generator", "rate", "rate_generator")
-
-    def __init__(
-        self,
-        *,
-        enabled: bool,
-        enabled_generator: Callable[[EnabledGeneratorArguments], object] | None,
-        rate: float,
-        rate_generator: Callable[[InjectionRateGeneratorArguments], object] | None,
-        random: random.Random,
-    ) -> None:
-        self.enabled = enabled
-        self.enabled_generator = enabled_generator
-        self.rate = float(rate)
-        self.rate_generator = rate_generator
-        self._draw = random.random
-
-    @property
-    def never(self) -> bool:
-        """True when no execution can ever be injected (switched off or a rate of 0, no generator)."""
-        off = self.enabled_generator is None and not self.enabled
-        return off or (self.rate_generator is None and self.rate <= 0)
-
-    def decide(self, context: ResilienceContext) -> bool:
-        """Whether this (sync) execution gets chaos."""
-        generator = self.enabled_generator
-        if generator is None:
-            if not self.enabled:
-                return False
-        else:
-            context.raise_if_aborted()  # no generator runs for an execution that is over
-            on = generator(_enabled_arguments(context))
-            if on is not True and (on is False or not _plain(generator, on)):
-                return False
-        rate_generator = self.rate_generator
-        if rate_generator is None:
-            return self._draw() < self.rate
-        context.raise_if_aborted()
-        rate = rate_generator(_rate_arguments(context))
-        if type(rate) is not float:
-            rate = _plain(rate_generator, rate)
-        return self._draw() < coerce_rate(rate)
-
-    async def decide_async(self, context: ResilienceContext) -> bool:
-        """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
-        generator = self.enabled_generator
-        if generator is None:
-            if not self.enabled:
-                return False
-        else:
-            context.raise_if_aborted()
-            on = generator(_enabled_arguments(context))
-            if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
-                return False
-        rate_generator = self.rate_generator
-        if rate_generator is None:
-            return self._draw() < self.rate
-        context.raise_if_aborted()
-        rate = rate_generator(_rate_arguments(context))
-        if type(rate) is not float and inspect.isawaitable(rate):
-            rate = await rate
-        return self._draw() < coerce_rate(rate)
-
-
 _new_object = object.__new__
 
 
@@ -228,7 +166,18 @@ class ChaosStrategyBase:
     strategy out, so switched-off chaos costs nothing on the success path.
     """
 
-    __slots__ = ("_event", "_injection", "_on_injected", "_telemetry", "traits")
+    __slots__ = (
+        "_draw",
+        "_enabled",
+        "_enabled_generator",
+        "_event",
+        "_on_injected",
+        "_rate",
+        "_rate_generator",
+        "_telemetry",
+        "_time",
+        "traits",
+    )
 
     def __init__(
         self,
@@ -238,33 +187,107 @@ class ChaosStrategyBase:
         event: str,
         on_injected: Callable[[Any], object] | None,
     ) -> None:
-        self._injection = Injection(
-            enabled=options.enabled,
-            enabled_generator=options.enabled_generator,
-            rate=options.injection_rate,
-            rate_generator=options.injection_rate_generator,
-            random=context.time_provider.random(),
+        self._enabled: bool = options.enabled
+        self._enabled_generator: Callable[[EnabledGeneratorArguments], object] | None = options.enabled_generator
+        self._rate = float(options.injection_rate)
+        self._rate_generator: Callable[[InjectionRateGeneratorArguments], object] | None = (
+            options.injection_rate_generator
         )
+        self._draw = context.time_provider.random().random
         self._telemetry: TelemetrySource = context.telemetry
+        self._time: TimeProvider = context.time_provider
         self._event = event
         self._on_injected = on_injected
-        self.traits = StrategyTraits(inert=self._injection.never, hands_on_context=True)
+        # No execution can ever be injected when switched off or at a rate of 0 (no generator).
+        never = self._enabled_generator is None and not self._enabled
+        never = never or (self._rate_generator is None and self._rate <= 0)
+        self.traits = StrategyTraits(inert=never, hands_on_context=True)
 
-    def _report(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
-        """Emit the injection's event (Information); the caller then runs the user callback."""
+    def _decide(self, context: ResilienceContext) -> bool:
+        """Whether this (sync) execution gets chaos."""
+        generator = self._enabled_generator
+        if generator is None:
+            if not self._enabled:
+                return False
+        else:
+            context.raise_if_aborted()  # no generator runs for an execution that is over
+            on = generator(_enabled_arguments(context))
+            if on is not True and (on is False or not _plain(generator, on)):
+                return False
+        rate_generator = self._rate_generator
+        if rate_generator is None:
+            return self._draw() < self._rate
+        context.raise_if_aborted()
+        rate = rate_generator(_rate_arguments(context))
+        if type(rate) is not float:
+            rate = _plain(rate_generator, rate)
+        return self._draw() < coerce_rate(rate)
+
+    async def _decide_async(self, context: ResilienceContext) -> bool:
+        """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
+        generator = self._enabled_generator
+        if generator is None:
+            if not self._enabled:
+                return False
+        else:
+            context.raise_if_aborted()
+            on = generator(_enabled_arguments(context))
+            if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
+                return False
+        rate_generator = self._rate_generator
+        if rate_generator is None:
+            return self._draw() < self._rate
+        context.raise_if_aborted()
+        rate = rate_generator(_rate_arguments(context))
+        if type(rate) is not float and inspect.isawaitable(rate):
+            rate = await rate
+        return self._draw() < coerce_rate(rate)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} rate={self._rate!r}>"
+
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """This kind's injection, for both shells, once the decision says inject.
+
+        Yields `(callback, arguments)` for each user callback (the shell calls or awaits it and
+        sends back its result), then `(None, step)`: None calls the inner pipeline, an
+        `Outcome` is returned or raised instead of calling it, a number of seconds is waited
+        (on the time provider, ending at once with the signal's reason if it aborts) before
+        calling it. A fault is raised from the steps themselves.
+        """
+        raise NotImplementedError  # pragma: no cover - each kind has its own
+
+    def _injected(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> Steps:
+        """Emit the injection's event (Information), then yield the user callback."""
         context.raise_if_aborted()  # nothing is injected into an execution already abandoned
         self._telemetry.emit(
             self._event, Severity.INFORMATION, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )
-
-    def _injected(self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None) -> None:
-        self._report(context, arguments, outcome)
         if self._on_injected is not None:
-            call_back(self._on_injected, arguments)
+            yield self._on_injected, arguments
 
-    async def _injected_async(
-        self, context: ResilienceContext, arguments: object, outcome: Outcome[Any] | None = None
-    ) -> None:
-        self._report(context, arguments, outcome)
-        if self._on_injected is not None:
-            await call_back_async(self._on_injected, arguments)
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Inject (see `_inject`) or call `callback` (sync)."""
+        if self._decide(context):
+            hook, step = next(steps := self._inject(context))
+            while hook is not None:
+                hook, step = steps.send(call_back(hook, step))
+            if isinstance(step, Outcome):
+                return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
+            if step is not None and wait(self._time, step, context.signal):
+                context.raise_if_aborted()
+        return callback(context)
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """Inject (see `_inject`) or await `callback` (async)."""
+        if await self._decide_async(context):
+            hook, step = next(steps := self._inject(context))
+            while hook is not None:
+                hook, step = steps.send(await call_back_async(hook, step))
+            if isinstance(step, Outcome):
+                return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
+            if step is not None and await wait_async(self._time, step, context.signal):
+                context.raise_if_aborted()
+        return await callback(context)

@@ -1,8 +1,8 @@
 """The chaos strategies (Polly's Simmy): inject faults, latency, outcomes or behaviors on purpose.
 
-Each one asks the shared `Injection` (see `_injection.py`) whether this execution gets
-chaos; if not, it calls the inner pipeline unchanged. When it injects it emits its event
-(Information) and runs its `on_*_injected` callback, then:
+Each one asks the shared decision (`ChaosStrategyBase`, see `_injection.py`) whether this
+execution gets chaos; if not, it calls the inner pipeline unchanged. When it injects it emits
+its event (Information) and runs its `on_*_injected` callback, then:
 
 - fault: raises the fault instead of calling the inner pipeline;
 - latency: waits on the time provider (ending at once, with the signal's reason, when the
@@ -19,15 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resilience._outcome import Err, Ok, Outcome
+from resilience._outcome import Err, Outcome
 from resilience._validation import Duration, generated_seconds, to_seconds
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
-from resilience.strategies._common import call_back, call_back_async, wait, wait_async
 from resilience.strategies.chaos._injection import (
     ChaosStrategyBase,
     EnabledGeneratorArguments,
     InjectionRateGeneratorArguments,
+    Steps,
     chaos_problems,
     check_fault,
     fresh_fault,
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
 
 __all__ = [
@@ -364,10 +363,11 @@ def chaos_behavior_strategy(
 # -- strategies -------------------------------------------------------------------------------
 
 
-def _checked_fault(value: object) -> Exception | None:
-    if value is None or isinstance(value, Exception):
+def _checked(value: object, kind: type, option: str, expected: str) -> Any:
+    """A generator's return value if it is None or a `kind`; anything else is misuse."""
+    if value is None or isinstance(value, kind):
         return value
-    msg = f"fault_generator returned {value!r}: return an Exception instance, or None for no fault"
+    msg = f"{option} returned {value!r}: return {expected}"
     raise ValidationError(msg)
 
 
@@ -381,36 +381,18 @@ class ChaosFaultStrategy(ChaosStrategyBase):
         self._fault = options.fault
         self._generator = options.fault_generator
 
-    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Raise a fault or call `callback` (sync)."""
-        if self._injection.decide(context):
-            generator = self._generator
-            if generator is None:
-                fault: Exception | None = fresh_fault(self._fault)  # type: ignore[arg-type] # validated: one of two
-            else:
-                fault = _checked_fault(call_back(generator, FaultGeneratorArguments(context)))
-            if fault is not None:
-                self._injected(context, OnFaultInjectedArguments(context, fault), Err(fault))
-                raise fault
-        return callback(context)
-
-    async def execute_async(
-        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
-    ) -> T:
-        """Raise a fault or await `callback` (async)."""
-        if await self._injection.decide_async(context):
-            generator = self._generator
-            if generator is None:
-                fault: Exception | None = fresh_fault(self._fault)  # type: ignore[arg-type] # validated: one of two
-            else:
-                fault = _checked_fault(await call_back_async(generator, FaultGeneratorArguments(context)))
-            if fault is not None:
-                await self._injected_async(context, OnFaultInjectedArguments(context, fault), Err(fault))
-                raise fault
-        return await callback(context)
-
-    def __repr__(self) -> str:
-        return f"<ChaosFaultStrategy rate={self._injection.rate!r}>"
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """Raise a fault (none if the generator gives None)."""
+        generator = self._generator
+        if generator is None:
+            fault: Exception | None = fresh_fault(self._fault)  # type: ignore[arg-type] # validated: one of two
+        else:
+            generated = yield generator, FaultGeneratorArguments(context)
+            fault = _checked(generated, Exception, "fault_generator", "an Exception instance, or None for no fault")
+        if fault is not None:
+            yield from self._injected(context, OnFaultInjectedArguments(context, fault), Err(fault))
+            raise fault
+        yield None, None
 
 
 def _generated_latency(value: object, default: float) -> float:
@@ -420,52 +402,28 @@ def _generated_latency(value: object, default: float) -> float:
 class ChaosLatencyStrategy(ChaosStrategyBase):
     """The built latency chaos strategy."""
 
-    __slots__ = ("_generator", "_latency", "_time")
+    __slots__ = ("_generator", "_latency")
 
     def __init__(self, options: ChaosLatencyStrategyOptions, context: StrategyBuildContext) -> None:
         super().__init__(options, context, event="OnLatencyInjected", on_injected=options.on_latency_injected)
         self._latency = to_seconds(options.latency)
         self._generator = options.latency_generator
-        self._time: TimeProvider = context.time_provider
         if self._generator is None and self._latency <= 0:
             self.traits = StrategyTraits(inert=True, hands_on_context=True)  # a latency of 0 never injects
 
-    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Wait, then call `callback` (sync)."""
-        if self._injection.decide(context):
-            latency = self._latency
-            if self._generator is not None:
-                latency = _generated_latency(call_back(self._generator, LatencyGeneratorArguments(context)), latency)
-            if latency > 0:
-                self._injected(context, OnLatencyInjectedArguments(context, latency))
-                if wait(self._time, latency, context.signal):
-                    context.raise_if_aborted()
-        return callback(context)
-
-    async def execute_async(
-        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
-    ) -> T:
-        """Wait, then await `callback` (async)."""
-        if await self._injection.decide_async(context):
-            latency = self._latency
-            if self._generator is not None:
-                generated = await call_back_async(self._generator, LatencyGeneratorArguments(context))
-                latency = _generated_latency(generated, latency)
-            if latency > 0:
-                await self._injected_async(context, OnLatencyInjectedArguments(context, latency))
-                if await wait_async(self._time, latency, context.signal):
-                    context.raise_if_aborted()
-        return await callback(context)
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """Wait (not if the latency is zero or less), then call."""
+        latency = self._latency
+        if self._generator is not None:
+            latency = _generated_latency((yield self._generator, LatencyGeneratorArguments(context)), latency)
+        if latency <= 0:
+            yield None, None
+            return
+        yield from self._injected(context, OnLatencyInjectedArguments(context, latency))
+        yield None, latency
 
     def __repr__(self) -> str:
-        return f"<ChaosLatencyStrategy rate={self._injection.rate!r} latency={self._latency!r}>"
-
-
-def _checked_outcome(value: object) -> Outcome[Any] | None:
-    if value is None or isinstance(value, Outcome):
-        return value
-    msg = f"outcome_generator returned {value!r}: return Ok(value), Err(exception), or None for no injection"
-    raise ValidationError(msg)
+        return f"<ChaosLatencyStrategy rate={self._rate!r} latency={self._latency!r}>"
 
 
 class ChaosOutcomeStrategy(ChaosStrategyBase):
@@ -478,48 +436,19 @@ class ChaosOutcomeStrategy(ChaosStrategyBase):
         self._outcome = options.outcome
         self._generator = options.outcome_generator
 
-    def _fixed(self) -> Outcome[Any]:
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """Return or raise an outcome instead of calling (none if the generator gives None)."""
+        generator = self._generator
         outcome = self._outcome
-        if isinstance(outcome, Err):
-            return Err(fresh_fault(outcome.error))  # each injection raises its own copy
-        return outcome  # type: ignore[return-value] # validated: outcome or outcome_generator
-
-    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Return or raise an outcome, or call `callback` (sync)."""
-        if self._injection.decide(context):
-            generator = self._generator
-            if generator is None:
-                outcome: Outcome[Any] | None = self._fixed()
-            else:
-                outcome = _checked_outcome(call_back(generator, OutcomeGeneratorArguments(context)))
-            if outcome is not None:
-                self._injected(context, OnOutcomeInjectedArguments(context, outcome), outcome)
-                return _unwrap(outcome)  # type: ignore[no-any-return] # the injected value stands in for T
-        return callback(context)
-
-    async def execute_async(
-        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
-    ) -> T:
-        """Return or raise an outcome, or await `callback` (async)."""
-        if await self._injection.decide_async(context):
-            generator = self._generator
-            if generator is None:
-                outcome: Outcome[Any] | None = self._fixed()
-            else:
-                outcome = _checked_outcome(await call_back_async(generator, OutcomeGeneratorArguments(context)))
-            if outcome is not None:
-                await self._injected_async(context, OnOutcomeInjectedArguments(context, outcome), outcome)
-                return _unwrap(outcome)  # type: ignore[no-any-return] # the injected value stands in for T
-        return await callback(context)
-
-    def __repr__(self) -> str:
-        return f"<ChaosOutcomeStrategy rate={self._injection.rate!r}>"
-
-
-def _unwrap(outcome: Outcome[Any]) -> Any:
-    if isinstance(outcome, Ok):
-        return outcome.value
-    raise outcome.error  # type: ignore[misc] # an Err: its error is an exception
+        if generator is not None:
+            generated = yield generator, OutcomeGeneratorArguments(context)
+            expected = "Ok(value), Err(exception), or None for no injection"
+            outcome = _checked(generated, Outcome, "outcome_generator", expected)
+        elif isinstance(outcome, Err):
+            outcome = Err(fresh_fault(outcome.error))  # each injection raises its own copy
+        if outcome is not None:
+            yield from self._injected(context, OnOutcomeInjectedArguments(context, outcome), outcome)
+        yield None, outcome
 
 
 class ChaosBehaviorStrategy(ChaosStrategyBase):
@@ -531,21 +460,8 @@ class ChaosBehaviorStrategy(ChaosStrategyBase):
         super().__init__(options, context, event="OnBehaviorInjected", on_injected=options.on_behavior_injected)
         self._behavior = options.behavior
 
-    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Run the behavior, then call `callback` (sync)."""
-        if self._injection.decide(context):
-            self._injected(context, OnBehaviorInjectedArguments(context))
-            call_back(self._behavior, BehaviorGeneratorArguments(context))
-        return callback(context)
-
-    async def execute_async(
-        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
-    ) -> T:
-        """Run the behavior, then await `callback` (async)."""
-        if await self._injection.decide_async(context):
-            await self._injected_async(context, OnBehaviorInjectedArguments(context))
-            await call_back_async(self._behavior, BehaviorGeneratorArguments(context))
-        return await callback(context)
-
-    def __repr__(self) -> str:
-        return f"<ChaosBehaviorStrategy rate={self._injection.rate!r}>"
+    def _inject(self, context: ResilienceContext) -> Steps:
+        """Run the behavior, then call."""
+        yield from self._injected(context, OnBehaviorInjectedArguments(context))
+        yield self._behavior, BehaviorGeneratorArguments(context)
+        yield None, None

@@ -45,7 +45,7 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Generator, Iterable
 
     from resilience._context import ResilienceContext
     from resilience._signal import Signal
@@ -336,10 +336,7 @@ class _Run:
                 outcome=outcome,
                 arguments=ExecutionAttemptArguments(attempt, self.strategy._time.monotonic() - started, handled),
             )
-        if finished:
-            self.abort_others(attempt)
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=attempt)
         return due
 
     def ended_fatally(self, attempt: int, error: BaseException) -> None:
@@ -349,8 +346,12 @@ class _Run:
             if finished:
                 self.fatal = error
             settled = self.state.settled
+        self.settle(finished=finished, settled=settled, winner=attempt)
+
+    def settle(self, *, finished: bool, settled: bool, winner: int) -> None:
+        """After a state change, outside the lock: abort the others if it finished, wake the caller if it settled."""
         if finished:
-            self.abort_others(attempt)
+            self.abort_others(winner)
         if settled:
             self.wake()
 
@@ -396,10 +397,7 @@ class _Run:
             finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
             settled = self.state.settled
         self.end_scope(context)
-        if finished:
-            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
         return None
 
     def new_context(self, attempt: int) -> ResilienceContext:
@@ -418,16 +416,42 @@ class _Run:
         """Run `attempt` on another runner (a pool thread, a task)."""
         raise NotImplementedError  # pragma: no cover
 
-    # -- helpers the shells share -----------------------------------------------------------------
+    # -- what the shells share ------------------------------------------------------------------
 
-    def hedging_arguments(self, attempt: int, context: ResilienceContext) -> OnHedgingArguments:
-        now = self.strategy._time.monotonic()
+    def starting(
+        self, attempt: int, context: ResilienceContext
+    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
+        """What precedes an attempt's call, for both shells: report a hedged attempt, arm the next delay.
+
+        Yields `(callback, arguments)` for each user callback (`on_hedging`, `action_generator`,
+        `delay_generator`: the shell calls or awaits it and sends back its result), then
+        `(None, substitute)`: the callable `action_generator` gave (None: the original).
+        """
+        strategy = self.strategy
+        now = strategy._time.monotonic()
         self.starts[attempt] = now
-        arguments = OnHedgingArguments(context, attempt, now - self.starts.get(attempt - 1, now))
-        self.strategy._telemetry.emit(
-            "OnHedging", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
-        )
-        return arguments
+        substitute = None
+        if attempt:
+            arguments = OnHedgingArguments(context, attempt, now - self.starts.get(attempt - 1, now))
+            strategy._telemetry.emit(
+                "OnHedging", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
+            )
+            if strategy._on_hedging is not None:
+                yield strategy._on_hedging, arguments
+            action = strategy._action_generator
+            target = context.target
+            if action is not None and target is not None:
+                substitute = yield action, HedgingActionArguments(context, attempt, target)
+        generator = strategy._delay_generator
+        if generator is None:
+            delay = strategy._delay
+        elif not self.state.can_launch:
+            delay = math.inf  # no attempt left to delay
+        else:
+            generated = yield generator, HedgingDelayArguments(self.context, attempt + 1)
+            delay = generated_delay(generated, strategy._delay)
+        self.armed(attempt, delay)
+        yield None, substitute
 
 
 class _SyncRun(_Run):
@@ -487,17 +511,10 @@ class _SyncRun(_Run):
             context = self.begin(attempt)
             if context is None:
                 return
-            substitute = None
             try:
-                if attempt:
-                    arguments = self.hedging_arguments(attempt, context)
-                    if self.strategy._on_hedging is not None:
-                        call_back(self.strategy._on_hedging, arguments)
-                    substitute = self.action(attempt, context)
-                else:
-                    self.starts[0] = self.strategy._time.monotonic()
-                generator = self.strategy._delay_generator
-                self.armed(attempt, self.strategy._delay if generator is None else self.generated(attempt))
+                hook, substitute = next(steps := self.starting(attempt, context))
+                while hook is not None:
+                    hook, substitute = steps.send(call_back(hook, substitute))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 context.end_scope()
                 self.ended_fatally(attempt, exc)
@@ -512,20 +529,6 @@ class _SyncRun(_Run):
             finally:
                 context.end_scope()
             attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
-
-    def generated(self, attempt: int) -> float:
-        """The delay before attempt `attempt + 1` from `delay_generator`."""
-        if not self.state.can_launch:
-            return math.inf
-        generated = call_back(self.strategy._delay_generator, HedgingDelayArguments(self.context, attempt + 1))  # type: ignore[arg-type]
-        return generated_delay(generated, self.strategy._delay)
-
-    def action(self, attempt: int, context: ResilienceContext) -> Callable[..., Any] | None:
-        generator = self.strategy._action_generator
-        target = context.target
-        if generator is None or target is None:
-            return None
-        return call_back(generator, HedgingActionArguments(context, attempt, target))  # type: ignore[return-value]
 
     def start_elsewhere(self, attempt: int) -> None:
         job = functools.partial(self.vars.copy().run, self._job, attempt)
@@ -567,10 +570,7 @@ class _SyncRun(_Run):
         with self._lock:
             finished = self.state.abandoned(attempt)
             settled = self.state.settled
-        if finished:
-            self.abort_others(-1)  # nothing runs: only a delay's timer may be left
-        if settled:
-            self.wake()
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
 
     def wake(self) -> None:
         with self._lock:
@@ -613,9 +613,6 @@ class _AsyncRun(_Run):
     async def leave(self) -> None:
         """Abort every attempt and wait until each has ended (the caller is leaving)."""
         self.abort_all()
-        await self._drain()
-
-    async def _drain(self) -> None:
         cancelled = False
         while pending := [task for task in self._tasks if not task.done()]:
             try:
@@ -639,17 +636,10 @@ class _AsyncRun(_Run):
             if context is None:
                 return
             scope = context.signal
-            substitute = None
             try:
-                if attempt:
-                    arguments = self.hedging_arguments(attempt, context)
-                    if self.strategy._on_hedging is not None:
-                        await call_back_async(self.strategy._on_hedging, arguments)
-                    substitute = await self.action(attempt, context)
-                else:
-                    self.starts[0] = self.strategy._time.monotonic()
-                generator = self.strategy._delay_generator
-                self.armed(attempt, self.strategy._delay if generator is None else await self.generated(attempt))
+                hook, substitute = next(steps := self.starting(attempt, context))
+                while hook is not None:
+                    hook, substitute = steps.send(await call_back_async(hook, substitute))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 scope.detach()
                 self.ended_fatally(attempt, exc)
@@ -662,22 +652,6 @@ class _AsyncRun(_Run):
             finally:
                 scope.detach()
             attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
-
-    async def generated(self, attempt: int) -> float:
-        """The delay before attempt `attempt + 1` from `delay_generator`."""
-        if not self.state.can_launch:
-            return math.inf
-        arguments = HedgingDelayArguments(self.context, attempt + 1)
-        generated = await call_back_async(self.strategy._delay_generator, arguments)  # type: ignore[arg-type]
-        return generated_delay(generated, self.strategy._delay)
-
-    async def action(self, attempt: int, context: ResilienceContext) -> Callable[..., Any] | None:
-        generator = self.strategy._action_generator
-        target = context.target
-        if generator is None or target is None:
-            return None
-        arguments = HedgingActionArguments(context, attempt, target)
-        return await call_back_async(generator, arguments)  # type: ignore[return-value]
 
     def start_elsewhere(self, attempt: int) -> None:
         if threading.get_ident() != self._thread:  # a timer fired on another thread
