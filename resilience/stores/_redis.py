@@ -775,15 +775,11 @@ class RedisLockStore(_RedisStore):
 
         A free lock that waiters queue for goes to the first of them: anyone else is refused.
         """
-        keys, args = self._acquire_args(key, owner, ttl)
-        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return self.acquire_or_ttl(key, owner, ttl)[0]
 
     def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
         """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=True)
-        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return self.acquire_or_ttl(key, owner, ttl, shared=True)[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -867,15 +863,11 @@ class RedisLockStore(_RedisStore):
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        keys, args = self._acquire_args(key, owner, ttl)
-        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return (await self.acquire_or_ttl_async(key, owner, ttl))[0]
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire_shared`."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=True)
-        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return (await self.acquire_or_ttl_async(key, owner, ttl, shared=True))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -1016,8 +1008,7 @@ class RedisSemaphoreStore(_RedisStore):
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
         keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        reply = int(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
-        return reply if reply > 0 else None
+        return _answer(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -1091,8 +1082,7 @@ class RedisSemaphoreStore(_RedisStore):
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
         keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        reply = int(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
-        return reply if reply > 0 else None
+        return _answer(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
