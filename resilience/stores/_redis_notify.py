@@ -116,7 +116,9 @@ def _is_free(check: Callable[[], bool]) -> bool:
         return False
 
 
-def _drop_waiter(waiters: dict[str, dict[Any, str | None]], idle: dict[str, float], channel: str, waiter: object) -> None:
+def _drop_waiter(
+    waiters: dict[str, dict[Any, str | None]], idle: dict[str, float], channel: str, waiter: object
+) -> None:
     """Forget `waiter` of `channel`; a channel left without waiters turns idle (unsubscribed after `_LINGER`)."""
     entries = waiters.get(channel)
     if entries is not None:
