@@ -46,7 +46,6 @@ __all__ = [
     "RedisSemaphoreStore",
     "companions",
     "flavoured",
-    "live_waiters",
     "redis_client_kind",
 ]
 
@@ -145,20 +144,6 @@ def shared_companions(lock_key: str) -> tuple[str, str] | None:
     """The shared-holds keys of a lock key, in its hash slot: (shared holders, shared waiters); see `companions`."""
     queue = companions(lock_key)
     return None if queue is None else (queue[0][: -len(":q")] + ":r", queue[0] + ":s")
-
-
-def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tuple[Any, float]], now_ms: int) -> int:
-    """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
-
-    An entry lives `QUEUE_ENTRY_MS` from its arrival (µs) or until its refreshed expiry (ms),
-    whichever is later (as the lock scripts' entry_left decides).
-    """
-    again = dict(refreshed)
-    return sum(
-        1
-        for owner, arrival in arrivals
-        if arrival // 1000 + scripts.QUEUE_ENTRY_MS > now_ms or again.get(owner, 0) > now_ms
-    )
 
 
 def _wait_ms(timeout: float) -> int:
