@@ -35,8 +35,6 @@ class RedisRateLimitStore(RedisClientsStore):
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "ratelimit") -> None:
         super().__init__("RedisRateLimitStore", client, async_client, prefix)
-        self._sync = self._clients.sync
-        self._async = self._clients.async_
         self._prepared: dict[tuple[object, ...], tuple[Any, list[object]]] = {}
 
     def key(self, key: str, algorithm: str = "token_bucket") -> str:
@@ -77,7 +75,7 @@ class RedisRateLimitStore(RedisClientsStore):
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._sync if self._sync is not None else self._clients.sync_runner("take")
+        runner = self._clients.sync_runner("take")
         return int(runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
@@ -91,5 +89,5 @@ class RedisRateLimitStore(RedisClientsStore):
     ) -> float:
         """See `take`."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._async if self._async is not None else self._clients.async_runner("take_async")
+        runner = self._clients.async_runner("take_async")
         return int(await runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000

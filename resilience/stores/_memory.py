@@ -71,24 +71,6 @@ def _check_permits(limit: object, permits: object) -> None:
         raise ValidationError(msg)
 
 
-def _live_queue(queues: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float] | None:
-    """`key`'s queue of waiting owners (FIFO, owner -> entry expiry) without its expired entries.
-
-    None when nobody waits. The caller holds the store's mutex; a queue that lost entries is
-    replaced (dictionaries keep the arrival order), an emptied one removed.
-    """
-    queue = queues.get(key)
-    if queue is None:
-        return None
-    if any(expires <= now for expires in queue.values()):
-        queue = {owner: expires for owner, expires in queue.items() if expires > now}
-        if not queue:
-            del queues[key]
-            return None
-        queues[key] = queue
-    return queue
-
-
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
 
 
@@ -114,6 +96,7 @@ class _MemoryStore:
     # lock, so the sync runtime may run a batch on its timer thread (not a subclass's own
     # renewal code, which could block every lease).
     capabilities: StoreCapabilities = StoreCapabilities(fair_queue=True, answers_inline=True, renews_on_timer=True)
+    _queues: dict[str, dict[str, tuple[float, Any]]]  # key -> waiting owner -> (entry expiry, what it asks), FIFO
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -211,6 +194,28 @@ class _MemoryStore:
         for callback in callbacks:
             callback()
 
+    # -- the waiter queues (under the mutex) ---------------------------------------------------
+
+    def _waiting(self, key: str, now: float) -> dict[str, tuple[float, Any]] | None:
+        """The key's live queue (None when nobody waits), dropping expired entries."""
+        queue = _live_entries(self._queues, key, now, 0)
+        if queue is None:
+            self._forget_limit(key)
+        return queue
+
+    def _leave(self, key: str, owner: str) -> bool:
+        """Take `owner` out of the key's queue: whether it was queued."""
+        queue = self._queues.get(key)
+        if queue is None or queue.pop(owner, None) is None:
+            return False
+        if not queue:
+            del self._queues[key]
+            self._forget_limit(key)
+        return True
+
+    def _forget_limit(self, key: str) -> None:
+        """Drop what is kept of a key that has neither holders nor waiters any more (a semaphore's limit)."""
+
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:
         raise NotImplementedError
 
@@ -262,6 +267,10 @@ class _MemoryStore:
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         raise NotImplementedError
 
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return self.renew(key, owner, ttl)
+
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` (`SupportsRenewMany`: the lease runtime's batches)."""
         return [self.renew(key, owner, ttl) for key, owner, ttl in items]  # the semaphore store's
@@ -303,10 +312,6 @@ class MemoryLockStore(_MemoryStore):
         # Under the mutex: the key's live shared holders (None when none), dropping expired ones.
         return _live_entries(self._shared, key, now, 1)
 
-    def _queue(self, key: str, now: float) -> dict[str, tuple[float, bool]] | None:
-        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        return _live_entries(self._queues, key, now, 0)
-
     def _turns(self, key: str, now: float, queue: dict[str, tuple[float, bool]]) -> list[str]:
         """Under the mutex: the queued owners whose turn has come (the key has no exclusive holder).
 
@@ -322,14 +327,6 @@ class MemoryLockStore(_MemoryStore):
             turns.append(owner)
         return turns
 
-    def _leave(self, key: str, owner: str) -> bool:
-        queue = self._queues.get(key)
-        if queue is None or queue.pop(owner, None) is None:
-            return False
-        if not queue:
-            del self._queues[key]
-        return True
-
     def _sweep(self, now: float) -> None:
         # Under the mutex, amortised O(1): drop expired leases once the table doubled.
         if len(self._leases) + len(self._shared) + len(self._queues) < self._sweep_at:
@@ -338,7 +335,7 @@ class MemoryLockStore(_MemoryStore):
         for key in list(self._shared):
             self._readers(key, now)
         for key in list(self._queues):
-            self._queue(key, now)
+            self._waiting(key, now)
         self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._shared) + len(self._queues)))
 
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:  # noqa: ARG002
@@ -351,7 +348,7 @@ class MemoryLockStore(_MemoryStore):
             readers = self._readers(key, now)
             if readers is not None and owner in readers:
                 return True
-            queue = self._queue(key, now)
+            queue = self._waiting(key, now)
             if queue is None:
                 return readers is None
             return owner in queue and owner in self._turns(key, now, queue)
@@ -359,7 +356,7 @@ class MemoryLockStore(_MemoryStore):
     def _refused(self, key: str, owner: str, now: float, *, join: bool, shared: bool) -> None:
         # Under the mutex: a refused waiter joins (or keeps its place in) the key's queue.
         if join:
-            queue = self._queue(key, now) or self._queues.setdefault(key, {})
+            queue = self._waiting(key, now) or self._queues.setdefault(key, {})
             if owner in queue or len(queue) < QUEUE_BOUND:
                 queue[owner] = (now + QUEUE_ENTRY, shared)
 
@@ -389,7 +386,7 @@ class MemoryLockStore(_MemoryStore):
                 return self._acquire_shared(key, owner, now, ttl, join=join)
             else:
                 readers = self._readers(key, now)
-                queue = self._queue(key, now)
+                queue = self._waiting(key, now)
                 if readers is not None or (queue is not None and next(iter(queue)) != owner):
                     self._refused(key, owner, now, join=join, shared=False)
                     if readers is None:
@@ -408,7 +405,7 @@ class MemoryLockStore(_MemoryStore):
         if readers is not None and owner in readers:
             token = readers[owner][0]
         else:
-            queue = self._queue(key, now)
+            queue = self._waiting(key, now)
             if queue is not None:
                 for waiting, (_, shared) in queue.items():
                     if waiting == owner:
@@ -523,7 +520,7 @@ class MemoryLockStore(_MemoryStore):
 
     def _wake(self, key: str, now: float, *, anyone: bool) -> list[Callable[[], object]]:
         # Under the mutex: the listeners to call after a change of `key` (see `release`).
-        queue = self._queue(key, now)
+        queue = self._waiting(key, now)
         if queue is None:
             return self._take_listeners(key)
         turns = [] if self._live(key, now) is not None else self._turns(key, now, queue)
@@ -546,7 +543,7 @@ class MemoryLockStore(_MemoryStore):
                 holders = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in readers.items()]
             else:
                 return None
-            waiters = len(self._queue(key, now) or ())
+            waiters = len(self._waiting(key, now) or ())
         holders.sort(key=lambda holder: holder.token)
         return LockInfo(key, lock_mode(shared=lease is None), tuple(holders), waiters)
 
@@ -586,10 +583,6 @@ class MemoryLockStore(_MemoryStore):
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire_shared`."""
         return self._acquire(key, owner, ttl, join=False, shared=True)[0]
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return self.renew(key, owner, ttl)
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
@@ -634,16 +627,10 @@ class MemorySemaphoreStore(_MemoryStore):
         return len(self._holders)
 
     def _live(self, key: str, now: float) -> dict[str, tuple[int, float, int]] | None:
-        holders = self._holders.get(key)
+        # Under the mutex: the key's live holders (None when none), dropping expired ones.
+        holders = _live_entries(self._holders, key, now, 1)
         if holders is None:
-            return None
-        expired = [owner for owner, (_, expires, _) in holders.items() if expires <= now]
-        for owner in expired:
-            del holders[owner]
-        if not holders:
-            del self._holders[key]
             self._forget_limit(key)
-            return None
         return holders
 
     def _forget_limit(self, key: str) -> None:
@@ -662,13 +649,6 @@ class MemorySemaphoreStore(_MemoryStore):
     @staticmethod
     def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
         return 0 if holders is None else sum(permits for _, _, permits in holders.values())
-
-    def _waiting(self, key: str, now: float) -> dict[str, tuple[float, int]] | None:
-        # Under the mutex: the key's live queue (None when nobody waits), dropping expired entries.
-        queue = _live_entries(self._queues, key, now, 0)
-        if queue is None:
-            self._forget_limit(key)
-        return queue
 
     def _may_take(self, key: str, owner: str, permits: int, free: int, now: float) -> bool:
         # Under the mutex: whether `owner` may take `permits` of `free` free slots: when it and
@@ -704,15 +684,6 @@ class MemorySemaphoreStore(_MemoryStore):
             if wanted > already:
                 turns.add(waiter)
         return turns
-
-    def _leave(self, key: str, owner: str) -> bool:
-        queue = self._queues.get(key)
-        if queue is None or queue.pop(owner, None) is None:
-            return False
-        if not queue:
-            del self._queues[key]
-            self._forget_limit(key)
-        return True
 
     def _sweep(self, now: float) -> None:
         if len(self._holders) + len(self._queues) < self._sweep_at:
@@ -851,10 +822,6 @@ class MemorySemaphoreStore(_MemoryStore):
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
         return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return self.renew(key, owner, ttl)
 
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token) and the length of its waiter queue, or None when none holds it."""

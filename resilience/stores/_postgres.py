@@ -169,33 +169,40 @@ class _PostgresStore(Closing):
     # -- what a lock and a semaphore do alike ------------------------------------------------
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s live lease (the lock, or its slot) out to now + `ttl`; False if it is not ours.
+        """Push `owner`'s live lease (the lock, or its slots) out to now + `ttl`; False if it is not ours.
 
-        Never re-acquires: a lease that ended stays ended.
+        A shared hold of the lock too. Never re-acquires: a lease that ended stays ended.
         """
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
-        return bool(self._execute("renew", self._sql.renew, params) == 1)
+        return bool(self._execute("renew", self._sql.renew, self._renew_params(key, owner, ttl)) == 1)
+
+    def _renew_params(self, key: str, owner: str, ttl: float) -> Sequence[Any] | dict[str, Any]:
+        return (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
 
     def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s lease (True only if it held one) and wake the waiters on `key`."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = self._execute("release", self._sql.release, params) == 1
+        """Free `owner`'s lease (True only if it held one) and wake the waiters on `key`.
+
+        A waiter that holds nothing leaves the queue instead (False).
+        """
+        row = self._execute("release", self._sql.release, self._release_params(key, owner), fetch=True)
         if self._due_purge():
             self._execute("release", self._sql.purge, ())
-        return bool(released)
+        return row is not None and row[0] == 1
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        params = (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
+        params = self._renew_params(key, owner, ttl)
         return bool((await self._execute_async("renew_async", self._sql.renew, params)) == 1)
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        params = (_check_str("key", key), _check_str("owner", owner))
-        released = (await self._execute_async("release_async", self._sql.release, params)) == 1
+        params = self._release_params(key, owner)
+        row = await self._execute_async("release_async", self._sql.release, params, fetch=True)
         if self._due_purge():
             await self._execute_async("release_async", self._sql.purge, ())
-        return bool(released)
+        return row is not None and row[0] == 1
+
+    def _release_params(self, key: str, owner: str) -> Sequence[Any] | dict[str, Any]:
+        raise NotImplementedError
 
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token; time left on the database's clock), or None when free.
@@ -318,8 +325,7 @@ class _PostgresStore(Closing):
             if not kept:
                 pool.putconn(conn)
         except Exception as exc:
-            if (cause := self._explain(exc, pool)) is not None:
-                raise exc from cause
+            self._explain(exc, pool)
             raise
         finally:
             if kept:
@@ -367,8 +373,7 @@ class _PostgresStore(Closing):
             if not mine:
                 await pool.putconn(conn)
         except Exception as exc:
-            if (cause := await self._explain_async(exc, pool)) is not None:
-                raise exc from cause
+            await self._explain_async(exc, pool)
             raise
         finally:
             if mine:
@@ -389,7 +394,7 @@ class _PostgresStore(Closing):
             kept.conn, kept.pool, kept.since = await pool.getconn(), pool, now
         return kept.conn
 
-    def _explain(self, exc: Exception, pool: Any) -> Exception | None:
+    def _explain(self, exc: Exception, pool: Any) -> None:
         """Say what a store error means where psycopg does not; the error keeps its type.
 
         A missing table gets a note naming `create_schema()`. A pool that timed out waiting
@@ -397,30 +402,26 @@ class _PostgresStore(Closing):
         cause (refused, bad password, no such database): a note, and the error's cause.
         """
         if not self._timed_out(exc):
-            return None
-        if not self._diagnosis_due():
-            return self._noted(exc, self._cause)
-        psycopg, _ = _psycopg()
-        conninfo, kwargs = self._conninfo_of(pool)
-        try:
-            psycopg.connect(conninfo, **kwargs).close()
-        except psycopg.Error as cause:
-            self._cause = cause
-        return self._noted(exc, self._cause)
+            return
+        if self._diagnosis_due():
+            conninfo, kwargs = self._conninfo_of(pool)
+            try:
+                self._psycopg.connect(conninfo, **kwargs).close()
+            except self._psycopg.Error as cause:
+                self._cause = cause
+        self._noted(exc)
 
-    async def _explain_async(self, exc: Exception, pool: Any) -> Exception | None:
+    async def _explain_async(self, exc: Exception, pool: Any) -> None:
         """See `_explain`."""
         if not self._timed_out(exc):
-            return None
-        if not self._diagnosis_due():
-            return self._noted(exc, self._cause)
-        psycopg, _ = _psycopg()
-        conninfo, kwargs = self._conninfo_of(pool)
-        try:
-            await (await psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
-        except psycopg.Error as cause:
-            self._cause = cause
-        return self._noted(exc, self._cause)
+            return
+        if self._diagnosis_due():
+            conninfo, kwargs = self._conninfo_of(pool)
+            try:
+                await (await self._psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
+            except self._psycopg.Error as cause:
+                self._cause = cause
+        self._noted(exc)
 
     def _timed_out(self, exc: Exception) -> bool:
         """Whether `exc` is a pool timeout (worth a connection attempt); notes a missing table."""
@@ -440,10 +441,11 @@ class _PostgresStore(Closing):
         self._diagnosed_at, self._cause = now, None
         return True
 
-    def _noted(self, exc: Exception, cause: Exception | None) -> Exception | None:
-        if cause is not None:
-            exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(cause).strip()}")
-        return cause
+    def _noted(self, exc: Exception) -> None:
+        """A timed-out error told what the last diagnosis found: a note, and its cause."""
+        if self._cause is not None:
+            exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
+            exc.__cause__ = self._cause
 
     def _conninfo_of(self, pool: Any) -> tuple[str, dict[str, Any]]:
         if self._conninfo is not None:
@@ -468,8 +470,7 @@ class _PostgresStore(Closing):
             with pool.connection() as conn, conn.transaction():
                 conn.execute(self._sql.schema)
         except Exception as exc:
-            if (cause := self._explain(exc, pool)) is not None:
-                raise exc from cause
+            self._explain(exc, pool)
             raise
 
     async def create_schema_async(self) -> None:
@@ -479,8 +480,7 @@ class _PostgresStore(Closing):
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute(self._sql.schema)
         except Exception as exc:
-            if (cause := await self._explain_async(exc, pool)) is not None:
-                raise exc from cause
+            await self._explain_async(exc, pool)
             raise
 
     # -- release notification ------------------------------------------------------------------
@@ -664,30 +664,11 @@ class PostgresLockStore(_PostgresStore):
         """See `acquire_or_queue`."""
         return await self._acquire_async(key, owner, ttl, shared=shared, join=True)
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s live lease (exclusive or shared) out to now + `ttl`; False if it is not ours.
+    def _renew_params(self, key: str, owner: str, ttl: float) -> dict[str, Any]:
+        return self._params(key, owner, ttl)
 
-        Never re-acquires: a lease that ended stays ended.
-        """
-        return bool(self._execute("renew", self._sql.renew, self._params(key, owner, ttl)) == 1)
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return bool((await self._execute_async("renew_async", self._sql.renew, self._params(key, owner, ttl))) == 1)
-
-    def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s lease (True only if it held one; a waiter leaves the queue) and wake the waiters."""
-        row = self._execute("release", self._sql.release, self._params(key, owner), fetch=True)
-        if self._due_purge():
-            self._execute("release", self._sql.purge, ())
-        return row is not None and row[0] == 1
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        row = await self._execute_async("release_async", self._sql.release, self._params(key, owner), fetch=True)
-        if self._due_purge():
-            await self._execute_async("release_async", self._sql.purge, ())
-        return row is not None and row[0] == 1
+    def _release_params(self, key: str, owner: str) -> dict[str, Any]:
+        return self._params(key, owner)
 
     def _is_free(self, key: str, owner: str | None) -> bool:
         if owner is None:
@@ -833,24 +814,9 @@ class PostgresSemaphoreStore(_PostgresStore):
         row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
         return _semaphore_answer(int(row[0]))
 
-    def release(self, key: str, owner: str) -> bool:
-        """Free `owner`'s slots (True only if it held some) and notify the waiters on `key`.
-
-        A waiter that holds nothing leaves the queue instead (False).
-        """
-        params = (_check_str("key", key), _check_str("owner", owner)) * 2
-        released = self._execute("release", self._sql.release, params, fetch=True)[0] == 1
-        if self._due_purge():
-            self._execute("release", self._sql.purge, ())
-        return bool(released)
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        params = (_check_str("key", key), _check_str("owner", owner)) * 2
-        released = (await self._execute_async("release_async", self._sql.release, params, fetch=True))[0] == 1
-        if self._due_purge():
-            await self._execute_async("release_async", self._sql.purge, ())
-        return bool(released)
+    def _release_params(self, key: str, owner: str) -> tuple[str, ...]:
+        # The SQL names the key and the owner twice (the holders, then the queue).
+        return (_check_str("key", key), _check_str("owner", owner)) * 2
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest token first."""

@@ -67,6 +67,15 @@ def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]
     return woken
 
 
+def _forget(waiters: dict[str, dict[Any, str | None]], name: str, event: object) -> None:
+    """Take a waiter's `event` off its key's queue (gone with its last waiter)."""
+    events = waiters.get(name)
+    if events is not None:
+        events.pop(event, None)
+        if not events:
+            del waiters[name]
+
+
 def _checked(is_free: Callable[[], bool]) -> bool:
     try:
         return is_free()
@@ -119,11 +128,7 @@ class SyncReleaseListener:
             return event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._lock:
-                events = self._waiters.get(name)
-                if events is not None:
-                    events.pop(event, None)
-                    if not events:
-                        del self._waiters[name]
+                _forget(self._waiters, name, event)
 
     def _start(self) -> threading.Event | None:
         # Under the lock: the listener thread, started when none runs (not again within
@@ -212,11 +217,7 @@ class AsyncReleaseListener:
                 return False
             raise
         finally:
-            events = self._waiters.get(name)
-            if events is not None:
-                events.pop(event, None)
-                if not events:
-                    del self._waiters[name]
+            _forget(self._waiters, name, event)
 
     def _start(self) -> asyncio.Event | None:
         if self._task is None:

@@ -45,7 +45,6 @@ __all__ = [
     "RedisLockStore",
     "RedisSemaphoreStore",
     "companions",
-    "live_waiters",
     "redis_client_kind",
 ]
 
@@ -144,20 +143,6 @@ def shared_companions(lock_key: str) -> tuple[str, str] | None:
     """The shared-holds keys of a lock key, in its hash slot: (shared holders, shared waiters); see `companions`."""
     queue = companions(lock_key)
     return None if queue is None else (queue[0][: -len(":q")] + ":r", queue[0] + ":s")
-
-
-def live_waiters(arrivals: Sequence[tuple[Any, float]], refreshed: Sequence[tuple[Any, float]], now_ms: int) -> int:
-    """How many entries of a lock's queue are live at `now_ms` (server ms), from its two keys' members and scores.
-
-    An entry lives `QUEUE_ENTRY_MS` from its arrival (µs) or until its refreshed expiry (ms),
-    whichever is later (as the lock scripts' entry_left decides).
-    """
-    again = dict(refreshed)
-    return sum(
-        1
-        for owner, arrival in arrivals
-        if arrival // 1000 + scripts.QUEUE_ENTRY_MS > now_ms or again.get(owner, 0) > now_ms
-    )
 
 
 def _wait_ms(timeout: float) -> int:
@@ -757,15 +742,11 @@ class RedisLockStore(_RedisStore):
 
         A free lock that waiters queue for goes to the first of them: anyone else is refused.
         """
-        keys, args = self._acquire_args(key, owner, ttl)
-        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return self.acquire_or_ttl(key, owner, ttl)[0]
 
     def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
         """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=True)
-        token = int(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return self.acquire_or_ttl(key, owner, ttl, shared=True)[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -849,15 +830,11 @@ class RedisLockStore(_RedisStore):
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        keys, args = self._acquire_args(key, owner, ttl)
-        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return (await self.acquire_or_ttl_async(key, owner, ttl))[0]
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire_shared`."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=True)
-        token = int(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
-        return token if token > 0 else None
+        return (await self.acquire_or_ttl_async(key, owner, ttl, shared=True))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -999,8 +976,7 @@ class RedisSemaphoreStore(_RedisStore):
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
         keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        reply = int(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
-        return reply if reply > 0 else None
+        return _answer(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -1074,8 +1050,7 @@ class RedisSemaphoreStore(_RedisStore):
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
         keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        reply = int(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
-        return reply if reply > 0 else None
+        return _answer(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1

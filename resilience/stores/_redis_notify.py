@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resilience._runtime._threads import on_fork_in_child, start_thread
 
@@ -45,6 +45,19 @@ _TURNS_KEPT = 64
 
 _RELEASED = frozenset({"message", "smessage"})
 _SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
+
+
+class _Verbs(NamedTuple):
+    """The names of a pub/sub connection's methods for one kind of channel."""
+
+    subscribe: str
+    unsubscribe: str
+    read: str
+
+
+_SHARDED = _Verbs("ssubscribe", "sunsubscribe", "get_sharded_message")
+"""Sharded channels (`SSUBSCRIBE`): on Cluster, where a channel lives in its name's hash slot."""
+_PLAIN = _Verbs("subscribe", "unsubscribe", "get_message")
 
 
 def _parse(message: Any) -> tuple[str, str, str | None] | None:
@@ -103,6 +116,18 @@ def _is_free(check: Callable[[], bool]) -> bool:
         return False
 
 
+def _drop_waiter(
+    waiters: dict[str, dict[Any, str | None]], idle: dict[str, float], channel: str, waiter: object
+) -> None:
+    """Forget `waiter` of `channel`; a channel left without waiters turns idle (unsubscribed after `_LINGER`)."""
+    entries = waiters.get(channel)
+    if entries is not None:
+        entries.pop(waiter, None)
+        if not entries:
+            del waiters[channel]
+            idle[channel] = time.monotonic()
+
+
 def _idle_read_pause(started: float) -> float:
     """How long to pause after a read that returned no message, begun at `started`.
 
@@ -130,7 +155,7 @@ class SyncReleaseListener:
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool, name: str) -> None:
         self._open = open_pubsub
-        self._sharded = sharded
+        self._verbs = _SHARDED if sharded else _PLAIN
         self._name = name
         _LISTENERS.add(self)
         self._forget()
@@ -186,12 +211,7 @@ class SyncReleaseListener:
 
     def _remove(self, channel: str, callback: Callable[[], object]) -> None:
         with self._lock:
-            waiters = self._waiters.get(channel)
-            if waiters is not None:
-                waiters.pop(callback, None)
-                if not waiters:
-                    del self._waiters[channel]
-                    self._idle[channel] = time.monotonic()
+            _drop_waiter(self._waiters, self._idle, channel, callback)
 
     def close(self) -> None:
         """Stop the listener thread and close the subscription connection."""
@@ -220,10 +240,7 @@ class SyncReleaseListener:
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
-            if self._sharded:
-                self._pubsub.ssubscribe(channel)
-            else:
-                self._pubsub.subscribe(channel)
+            getattr(self._pubsub, self._verbs.subscribe)(channel)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             return None
@@ -238,10 +255,7 @@ class SyncReleaseListener:
             if self._subscribed.pop(channel, None) is None:
                 continue
             try:
-                if self._sharded:
-                    self._pubsub.sunsubscribe(channel)
-                else:
-                    self._pubsub.unsubscribe(channel)
+                getattr(self._pubsub, self._verbs.unsubscribe)(channel)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
@@ -272,10 +286,7 @@ class SyncReleaseListener:
                 pubsub = self._pubsub
             started = time.monotonic()
             try:
-                if self._sharded:
-                    message = pubsub.get_sharded_message(timeout=_POLL)
-                else:
-                    message = pubsub.get_message(timeout=_POLL)
+                message = getattr(pubsub, self._verbs.read)(timeout=_POLL)
             except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 stop.wait(_POLL)
@@ -307,7 +318,7 @@ class AsyncReleaseListener:
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
-        self._sharded = sharded
+        self._verbs = _SHARDED if sharded else _PLAIN
         self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # event -> owner (None: any)
         self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
         self._confirmed_at: dict[str, float] = {}  # channel -> when the server last confirmed it
@@ -355,12 +366,7 @@ class AsyncReleaseListener:
         else:
             return True
         finally:
-            waiters = self._waiters.get(channel)
-            if waiters is not None:
-                waiters.pop(event, None)
-                if not waiters:
-                    del self._waiters[channel]
-                    self._idle[channel] = time.monotonic()
+            _drop_waiter(self._waiters, self._idle, channel, event)
 
     async def aclose(self) -> None:
         """Stop the listener task and close the subscription connection."""
@@ -406,10 +412,7 @@ class AsyncReleaseListener:
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
-            if self._sharded:
-                await self._pubsub.ssubscribe(channel)
-            else:
-                await self._pubsub.subscribe(channel)
+            await getattr(self._pubsub, self._verbs.subscribe)(channel)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             if self._subscribed.get(channel) is confirmed:
@@ -443,10 +446,7 @@ class AsyncReleaseListener:
             if self._subscribed.pop(channel, None) is None:
                 continue
             try:
-                if self._sharded:
-                    await self._pubsub.sunsubscribe(channel)
-                else:
-                    await self._pubsub.unsubscribe(channel)
+                await getattr(self._pubsub, self._verbs.unsubscribe)(channel)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
@@ -487,10 +487,7 @@ class AsyncReleaseListener:
         pubsub = self._pubsub
         started = time.monotonic()
         try:
-            if self._sharded:
-                message = await pubsub.get_sharded_message(timeout=_POLL)
-            else:
-                message = await pubsub.get_message(timeout=_POLL)
+            message = await getattr(pubsub, self._verbs.read)(timeout=_POLL)
         except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
             current = asyncio.current_task()
             if current is not None and current.cancelling():
