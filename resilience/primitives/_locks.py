@@ -366,16 +366,21 @@ class LockHandle:
 # -- run / hold -------------------------------------------------------------------------------
 
 
-class HoldOptions(TypedDict, total=False):
-    """The options of `Locks.run` and `Locks.hold` after the key (and the body), as `Semaphores` passes them on."""
+class AcquireOptions(TypedDict, total=False):
+    """The options of `Locks.acquire` after the key, as its twin and `Semaphores` pass them on."""
 
     ttl: Duration | None
     retries: int
     retry_delay: Duration
     wait: Duration | None
+    shared: bool  # a lock's; a semaphore refuses True
+
+
+class HoldOptions(AcquireOptions, total=False):
+    """The options of `Locks.hold` after the key, as `run`, the twins and `Semaphores` pass them on."""
+
     heartbeat: Duration | Literal[False] | None
     on_renew_error: Callable[[Exception], object] | None
-    shared: bool  # a lock's; a semaphore refuses True
 
 
 class _Options:
@@ -477,7 +482,7 @@ class LockHold:
     def __enter__(self) -> LockHandle:
         self._primitive._need("hold", is_async=False, shared=self._options.shared)
         started, parent = self._begin()
-        lease, held_for = self._primitive._acquire_sync(self._key, self._options, parent=parent, run=True)
+        lease, held_for = self._primitive._acquire(self._key, self._options, parent=parent, run=True, is_async=False)
         return self._enter(lease, held_for, started)
 
     def __exit__(
@@ -491,7 +496,9 @@ class LockHold:
     async def __aenter__(self) -> LockHandle:
         self._primitive._need("hold", is_async=True, shared=self._options.shared)
         started, parent = self._begin()
-        lease, held_for = await self._primitive._acquire_async(self._key, self._options, parent=parent, run=True)
+        lease, held_for = await self._primitive._acquire(
+            self._key, self._options, parent=parent, run=True, is_async=True
+        )
         return self._enter(lease, held_for, started)
 
     async def __aexit__(
@@ -639,14 +646,14 @@ class Locks(Closing):
         self,
         key: object,
         *,
-        ttl: Duration | None,
-        retries: object,
-        retry_delay: object,
+        run: bool,
+        ttl: Duration | None = None,
+        retries: object = 0,
+        retry_delay: object = 0.1,
         wait: object = None,
         heartbeat: object = None,
         on_renew_error: object = None,
         shared: object = False,
-        run: bool,
     ) -> _Options:
         problems = Problems()
         self._check_shared(problems, shared)
@@ -762,30 +769,12 @@ class Locks(Closing):
         """The store calls for one acquire (the semaphore's ask for its `permits`)."""
         return self._ops
 
-    def _acquire_sync(
-        self, key: str, options: _Options, *, parent: Signal | None, run: bool
-    ) -> tuple[Lease | None, float | None]:
+    def _acquire(self, key: str, options: _Options, *, parent: Signal | None, run: bool, is_async: bool) -> Any:
+        """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
         schedule = self._schedule(options)
         shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=False)
-        return acquire_lease(
-            ops,
-            key,
-            params=self._params(options, run=run),
-            schedule=schedule,
-            time_provider=self._tp,
-            signal=parent,
-            owner=self._owner(),
-            tag=events,
-        )
-
-    async def _acquire_async(
-        self, key: str, options: _Options, *, parent: Signal | None, run: bool
-    ) -> tuple[AsyncLease | None, float | None]:
-        schedule = self._schedule(options)
-        shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=True)
-        return await acquire_lease_async(
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
+        return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
             params=self._params(options, run=run),
@@ -828,20 +817,7 @@ class Locks(Closing):
         )
         return LockHold(self, key, options)
 
-    def run(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], T],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        shared: bool = False,
-    ) -> T:
+    def run(self, key: str, fn: Callable[[LockHandle], T], /, **options: Unpack[HoldOptions]) -> T:
         """Run `fn(handle)` while holding `key`; renew in the background; release at the end.
 
         Args:
@@ -870,45 +846,16 @@ class Locks(Closing):
                 itself, that propagates unchanged; another exception is chained as the cause.
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
-        self._need("run", is_async=False, shared=shared)
-        with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        self._need("run", is_async=False, shared=options.get("shared", False))
+        with self.hold(key, **options) as handle:
             return fn(handle)
 
     async def run_async(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], Awaitable[T]],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        shared: bool = False,
+        self, key: str, fn: Callable[[LockHandle], Awaitable[T]], /, **options: Unpack[HoldOptions]
     ) -> T:
-        """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
-        self._need("run_async", is_async=True, shared=shared)
-        async with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        """The asyncio twin of `run`: `await fn(handle)` while holding `key` (the same options)."""
+        self._need("run_async", is_async=True, shared=options.get("shared", False))
+        async with self.hold(key, **options) as handle:
             return await fn(handle)
 
     def acquire(
@@ -933,24 +880,11 @@ class Locks(Closing):
         )
         return self._take(key, options)
 
-    def _take_options(
-        self,
-        method: str,
-        key: str,
-        *,
-        ttl: Duration | None,
-        retries: int,
-        retry_delay: Duration,
-        wait: Duration | None,
-        shared: bool,
-        permits: object = 1,
-    ) -> _Options:
+    def _take_options(self, method: str, key: str, permits: object = 1, **options: Unpack[AcquireOptions]) -> _Options:
         """The validated options of `method` (an `acquire`), `permits` included."""
-        self._need(method, is_async=method.endswith("_async"), shared=shared)
+        self._need(method, is_async=method.endswith("_async"), shared=options.get("shared", False))
         count = self._permits(permits)
-        taken = self._options(
-            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
-        )
+        taken = self._options(key, run=False, **options)
         taken.permits = count
         return taken
 
@@ -963,35 +897,22 @@ class Locks(Closing):
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = self._acquire_sync(key, options, parent=waiting, run=False)
+            lease, held_for = self._acquire(key, options, parent=waiting, run=False, is_async=False)
         finally:
             if waiting is not None:
                 waiting.detach()
         return self._handle(key, lease, held_for, started, options)
 
-    async def acquire_async(
-        self,
-        key: str,
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        shared: bool = False,
-    ) -> LockHandle | None:
-        """The asyncio twin of `acquire`."""
-        options = self._take_options(
-            "acquire_async", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
-        )
-        return await self._take_async(key, options)
+    async def acquire_async(self, key: str, /, **options: Unpack[AcquireOptions]) -> LockHandle | None:
+        """The asyncio twin of `acquire` (the same options)."""
+        return await self._take_async(key, self._take_options("acquire_async", key, **options))
 
     async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
         """See `_take`."""
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = await self._acquire_async(key, options, parent=waiting, run=False)
+            lease, held_for = await self._acquire(key, options, parent=waiting, run=False, is_async=True)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -1184,52 +1105,19 @@ class Semaphores(Locks):
         async with self.hold(key, permits=permits, **options) as handle:
             return await fn(handle)
 
-    def acquire(
-        self,
-        key: str,
-        /,
-        *,
-        permits: int = 1,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        shared: bool = False,
-    ) -> LockHandle | None:
-        """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit) all at once, or none.
+    def acquire(self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]) -> LockHandle | None:
+        """`Locks.acquire` (same options), taking `permits` slots (1 <= permits <= limit) all at once, or none.
 
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        options = self._take_options(
-            "acquire", key, permits=permits, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
-        )
-        return self._take(key, options)
+        return self._take(key, self._take_options("acquire", key, permits, **options))
 
     async def acquire_async(
-        self,
-        key: str,
-        /,
-        *,
-        permits: int = 1,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        shared: bool = False,
+        self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        options = self._take_options(
-            "acquire_async",
-            key,
-            permits=permits,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            shared=shared,
-        )
-        return await self._take_async(key, options)
+        return await self._take_async(key, self._take_options("acquire_async", key, permits, **options))
 
 
 def lock(
