@@ -214,12 +214,8 @@ def _is_async_source(client: object) -> bool:
     while isinstance(target, functools.partial):
         target = target.func
     if isinstance(target, type):
-        return _is_asyncio_client_class(target)
+        return any(".asyncio" in klass.__module__ for klass in target.__mro__)
     return inspect.iscoroutinefunction(target)
-
-
-def _is_asyncio_client_class(cls: type) -> bool:
-    return any(".asyncio" in klass.__module__ for klass in cls.__mro__)
 
 
 def _is_store(client: object) -> bool:
@@ -383,30 +379,18 @@ class HoldOptions(AcquireOptions, total=False):
     on_renew_error: Callable[[Exception], object] | None
 
 
+@dataclasses.dataclass(slots=True)
 class _Options:
     """One call's validated options."""
 
-    __slots__ = ("heartbeat", "on_renew_error", "permits", "retries", "retry_delay", "shared", "ttl", "wait")
-
-    def __init__(
-        self,
-        ttl: float,
-        retries: int,
-        retry_delay: float,
-        heartbeat: float | None,
-        on_renew_error: Any,
-        *,
-        wait: float | None = None,
-        shared: bool = False,
-    ) -> None:
-        self.ttl = ttl
-        self.shared = shared
-        self.wait = wait
-        self.retries = retries
-        self.retry_delay = retry_delay
-        self.heartbeat = heartbeat
-        self.on_renew_error = on_renew_error
-        self.permits = 1  # the semaphore's slots per holder
+    ttl: float
+    retries: int
+    retry_delay: float
+    heartbeat: float | None  # None: no renewal (always for `acquire`)
+    on_renew_error: Any
+    wait: float | None = None
+    shared: bool = False
+    permits: int = 1  # the semaphore's slots per holder
 
 
 class LockHold:
@@ -527,6 +511,7 @@ class Locks(Closing):
     _strategy_name: str = "Lock"
     _mode: str = "exclusive"  # `lock.mode` of the events and of `resilience.lock.held`
     _error_type: type[LockLostError] = LockLostError
+    _redis_type: type[RedisLockStore | RedisSemaphoreStore] = RedisLockStore  # the store made from a client
 
     __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_shared", "_tp", "store", "ttl")
 
@@ -582,9 +567,6 @@ class Locks(Closing):
             msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
             raise ValidationError(msg)
 
-    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
-        return RedisLockStore(client, async_client=async_client, prefix=prefix)
-
     def _make_ops(self, store: object) -> StoreOps:
         return LockOps(store)
 
@@ -600,8 +582,8 @@ class Locks(Closing):
             )
             raise ValidationError(msg)
         if is_async:
-            return self._redis_store(None, client, prefix)
-        return self._redis_store(client, None, prefix)
+            return self._redis_type(None, async_client=client, prefix=prefix)
+        return self._redis_type(client, prefix=prefix)
 
     # -- flavour checks ---------------------------------------------------------------------
 
@@ -719,16 +701,8 @@ class Locks(Closing):
 
     # -- engine -----------------------------------------------------------------------------
 
-    def _params(self, options: _Options, *, run: bool) -> LeaseParams:
-        events = self._mode_of(shared=options.shared)[1]
-        if not run:
-            return LeaseParams(
-                ttl=options.ttl,
-                renew_interval=None,
-                watch_deadline=False,
-                error_type=self._error_type,
-                on_lost=self._lost,
-            )
+    def _params(self, options: _Options, events: LockEvents, *, run: bool) -> LeaseParams:
+        """A `run` / `hold` lease renews and watches its deadline; a bare `acquire` lease does neither."""
         on_renew_error = options.on_renew_error
 
         def renew_failed(lease: LeaseBase, error: Exception) -> object:
@@ -738,9 +712,10 @@ class Locks(Closing):
         return LeaseParams(
             ttl=options.ttl,
             renew_interval=options.heartbeat,
+            watch_deadline=run,
             error_type=self._error_type,
             on_lost=self._lost,
-            on_renew_error=renew_failed,
+            on_renew_error=renew_failed if run else None,
         )
 
     @staticmethod
@@ -777,7 +752,7 @@ class Locks(Closing):
         return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
-            params=self._params(options, run=run),
+            params=self._params(options, events, run=run),
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
@@ -1007,6 +982,7 @@ class Semaphores(Locks):
     _strategy_name = "Semaphore"
     _mode = "semaphore"
     _error_type = SemaphoreLeaseLostError
+    _redis_type = RedisSemaphoreStore
 
     __slots__ = ("limit",)
 
@@ -1024,9 +1000,6 @@ class Semaphores(Locks):
         if not isinstance(store, SemaphoreStore | AsyncSemaphoreStore):
             msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
             raise ValidationError(msg)
-
-    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
-        return RedisSemaphoreStore(client, async_client=async_client, prefix=prefix)
 
     def _make_ops(self, store: object) -> StoreOps:
         # Whether permits reach the store is what the caller's store declares (the prefixing
