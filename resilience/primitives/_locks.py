@@ -411,7 +411,8 @@ class LockHold:
         self._handle: LockHandle | None = None
         self._context_token: Token[ResilienceContext | None] | None = None
 
-    def _begin(self) -> tuple[float, Signal | None]:
+    def _begin(self, *, is_async: bool) -> tuple[float, Signal | None]:
+        self._primitive._need("hold", is_async=is_async, shared=self._options.shared)
         if self._handle is not None:
             msg = f"hold({self._key!r}) is already held: a LockHold cannot be entered twice at once"
             raise ValidationError(msg)
@@ -464,9 +465,8 @@ class LockHold:
             raise error from exc
 
     def __enter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=False, shared=self._options.shared)
-        started, parent = self._begin()
-        lease, held_for = self._primitive._acquire(self._key, self._options, parent=parent, run=True, is_async=False)
+        started, parent = self._begin(is_async=False)
+        lease, held_for = self._primitive._acquire(self._key, self._options, parent, run=True, is_async=False)
         return self._enter(lease, held_for, started)
 
     def __exit__(
@@ -478,11 +478,8 @@ class LockHold:
         self._outcome(handle, lease.finish(), exc)
 
     async def __aenter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=True, shared=self._options.shared)
-        started, parent = self._begin()
-        lease, held_for = await self._primitive._acquire(
-            self._key, self._options, parent=parent, run=True, is_async=True
-        )
+        started, parent = self._begin(is_async=True)
+        lease, held_for = await self._primitive._acquire(self._key, self._options, parent, run=True, is_async=True)
         return self._enter(lease, held_for, started)
 
     async def __aexit__(
@@ -538,8 +535,7 @@ class Locks(Closing):
             self._owns_store = False
             self._key_prefix = f"{prefix}:"
         else:
-            made = self._store_from_client(client, prefix)
-            store = self.store = made
+            store = self.store = self._store_from_client(client, prefix)
             self._owns_store = True
             self._key_prefix = ""  # the store made from the client applies the prefix itself
         if time_provider is None:
@@ -629,6 +625,7 @@ class Locks(Closing):
         key: object,
         *,
         run: bool,
+        permits: object = 1,
         ttl: Duration | None = None,
         retries: object = 0,
         retry_delay: object = 0.1,
@@ -637,6 +634,7 @@ class Locks(Closing):
         on_renew_error: object = None,
         shared: object = False,
     ) -> _Options:
+        slots = self._permits(permits)
         problems = Problems()
         self._check_shared(problems, shared)
         if not isinstance(key, str) or not key:
@@ -651,11 +649,9 @@ class Locks(Closing):
         if run:
             if heartbeat is None:
                 interval = None if seconds is None else max(0.001, seconds / 4)
-            elif heartbeat is False:
-                interval = None
             elif heartbeat is True:
                 problems.add("heartbeat", "must be None (ttl/4), False (no renewal) or a positive duration, got True")
-            else:
+            elif heartbeat is not False:  # False: no renewal (the interval stays None)
                 interval = problems.duration("heartbeat", heartbeat, positive=True)
                 if interval is not None and seconds is not None and interval > seconds / 2:
                     problems.add(
@@ -675,7 +671,9 @@ class Locks(Closing):
         assert seconds is not None
         assert count is not None
         assert delay is not None
-        return _Options(seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True)
+        return _Options(
+            seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True, permits=slots
+        )
 
     def _check_shared(self, problems: Problems, shared: object) -> None:
         """Record what is wrong with `shared` (the semaphore has none)."""
@@ -694,9 +692,8 @@ class Locks(Closing):
             return self._ops, self._events
         mode = self._shared
         if mode is None:
-            store = self._ops.store
             events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, "shared")
-            mode = self._shared = (SharedLockOps(store), events)
+            mode = self._shared = (SharedLockOps(self._ops.store), events)
         return mode
 
     # -- engine -----------------------------------------------------------------------------
@@ -744,7 +741,7 @@ class Locks(Closing):
         """The store calls for one acquire (the semaphore's ask for its `permits`)."""
         return self._ops
 
-    def _acquire(self, key: str, options: _Options, *, parent: Signal | None, run: bool, is_async: bool) -> Any:
+    def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
         """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
         schedule = self._schedule(options)
         shared_ops, events = self._mode_of(shared=options.shared)
@@ -858,10 +855,7 @@ class Locks(Closing):
     def _take_options(self, method: str, key: str, permits: object = 1, **options: Unpack[AcquireOptions]) -> _Options:
         """The validated options of `method` (an `acquire`), `permits` included."""
         self._need(method, is_async=method.endswith("_async"), shared=options.get("shared", False))
-        count = self._permits(permits)
-        taken = self._options(key, run=False, **options)
-        taken.permits = count
-        return taken
+        return self._options(key, run=False, permits=permits, **options)
 
     def _permits(self, permits: object) -> int:  # noqa: ARG002 - the semaphore's hook
         """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
@@ -872,7 +866,7 @@ class Locks(Closing):
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = self._acquire(key, options, parent=waiting, run=False, is_async=False)
+            lease, held_for = self._acquire(key, options, waiting, run=False, is_async=False)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -887,7 +881,7 @@ class Locks(Closing):
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = await self._acquire(key, options, parent=waiting, run=False, is_async=True)
+            lease, held_for = await self._acquire(key, options, waiting, run=False, is_async=True)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -955,15 +949,13 @@ class Locks(Closing):
 
         Clients stay open (they are yours), and so does a store you passed.
         """
-        store = self.store
-        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
-            store.close()
+        if self._owns_store and isinstance(self.store, RedisLockStore | RedisSemaphoreStore):
+            self.store.close()
 
     async def aclose(self) -> None:
         """The asyncio twin of `close` (also stops this loop's release listener)."""
-        store = self.store
-        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
-            await store.aclose()
+        if self._owns_store and isinstance(self.store, RedisLockStore | RedisSemaphoreStore):
+            await self.store.aclose()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self.store!r} ttl={self.ttl:g}>"
@@ -1059,10 +1051,7 @@ class Semaphores(Locks):
 
     def hold(self, key: str, /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> LockHold:
         """`Locks.hold` (same options), taking `permits` slots (1 <= permits <= limit) at once."""
-        count = self._permits(permits)
-        held = super().hold(key, **options)
-        held._options.permits = count
-        return held
+        return LockHold(self, key, self._options(key, run=True, permits=permits, **options))
 
     def run(self, key: str, fn: Callable[[LockHandle], T], /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> T:
         """`Locks.run` (same options), holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
