@@ -698,26 +698,27 @@ class Locks(Closing):
 
     # -- engine -----------------------------------------------------------------------------
 
-    def _params(self, options: _Options, events: LockEvents, *, run: bool) -> LeaseParams:
+    def _params(self, options: _Options, *, run: bool) -> LeaseParams:
         """A `run` / `hold` lease renews and watches its deadline; a bare `acquire` lease does neither."""
-        on_renew_error = options.on_renew_error
-
-        def renew_failed(lease: LeaseBase, error: Exception) -> object:
-            events.renewal_failed(None, lease.key, lease.token, error)
-            return None if on_renew_error is None else on_renew_error(error)
-
         return LeaseParams(
             ttl=options.ttl,
             renew_interval=options.heartbeat,
             watch_deadline=run,
             error_type=self._error_type,
             on_lost=self._lost,
-            on_renew_error=renew_failed if run else None,
+            on_renew_error=functools.partial(self._renew_failed, options.on_renew_error) if run else None,
         )
 
     @staticmethod
     def _lost(lease: LeaseBase) -> None:
         cast("LockEvents", lease.tag).lost(None, lease.key, lease)
+
+    @staticmethod
+    def _renew_failed(
+        on_renew_error: Callable[[Exception], object] | None, lease: LeaseBase, error: Exception
+    ) -> object:
+        cast("LockEvents", lease.tag).renewal_failed(None, lease.key, lease.token, error)
+        return None if on_renew_error is None else on_renew_error(error)
 
     def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
         events.rejected(None, key, started, held_for)
@@ -749,7 +750,7 @@ class Locks(Closing):
         return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
-            params=self._params(options, events, run=run),
+            params=self._params(options, run=run),
             schedule=schedule,
             time_provider=self._tp,
             signal=parent,
@@ -847,8 +848,9 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        options = self._take_options(
-            "acquire", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        self._need("acquire", is_async=False, shared=shared)
+        options = self._options(
+            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
         )
         return self._take(key, options)
 
