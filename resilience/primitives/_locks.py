@@ -714,9 +714,7 @@ class Locks(Closing):
         cast("LockEvents", lease.tag).lost(None, lease.key, lease)
 
     @staticmethod
-    def _renew_failed(
-        on_renew_error: Callable[[Exception], object] | None, lease: LeaseBase, error: Exception
-    ) -> object:
+    def _renew_failed(on_renew_error: Any, lease: LeaseBase, error: Exception) -> object:
         cast("LockEvents", lease.tag).renewal_failed(None, lease.key, lease.token, error)
         return None if on_renew_error is None else on_renew_error(error)
 
