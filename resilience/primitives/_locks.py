@@ -872,9 +872,23 @@ class Locks(Closing):
                 waiting.detach()
         return self._handle(key, lease, held_for, started, options)
 
-    async def acquire_async(self, key: str, /, **options: Unpack[AcquireOptions]) -> LockHandle | None:
-        """The asyncio twin of `acquire` (the same options)."""
-        return await self._take_async(key, self._take_options("acquire_async", key, **options))
+    async def acquire_async(
+        self,
+        key: str,
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
+        shared: bool = False,
+    ) -> LockHandle | None:
+        """The asyncio twin of `acquire` (its options spelled out: no keyword dict on this path)."""
+        self._need("acquire_async", is_async=True, shared=shared)
+        options = self._options(
+            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        )
+        return await self._take_async(key, options)
 
     async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
         """See `_take`."""
