@@ -211,12 +211,8 @@ def _is_async_source(client: object) -> bool:
     while isinstance(target, functools.partial):
         target = target.func
     if isinstance(target, type):
-        return _is_asyncio_client_class(target)
+        return any(".asyncio" in klass.__module__ for klass in target.__mro__)
     return inspect.iscoroutinefunction(target)
-
-
-def _is_asyncio_client_class(cls: type) -> bool:
-    return any(".asyncio" in klass.__module__ for klass in cls.__mro__)
 
 
 def _is_store(client: object) -> bool:
@@ -363,42 +359,35 @@ class LockHandle:
 # -- run / hold -------------------------------------------------------------------------------
 
 
-class HoldOptions(TypedDict, total=False):
-    """The options of `Locks.run` and `Locks.hold` after the key (and the body), as `Semaphores` passes them on."""
+class AcquireOptions(TypedDict, total=False):
+    """The options of `Locks.acquire` after the key, as its twin and `Semaphores` pass them on."""
 
     ttl: Duration | None
     retries: int
     retry_delay: Duration
     wait: Duration | None
-    heartbeat: Duration | Literal[False] | None
-    on_renew_error: Callable[[Exception], object] | None
     shared: bool  # a lock's; a semaphore refuses True
 
 
+class HoldOptions(AcquireOptions, total=False):
+    """The options of `Locks.hold` after the key, as `run`, the twins and `Semaphores` pass them on."""
+
+    heartbeat: Duration | Literal[False] | None
+    on_renew_error: Callable[[Exception], object] | None
+
+
+@dataclasses.dataclass(slots=True)
 class _Options:
     """One call's validated options."""
 
-    __slots__ = ("heartbeat", "on_renew_error", "permits", "retries", "retry_delay", "shared", "ttl", "wait")
-
-    def __init__(
-        self,
-        ttl: float,
-        retries: int,
-        retry_delay: float,
-        heartbeat: float | None,
-        on_renew_error: Any,
-        *,
-        wait: float | None = None,
-        shared: bool = False,
-    ) -> None:
-        self.ttl = ttl
-        self.shared = shared
-        self.wait = wait
-        self.retries = retries
-        self.retry_delay = retry_delay
-        self.heartbeat = heartbeat
-        self.on_renew_error = on_renew_error
-        self.permits = 1  # the semaphore's slots per holder
+    ttl: float
+    retries: int
+    retry_delay: float
+    heartbeat: float | None  # None: no renewal (always for `acquire`)
+    on_renew_error: Any
+    wait: float | None = None
+    shared: bool = False
+    permits: int = 1  # the semaphore's slots per holder
 
 
 class LockHold:
@@ -419,7 +408,8 @@ class LockHold:
         self._handle: LockHandle | None = None
         self._context_token: Token[ResilienceContext | None] | None = None
 
-    def _begin(self) -> tuple[float, Signal | None]:
+    def _begin(self, *, is_async: bool) -> tuple[float, Signal | None]:
+        self._primitive._need("hold", is_async=is_async, shared=self._options.shared)
         if self._handle is not None:
             msg = f"hold({self._key!r}) is already held: a LockHold cannot be entered twice at once"
             raise ValidationError(msg)
@@ -472,9 +462,8 @@ class LockHold:
             raise error from exc
 
     def __enter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=False, shared=self._options.shared)
-        started, parent = self._begin()
-        lease, held_for = self._primitive._acquire_sync(self._key, self._options, parent=parent, run=True)
+        started, parent = self._begin(is_async=False)
+        lease, held_for = self._primitive._acquire(self._key, self._options, parent, run=True, is_async=False)
         return self._enter(lease, held_for, started)
 
     def __exit__(
@@ -486,9 +475,8 @@ class LockHold:
         self._outcome(handle, lease.finish(), exc)
 
     async def __aenter__(self) -> LockHandle:
-        self._primitive._need("hold", is_async=True, shared=self._options.shared)
-        started, parent = self._begin()
-        lease, held_for = await self._primitive._acquire_async(self._key, self._options, parent=parent, run=True)
+        started, parent = self._begin(is_async=True)
+        lease, held_for = await self._primitive._acquire(self._key, self._options, parent, run=True, is_async=True)
         return self._enter(lease, held_for, started)
 
     async def __aexit__(
@@ -517,6 +505,7 @@ class Locks(Closing):
     _strategy_name: str = "Lock"
     _mode: str = "exclusive"  # `lock.mode` of the events and of `resilience.lock.held`
     _error_type: type[LockLostError] = LockLostError
+    _redis_type: type[RedisLockStore | RedisSemaphoreStore] = RedisLockStore  # the store made from a client
 
     __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_shared", "_tp", "store", "ttl")
 
@@ -543,8 +532,7 @@ class Locks(Closing):
             self._owns_store = False
             self._key_prefix = f"{prefix}:"
         else:
-            made = self._store_from_client(client, prefix)
-            store = self.store = made
+            store = self.store = self._store_from_client(client, prefix)
             self._owns_store = True
             self._key_prefix = ""  # the store made from the client applies the prefix itself
         if time_provider is None:
@@ -572,9 +560,6 @@ class Locks(Closing):
             msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
             raise ValidationError(msg)
 
-    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
-        return RedisLockStore(client, async_client=async_client, prefix=prefix)
-
     def _make_ops(self, store: object) -> StoreOps:
         return LockOps(store)
 
@@ -590,8 +575,8 @@ class Locks(Closing):
             )
             raise ValidationError(msg)
         if is_async:
-            return self._redis_store(None, client, prefix)
-        return self._redis_store(client, None, prefix)
+            return self._redis_type(None, async_client=client, prefix=prefix)
+        return self._redis_type(client, prefix=prefix)
 
     # -- flavour checks ---------------------------------------------------------------------
 
@@ -636,15 +621,17 @@ class Locks(Closing):
         self,
         key: object,
         *,
-        ttl: Duration | None,
-        retries: object,
-        retry_delay: object,
+        run: bool,
+        permits: object = 1,
+        ttl: Duration | None = None,
+        retries: object = 0,
+        retry_delay: object = 0.1,
         wait: object = None,
         heartbeat: object = None,
         on_renew_error: object = None,
         shared: object = False,
-        run: bool,
     ) -> _Options:
+        slots = self._permits(permits)
         problems = Problems()
         self._check_shared(problems, shared)
         if not isinstance(key, str) or not key:
@@ -659,11 +646,9 @@ class Locks(Closing):
         if run:
             if heartbeat is None:
                 interval = None if seconds is None else max(0.001, seconds / 4)
-            elif heartbeat is False:
-                interval = None
             elif heartbeat is True:
                 problems.add("heartbeat", "must be None (ttl/4), False (no renewal) or a positive duration, got True")
-            else:
+            elif heartbeat is not False:  # False: no renewal (the interval stays None)
                 interval = problems.duration("heartbeat", heartbeat, positive=True)
                 if interval is not None and seconds is not None and interval > seconds / 2:
                     problems.add(
@@ -683,7 +668,9 @@ class Locks(Closing):
         assert seconds is not None
         assert count is not None
         assert delay is not None
-        return _Options(seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True)
+        return _Options(
+            seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True, permits=slots
+        )
 
     def _check_shared(self, problems: Problems, shared: object) -> None:
         """Record what is wrong with `shared` (the semaphore has none)."""
@@ -702,40 +689,31 @@ class Locks(Closing):
             return self._ops, self._events
         mode = self._shared
         if mode is None:
-            store = self._ops.store
             events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, "shared")
-            mode = self._shared = (SharedLockOps(store), events)
+            mode = self._shared = (SharedLockOps(self._ops.store), events)
         return mode
 
     # -- engine -----------------------------------------------------------------------------
 
     def _params(self, options: _Options, *, run: bool) -> LeaseParams:
-        events = self._mode_of(shared=options.shared)[1]
-        if not run:
-            return LeaseParams(
-                ttl=options.ttl,
-                renew_interval=None,
-                watch_deadline=False,
-                error_type=self._error_type,
-                on_lost=self._lost,
-            )
-        on_renew_error = options.on_renew_error
-
-        def renew_failed(lease: LeaseBase, error: Exception) -> object:
-            events.renewal_failed(None, lease.key, lease.token, error)
-            return None if on_renew_error is None else on_renew_error(error)
-
+        """A `run` / `hold` lease renews and watches its deadline; a bare `acquire` lease does neither."""
         return LeaseParams(
             ttl=options.ttl,
             renew_interval=options.heartbeat,
+            watch_deadline=run,
             error_type=self._error_type,
             on_lost=self._lost,
-            on_renew_error=renew_failed,
+            on_renew_error=functools.partial(self._renew_failed, options.on_renew_error) if run else None,
         )
 
     @staticmethod
     def _lost(lease: LeaseBase) -> None:
         cast("LockEvents", lease.tag).lost(None, lease.key, lease)
+
+    @staticmethod
+    def _renew_failed(on_renew_error: Any, lease: LeaseBase, error: Exception) -> object:
+        cast("LockEvents", lease.tag).renewal_failed(None, lease.key, lease.token, error)
+        return None if on_renew_error is None else on_renew_error(error)
 
     def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
         events.rejected(None, key, started, held_for)
@@ -759,30 +737,12 @@ class Locks(Closing):
         """The store calls for one acquire (the semaphore's ask for its `permits`)."""
         return self._ops
 
-    def _acquire_sync(
-        self, key: str, options: _Options, *, parent: Signal | None, run: bool
-    ) -> tuple[Lease | None, float | None]:
+    def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
+        """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
         schedule = self._schedule(options)
         shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=False)
-        return acquire_lease(
-            ops,
-            key,
-            params=self._params(options, run=run),
-            schedule=schedule,
-            time_provider=self._tp,
-            signal=parent,
-            owner=self._owner(),
-            tag=events,
-        )
-
-    async def _acquire_async(
-        self, key: str, options: _Options, *, parent: Signal | None, run: bool
-    ) -> tuple[AsyncLease | None, float | None]:
-        schedule = self._schedule(options)
-        shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=True)
-        return await acquire_lease_async(
+        ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
+        return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
             params=self._params(options, run=run),
@@ -825,20 +785,7 @@ class Locks(Closing):
         )
         return LockHold(self, key, options)
 
-    def run(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], T],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        shared: bool = False,
-    ) -> T:
+    def run(self, key: str, fn: Callable[[LockHandle], T], /, **options: Unpack[HoldOptions]) -> T:
         """Run `fn(handle)` while holding `key`; renew in the background; release at the end.
 
         Args:
@@ -867,45 +814,16 @@ class Locks(Closing):
                 itself, that propagates unchanged; another exception is chained as the cause.
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
-        self._need("run", is_async=False, shared=shared)
-        with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        self._need("run", is_async=False, shared=options.get("shared", False))
+        with self.hold(key, **options) as handle:
             return fn(handle)
 
     async def run_async(
-        self,
-        key: str,
-        fn: Callable[[LockHandle], Awaitable[T]],
-        /,
-        *,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        heartbeat: Duration | Literal[False] | None = None,
-        on_renew_error: Callable[[Exception], object] | None = None,
-        shared: bool = False,
+        self, key: str, fn: Callable[[LockHandle], Awaitable[T]], /, **options: Unpack[HoldOptions]
     ) -> T:
-        """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
-        self._need("run_async", is_async=True, shared=shared)
-        async with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        """The asyncio twin of `run`: `await fn(handle)` while holding `key` (the same options)."""
+        self._need("run_async", is_async=True, shared=options.get("shared", False))
+        async with self.hold(key, **options) as handle:
             return await fn(handle)
 
     def acquire(
@@ -925,31 +843,16 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        options = self._take_options(
-            "acquire", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        self._need("acquire", is_async=False, shared=shared)
+        options = self._options(
+            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
         )
         return self._take(key, options)
 
-    def _take_options(
-        self,
-        method: str,
-        key: str,
-        *,
-        ttl: Duration | None,
-        retries: int,
-        retry_delay: Duration,
-        wait: Duration | None,
-        shared: bool,
-        permits: object = 1,
-    ) -> _Options:
+    def _take_options(self, method: str, key: str, permits: object = 1, **options: Unpack[AcquireOptions]) -> _Options:
         """The validated options of `method` (an `acquire`), `permits` included."""
-        self._need(method, is_async=method.endswith("_async"), shared=shared)
-        count = self._permits(permits)
-        taken = self._options(
-            key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared, run=False
-        )
-        taken.permits = count
-        return taken
+        self._need(method, is_async=method.endswith("_async"), shared=options.get("shared", False))
+        return self._options(key, run=False, permits=permits, **options)
 
     def _permits(self, permits: object) -> int:  # noqa: ARG002 - the semaphore's hook
         """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
@@ -960,7 +863,7 @@ class Locks(Closing):
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = self._acquire_sync(key, options, parent=waiting, run=False)
+            lease, held_for = self._acquire(key, options, waiting, run=False, is_async=False)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -977,9 +880,10 @@ class Locks(Closing):
         wait: Duration | None = None,
         shared: bool = False,
     ) -> LockHandle | None:
-        """The asyncio twin of `acquire`."""
-        options = self._take_options(
-            "acquire_async", key, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
+        """The asyncio twin of `acquire` (its options spelled out: no keyword dict on this path)."""
+        self._need("acquire_async", is_async=True, shared=shared)
+        options = self._options(
+            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
         )
         return await self._take_async(key, options)
 
@@ -988,7 +892,7 @@ class Locks(Closing):
         started = self._tp.monotonic()
         waiting = _waiting_signal()
         try:
-            lease, held_for = await self._acquire_async(key, options, parent=waiting, run=False)
+            lease, held_for = await self._acquire(key, options, waiting, run=False, is_async=True)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -1056,15 +960,13 @@ class Locks(Closing):
 
         Clients stay open (they are yours), and so does a store you passed.
         """
-        store = self.store
-        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
-            store.close()
+        if self._owns_store and isinstance(self.store, RedisLockStore | RedisSemaphoreStore):
+            self.store.close()
 
     async def aclose(self) -> None:
         """The asyncio twin of `close` (also stops this loop's release listener)."""
-        store = self.store
-        if self._owns_store and isinstance(store, RedisLockStore | RedisSemaphoreStore):
-            await store.aclose()
+        if self._owns_store and isinstance(self.store, RedisLockStore | RedisSemaphoreStore):
+            await self.store.aclose()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self.store!r} ttl={self.ttl:g}>"
@@ -1083,6 +985,7 @@ class Semaphores(Locks):
     _strategy_name = "Semaphore"
     _mode = "semaphore"
     _error_type = SemaphoreLeaseLostError
+    _redis_type = RedisSemaphoreStore
 
     __slots__ = ("limit",)
 
@@ -1100,9 +1003,6 @@ class Semaphores(Locks):
         if not serves(store, SemaphoreStore, AsyncSemaphoreStore):
             msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
             raise ValidationError(msg)
-
-    def _redis_store(self, client: object, async_client: object, prefix: str) -> object:
-        return RedisSemaphoreStore(client, async_client=async_client, prefix=prefix)
 
     def _make_ops(self, store: object) -> StoreOps:
         # Whether permits reach the store is what the caller's store declares (the prefixing
@@ -1162,10 +1062,7 @@ class Semaphores(Locks):
 
     def hold(self, key: str, /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> LockHold:
         """`Locks.hold` (same options), taking `permits` slots (1 <= permits <= limit) at once."""
-        count = self._permits(permits)
-        held = super().hold(key, **options)
-        held._options.permits = count
-        return held
+        return LockHold(self, key, self._options(key, run=True, permits=permits, **options))
 
     def run(self, key: str, fn: Callable[[LockHandle], T], /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> T:
         """`Locks.run` (same options), holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
@@ -1181,52 +1078,19 @@ class Semaphores(Locks):
         async with self.hold(key, permits=permits, **options) as handle:
             return await fn(handle)
 
-    def acquire(
-        self,
-        key: str,
-        /,
-        *,
-        permits: int = 1,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        shared: bool = False,
-    ) -> LockHandle | None:
-        """`Locks.acquire`, taking `permits` slots (1 <= permits <= limit) all at once, or none.
+    def acquire(self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]) -> LockHandle | None:
+        """`Locks.acquire` (same options), taking `permits` slots (1 <= permits <= limit) all at once, or none.
 
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        options = self._take_options(
-            "acquire", key, permits=permits, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
-        )
-        return self._take(key, options)
+        return self._take(key, self._take_options("acquire", key, permits, **options))
 
     async def acquire_async(
-        self,
-        key: str,
-        /,
-        *,
-        permits: int = 1,
-        ttl: Duration | None = None,
-        retries: int = 0,
-        retry_delay: Duration = 0.1,
-        wait: Duration | None = None,
-        shared: bool = False,
+        self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        options = self._take_options(
-            "acquire_async",
-            key,
-            permits=permits,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            shared=shared,
-        )
-        return await self._take_async(key, options)
+        return await self._take_async(key, self._take_options("acquire_async", key, permits, **options))
 
 
 def lock(
