@@ -785,7 +785,20 @@ class Locks(Closing):
         )
         return LockHold(self, key, options)
 
-    def run(self, key: str, fn: Callable[[LockHandle], T], /, **options: Unpack[HoldOptions]) -> T:
+    def run(
+        self,
+        key: str,
+        fn: Callable[[LockHandle], T],
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
+        heartbeat: Duration | Literal[False] | None = None,
+        on_renew_error: Callable[[Exception], object] | None = None,
+        shared: bool = False,
+    ) -> T:
         """Run `fn(handle)` while holding `key`; renew in the background; release at the end.
 
         Args:
@@ -814,16 +827,45 @@ class Locks(Closing):
                 itself, that propagates unchanged; another exception is chained as the cause.
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
-        self._need("run", is_async=False, shared=options.get("shared", False))
-        with self.hold(key, **options) as handle:
+        self._need("run", is_async=False, shared=shared)
+        with self.hold(
+            key,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            wait=wait,
+            heartbeat=heartbeat,
+            on_renew_error=on_renew_error,
+            shared=shared,
+        ) as handle:
             return fn(handle)
 
     async def run_async(
-        self, key: str, fn: Callable[[LockHandle], Awaitable[T]], /, **options: Unpack[HoldOptions]
+        self,
+        key: str,
+        fn: Callable[[LockHandle], Awaitable[T]],
+        /,
+        *,
+        ttl: Duration | None = None,
+        retries: int = 0,
+        retry_delay: Duration = 0.1,
+        wait: Duration | None = None,
+        heartbeat: Duration | Literal[False] | None = None,
+        on_renew_error: Callable[[Exception], object] | None = None,
+        shared: bool = False,
     ) -> T:
-        """The asyncio twin of `run`: `await fn(handle)` while holding `key` (the same options)."""
-        self._need("run_async", is_async=True, shared=options.get("shared", False))
-        async with self.hold(key, **options) as handle:
+        """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
+        self._need("run_async", is_async=True, shared=shared)
+        async with self.hold(
+            key,
+            ttl=ttl,
+            retries=retries,
+            retry_delay=retry_delay,
+            wait=wait,
+            heartbeat=heartbeat,
+            on_renew_error=on_renew_error,
+            shared=shared,
+        ) as handle:
             return await fn(handle)
 
     def acquire(
