@@ -57,6 +57,7 @@ __all__ = [
     "LeaseParams",
     "Scheduler",
     "acquire_lease",
+    "call_sync_hook",
     "new_owner",
 ]
 
@@ -244,21 +245,30 @@ class Batch:
                 scheduler.push(lease)
         return due
 
+    def start(self) -> tuple[float, list[int], list[tuple[str, str, float]]]:
+        """The send time, the positions of the leases to send, and their `renew_many` items.
+
+        A lease already past its deadline is not sent (it is lost).
+        """
+        leases = self.leases
+        sent = leases[0]._tp.monotonic()
+        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+        return sent, todo, [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
+
+    def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
+        """Settle the answers `got` for the leases at `todo` (the others were not sent: False)."""
+        answers: list[bool | Exception] = [False] * len(self.leases)
+        for n, answer in zip(todo, got, strict=True):
+            answers[n] = answer
+        settle(self.leases, sent, answers)
+
     def run(self) -> None:
         """Renew every lease in one store call, and settle the answers under one lock hold.
 
-        A lease already past its deadline is not sent (it is lost); a store error is each lease's.
+        A store error is each lease's.
         """
-        leases = self.leases
-        first = leases[0]
-        sent = first._tp.monotonic()
-        answers: list[bool | Exception] = [False] * len(leases)
-        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
-        if todo:
-            items = [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
-            for n, answer in zip(todo, first._ops.renew_many(items), strict=True):
-                answers[n] = answer
-        settle(leases, sent, answers)
+        sent, todo, items = self.start()
+        self.answered(sent, todo, self.leases[0]._ops.renew_many(items) if todo else [])
 
 
 _COMPACT_AT = 1024
@@ -640,19 +650,23 @@ class LeaseBase:
         return f"<{type(self).__name__} key={self.key!r} token={self.token} {state}>"
 
 
-def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
+def call_sync_hook(what: str, hook: Callable[..., object], *args: object) -> None:
+    """`hook(*args)` from sync code: its exception is logged (an interrupt propagates), an awaitable closed.
+
+    `what` names the hook in the log records ("on_lock_lost raised").
+    """
     try:
         result = hook(*args)
     except BaseException as error:
         if interrupts_caller(error):
             raise
-        _logger.exception("a lease callback raised")
+        _logger.exception("%s raised", what)
         return
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
         if callable(close):
             close()
-        _logger.error("a lease callback returned an awaitable in a sync execution; it was not awaited")
+        _logger.error("%s returned an awaitable in a sync execution; it was not awaited", what)
 
 
 class Lease(LeaseBase):
@@ -681,7 +695,7 @@ class Lease(LeaseBase):
         self._callbacks().submit(run)
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        self._callbacks().submit(lambda: _call_sync_hook(hook, *args))
+        self._callbacks().submit(lambda: call_sync_hook("a lease callback", hook, *args))
 
     def _loss_told(self) -> None:
         told = self._told
