@@ -322,22 +322,14 @@ async def _release_bounded(
 async def _wait(
     ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal | None, *, owner: str | None
 ) -> bool:
-    """Wait up to `seconds`, woken early by a release (True); the signal aborting raises its reason."""
-    if signal is None:
-        return await _pause(ops, key, seconds, time_provider, owner=owner)
-    async with signal.cancel_scope():
-        return await _pause(ops, key, seconds, time_provider, owner=owner)
-    return False  # pragma: no cover - the scope re-raises the signal's reason
+    """Wait up to `seconds` for a release notification (for a queued `owner`: its turn), or just sleep.
 
-
-async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, *, owner: str | None) -> bool:
-    """Wait for a release notification (for a queued `owner`: its turn), or just sleep.
-
-    True when a release ended the wait.
+    True when a release ended the wait; the signal aborting raises its reason.
     """
-    if ops.notify_async:
-        return await ops.wait_released_async(key, seconds, owner)
-    await time_provider.sleep_async(seconds)
+    async with contextlib.nullcontext() if signal is None else signal.cancel_scope():
+        if ops.notify_async:
+            return await ops.wait_released_async(key, seconds, owner)
+        await time_provider.sleep_async(seconds)
     return False
 
 
