@@ -750,7 +750,7 @@ class Lease(LeaseBase):
         """
         if self._ending():
             ops = self._ops
-            if ops.inline:  # an in-process store answers at once, here (`_release_within`)
+            if ops.inline:  # an in-process store answers at once, here
                 released = _release_quietly(ops, self.key, self.owner)
             else:
                 bound = self._release_bound()
@@ -919,13 +919,11 @@ def _release_within(
 ) -> bool:
     """The final release, abandoned after `bound` seconds on the lease's clock (then True).
 
-    An in-process store (`ops.inline`) answers at once, here. Any other release runs on the
-    pool of the key's renewal group while the holder waits for its answer or the bound: a store
-    that never answers (a silent connection, a client without socket timeout, a stopped Cluster
-    master) keeps the call, never the holder, nor the releases served by another master.
+    It runs on the pool of the key's renewal group while the holder waits for its answer or the
+    bound: a store that never answers (a silent connection, a client without socket timeout, a
+    stopped Cluster master) keeps the call, never the holder, nor the releases served by another
+    master. (An in-process store answers at once: `Lease.finish` releases it itself.)
     """
-    if ops.inline:
-        return _release_quietly(ops, key, owner)
     done = threading.Event()
     answer = [True]
 
