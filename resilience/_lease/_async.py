@@ -24,7 +24,6 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease
-from resilience._lease._core import LOSE
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 from resilience._runtime._threads import interrupts_caller
 
@@ -63,10 +62,8 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Call
             loop.call_soon_threadsafe(callback)
 
 
-def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
-    """On the loop: losses announced; renewals sent at once (a store that answers at once) or as tasks."""
-    for lease in lost:
-        lease._then(LOSE)
+def _dispatch_async(batches: list[Batch]) -> None:
+    """On the loop: renewals sent at once (a store that answers at once) or as tasks."""
     for batch in batches:
         ops = batch.leases[0]._ops
         if ops.inline:
@@ -272,8 +269,8 @@ class AsyncLease(LeaseBase):
                 released = _lease._release_quietly(ops, self.key, self.owner)
             else:
                 released = await _release_bounded(ops, self.key, self.owner, self._tp, self._release_bound())
-            if not released:
-                self._released(released)
+            if not released:  # someone else holds the key: lost (True changes nothing)
+                self._input(lambda machine, _now: machine.release_answered(released))
         told = self._told
         if self._error is not None and told is not None and not told.is_set():
             # The loss's callbacks run on this loop: the holder returns once they have.

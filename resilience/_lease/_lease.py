@@ -108,11 +108,12 @@ class Scheduler:
 
     Arming a lease's event is a heap push under the lease lock; the timer is re-armed only when
     the new event is the earliest. When it fires, everything due is popped and the leases'
-    machines decide; renewals go out in batches of one store (`dispatch(lost, batches)`, after
-    the lock). A batch in flight is watched by one entry at its earliest deadline (`Batch`),
-    standing for each of its leases' deadline events: a renewal that hangs is still bounded by
-    the lease's time left. An entry whose lease re-armed or ended since is dropped lazily; the
-    heap is compacted when those outnumber the live ones.
+    machines decide; after the lock, the losses are announced and the renewals go out in
+    batches of one store (`dispatch(batches)`). A batch in flight is watched by one entry at
+    its earliest deadline (`Batch`), standing for each of its leases' deadline events: a
+    renewal that hangs is still bounded by the lease's time left. An entry whose lease
+    re-armed or ended since is dropped lazily; the heap is compacted when those outnumber the
+    live ones.
     """
 
     __slots__ = ("_armed_at", "_call_later", "_dispatch", "_heap", "_seq", "_timer", "_tp", "stale")
@@ -121,7 +122,7 @@ class Scheduler:
         self,
         time_provider: TimeProvider,
         call_later: Callable[[float, Callable[[], object]], TimerHandle],
-        dispatch: Callable[[list[LeaseBase], list[Batch]], None],
+        dispatch: Callable[[list[Batch]], None],
     ) -> None:
         self._tp = time_provider
         self._call_later = call_later
@@ -181,8 +182,10 @@ class Scheduler:
                 self._armed_at = _NEVER
                 if self._heap:
                     self._arm(self._heap[0][0])
-        if lost or batches:
-            self._dispatch(lost, batches)
+        for lease in lost:
+            lease._then(LOSE)
+        if batches:
+            self._dispatch(batches)
 
     def _take_due(self, now: float) -> tuple[list[LeaseBase], list[LeaseBase]]:
         """Pop and tick what is due (under _LOCK): the leases lost, and those to renew."""
@@ -322,14 +325,12 @@ _SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKe
 _STRONG_SCHEDULERS: dict[int, tuple[TimeProvider, Scheduler]] = {}
 
 
-def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
-    """On the timer thread: losses are announced (their callbacks go to strands), renewals to pools.
+def _dispatch_sync(batches: list[Batch]) -> None:
+    """On the timer thread: renewals go to the store's pool.
 
     A batch on an in-process store that renews many at once (the memory stores: a few dict
     updates under their lock, never user code) is renewed right here: no hop to another thread.
     """
-    for lease in lost:
-        lease._then(LOSE)
     for batch in batches:
         ops = batch.leases[0]._ops
         if ops.renews_on_timer:
@@ -603,10 +604,6 @@ class LeaseBase:
             self._then(flags, inline=True)
         return bool(flags & RELEASE) and self._generation == fork_generation()
 
-    def _released(self, ok: bool) -> None:
-        if not ok:  # a release answered True changes nothing: no lock, no input
-            self._input(lambda machine, _now: machine.release_answered(ok))
-
     def _detach(self) -> LockLostError | None:
         self.signal.detach()
         return self._error
@@ -755,8 +752,8 @@ class Lease(LeaseBase):
             else:
                 bound = self._release_bound()
                 released = _release_within(ops, self.key, self.owner, self._tp, bound=bound, group=_group(self))
-            if not released:
-                self._released(released)
+            if not released:  # someone else holds the key: lost (True changes nothing)
+                self._input(lambda machine, _now: machine.release_answered(released))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
         self.signal.detach()
