@@ -302,8 +302,7 @@ async def _release_bounded(
     thread = threading.get_ident()
     timer = time_provider.call_later(bound, lambda: _on_loop(loop, thread, task.cancel))
     task.add_done_callback(lambda _task: timer.cancel())
-    current = asyncio.current_task()
-    baseline = 0 if current is None else current.cancelling()
+    current, baseline = _cancel_baseline()
     try:
         return bool(await asyncio.shield(task))
     except asyncio.CancelledError:

@@ -12,7 +12,7 @@ import contextvars
 import inspect
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from resilience._context import LOCK_TOKEN, ResilienceContext
@@ -270,9 +270,7 @@ class LockStrategy:
         self._params = LeaseParams(
             ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
         )
-        self._async_params = LeaseParams(
-            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost_async, on_renew_error=self._renew_failed
-        )
+        self._async_params = replace(self._params, on_lost=self._lost_async)
         if options.store is None:
             note_default_store(self.name)
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
