@@ -270,7 +270,7 @@ class AsyncLease(LeaseBase):
             else:
                 released = await _release_bounded(ops, self.key, self.owner, self._tp, self._release_bound())
             if not released:  # someone else holds the key: lost (True changes nothing)
-                self._input(lambda machine, _now: machine.release_answered(released))
+                self._input(lambda machine, _now: machine.release_answered(ok=False))
         told = self._told
         if self._error is not None and told is not None and not told.is_set():
             # The loss's callbacks run on this loop: the holder returns once they have.

@@ -753,7 +753,7 @@ class Lease(LeaseBase):
                 bound = self._release_bound()
                 released = _release_within(ops, self.key, self.owner, self._tp, bound=bound, group=_group(self))
             if not released:  # someone else holds the key: lost (True changes nothing)
-                self._input(lambda machine, _now: machine.release_answered(released))
+                self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
         self.signal.detach()
