@@ -543,14 +543,12 @@ class ResiliencePipeline(Closing):
         """The execution span's context manager when `trace_executions` is on and a tracer records."""
         if not self._source.options.trace_executions:
             return contextlib.nullcontext()
-        attributes: dict[str, str] = {}
-        if self.name is not None:
-            attributes["pipeline.name"] = self.name
-        if self.instance_name is not None:
-            attributes["pipeline.instance"] = self.instance_name
-        if context.operation_key is not None:
-            attributes["operation.key"] = context.operation_key
-        span = self._source.execution_span(attributes)
+        facts = {
+            "pipeline.name": self.name,
+            "pipeline.instance": self.instance_name,
+            "operation.key": context.operation_key,
+        }
+        span = self._source.execution_span({name: value for name, value in facts.items() if value is not None})
         return contextlib.nullcontext() if span is None else span
 
     def _execute_observed(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
@@ -735,29 +733,20 @@ class ResiliencePipeline(Closing):
         if not callable(fn):
             raise _not_callable(fn, "the decorator")
         if is_async_callable(fn):
-            if key is None:
 
-                async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                if key is None:
                     return await self.execute_async(fn, *args, **kwargs)
-
-            else:
-
-                async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
-                        return await self.execute_async(fn, *args, **kwargs)
+                with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
+                    return await self.execute_async(fn, *args, **kwargs)
 
             return functools.update_wrapper(run_async, fn)
 
-        if key is None:
-
-            def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+        def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+            if key is None:
                 return self.execute(fn, *args, **kwargs)
-
-        else:
-
-            def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-                with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
-                    return self.execute(fn, *args, **kwargs)
+            with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
+                return self.execute(fn, *args, **kwargs)
 
         return functools.update_wrapper(run, fn)
 

@@ -32,7 +32,7 @@ The primitives' handles: `lease.key`, `.token`, `.signal`, `.expires_in()`, `.ex
 from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_async
 from resilience._lease._core import BackoffSchedule, LeaseMachine, SpinSchedule, lease_deadline, safety_margin
 from resilience._lease._events import HELD_LOCKS, LockEventArguments, LockEvents
-from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, new_owner
+from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, call_sync_hook, new_owner
 from resilience._lease._ops import LockOps, SemaphoreOps, SharedLockOps, StoreOps
 from resilience._lease._workers import wait_idle
 
@@ -54,6 +54,7 @@ __all__ = [
     "StoreOps",
     "acquire_lease",
     "acquire_lease_async",
+    "call_sync_hook",
     "lease_deadline",
     "new_owner",
     "safety_margin",

@@ -24,12 +24,11 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease
-from resilience._lease._core import LOSE
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
 from resilience._runtime._threads import interrupts_caller
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
@@ -63,10 +62,8 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Call
             loop.call_soon_threadsafe(callback)
 
 
-def _dispatch_async(lost: list[LeaseBase], batches: list[Batch]) -> None:
-    """On the loop: losses announced; renewals sent at once (a store that answers at once) or as tasks."""
-    for lease in lost:
-        lease._then(LOSE)
+def _dispatch_async(batches: list[Batch]) -> None:
+    """On the loop: renewals sent at once (a store that answers at once) or as tasks."""
     for batch in batches:
         ops = batch.leases[0]._ops
         if ops.inline:
@@ -93,13 +90,9 @@ async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
     ignored), and when the bound fires every lease still unanswered has run out of time.
     """
     leases = batch.leases
-    first = leases[0]
-    clock = first._tp
-    sent = clock.monotonic()
-    answers: list[bool | Exception] = [False] * len(leases)
-    todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+    sent, todo, items = batch.start()
+    got: list[bool | Exception] = []
     if todo:
-        items = [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
         task = asyncio.current_task()
         assert task is not None
         thread = threading.get_ident()
@@ -110,9 +103,9 @@ async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
             timed_out = True
             _on_loop(loop, thread, task.cancel)
 
-        timer = clock.call_later(max(leases[n]._machine.deadline for n in todo) - sent, bound)
+        timer = leases[0]._tp.call_later(max(leases[n]._machine.deadline for n in todo) - sent, bound)
         try:
-            got = await first._ops.renew_many_async(items)
+            got = await leases[0]._ops.renew_many_async(items)
         except asyncio.CancelledError:
             if not timed_out:  # pragma: no cover - the loop is shutting down
                 raise
@@ -121,9 +114,7 @@ async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
             return
         finally:
             timer.cancel()
-        for n, answer in zip(todo, got, strict=True):
-            answers[n] = answer
-    settle(leases, sent, answers)
+    batch.answered(sent, todo, got)
 
 
 _SCHEDULERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, tuple[TimeProvider, Scheduler]]] = (
@@ -261,29 +252,11 @@ class AsyncLease(LeaseBase):
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        task = asyncio.current_task()
-        baseline = 0 if task is None else task.cancelling()
-        try:
-            ok = await self._ops.renew_async(self.key, self.owner, ttl)
-        except Exception as exc:  # a cancellation the client turned into an error is a cancellation
-            _raise_if_cancelling(task, baseline, exc)
-            raise
-        _raise_if_cancelling(task, baseline)
-        return self._extended(sent, ttl, ok)
+        return self._extended(sent, ttl, await _uncancelled(self._ops.renew_async(self.key, self.owner, ttl)))
 
     async def release_async(self) -> bool:
         """See `Lease.release`; a cancellation the store swallowed is raised."""
-        if not self._holder_releases():
-            return False
-        task = asyncio.current_task()
-        baseline = 0 if task is None else task.cancelling()
-        try:
-            released = await self._ops.release_async(self.key, self.owner)
-        except Exception as exc:
-            _raise_if_cancelling(task, baseline, exc)
-            raise
-        _raise_if_cancelling(task, baseline)
-        return released
+        return self._holder_releases() and await _uncancelled(self._ops.release_async(self.key, self.owner))
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
@@ -296,8 +269,8 @@ class AsyncLease(LeaseBase):
                 released = _lease._release_quietly(ops, self.key, self.owner)
             else:
                 released = await _release_bounded(ops, self.key, self.owner, self._tp, self._release_bound())
-            if not released:
-                self._released(released)
+            if not released:  # someone else holds the key: lost (True changes nothing)
+                self._input(lambda machine, _now: machine.release_answered(ok=False))
         told = self._told
         if self._error is not None and told is not None and not told.is_set():
             # The loss's callbacks run on this loop: the holder returns once they have.
@@ -323,26 +296,13 @@ async def _release_bounded(
     background and the cancellation propagates.
     """
     if ops.inline:
-        try:
-            return ops.release(key, owner)
-        except Exception:
-            _logger.debug("a lease release failed", exc_info=True)
-            return True
+        return _lease._release_quietly(ops, key, owner)
     loop = asyncio.get_running_loop()
     task = _spawn(loop, ops.release_async(key, owner))
     thread = threading.get_ident()
-
-    def abandon() -> None:
-        if threading.get_ident() == thread:
-            task.cancel()
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(task.cancel)
-
-    timer = time_provider.call_later(bound, abandon)
+    timer = time_provider.call_later(bound, lambda: _on_loop(loop, thread, task.cancel))
     task.add_done_callback(lambda _task: timer.cancel())
-    current = asyncio.current_task()
-    baseline = 0 if current is None else current.cancelling()
+    current, baseline = _cancel_baseline()
     try:
         return bool(await asyncio.shield(task))
     except asyncio.CancelledError:
@@ -358,22 +318,14 @@ async def _release_bounded(
 async def _wait(
     ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal | None, *, owner: str | None
 ) -> bool:
-    """Wait up to `seconds`, woken early by a release (True); the signal aborting raises its reason."""
-    if signal is None:
-        return await _pause(ops, key, seconds, time_provider, owner=owner)
-    async with signal.cancel_scope():
-        return await _pause(ops, key, seconds, time_provider, owner=owner)
-    return False  # pragma: no cover - the scope re-raises the signal's reason
+    """Wait up to `seconds` for a release notification (for a queued `owner`: its turn), or just sleep.
 
-
-async def _pause(ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, *, owner: str | None) -> bool:
-    """Wait for a release notification (for a queued `owner`: its turn), or just sleep.
-
-    True when a release ended the wait.
+    True when a release ended the wait; the signal aborting raises its reason.
     """
-    if ops.notify_async:
-        return await ops.wait_released_async(key, seconds, owner)
-    await time_provider.sleep_async(seconds)
+    async with contextlib.nullcontext() if signal is None else signal.cancel_scope():
+        if ops.notify_async:
+            return await ops.wait_released_async(key, seconds, owner)
+        await time_provider.sleep_async(seconds)
     return False
 
 
@@ -456,6 +408,18 @@ def _cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
     """The current task and its `cancelling()` count now (see `_raise_if_cancelling`)."""
     task = asyncio.current_task()
     return task, 0 if task is None else task.cancelling()
+
+
+async def _uncancelled(call: Awaitable[bool]) -> bool:
+    """Await a holder's store call; a cancellation the store swallowed (see `_raise_if_cancelling`) is raised."""
+    task, baseline = _cancel_baseline()
+    try:
+        answer = await call
+    except Exception as exc:  # a cancellation the client turned into an error is a cancellation
+        _raise_if_cancelling(task, baseline, exc)
+        raise
+    _raise_if_cancelling(task, baseline)
+    return answer
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

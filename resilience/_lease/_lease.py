@@ -57,6 +57,7 @@ __all__ = [
     "LeaseParams",
     "Scheduler",
     "acquire_lease",
+    "call_sync_hook",
     "new_owner",
 ]
 
@@ -107,11 +108,12 @@ class Scheduler:
 
     Arming a lease's event is a heap push under the lease lock; the timer is re-armed only when
     the new event is the earliest. When it fires, everything due is popped and the leases'
-    machines decide; renewals go out in batches of one store (`dispatch(lost, batches)`, after
-    the lock). A batch in flight is watched by one entry at its earliest deadline (`Batch`),
-    standing for each of its leases' deadline events: a renewal that hangs is still bounded by
-    the lease's time left. An entry whose lease re-armed or ended since is dropped lazily; the
-    heap is compacted when those outnumber the live ones.
+    machines decide; after the lock, the losses are announced and the renewals go out in
+    batches of one store (`dispatch(batches)`). A batch in flight is watched by one entry at
+    its earliest deadline (`Batch`), standing for each of its leases' deadline events: a
+    renewal that hangs is still bounded by the lease's time left. An entry whose lease
+    re-armed or ended since is dropped lazily; the heap is compacted when those outnumber the
+    live ones.
     """
 
     __slots__ = ("_armed_at", "_call_later", "_dispatch", "_heap", "_seq", "_timer", "_tp", "stale")
@@ -120,7 +122,7 @@ class Scheduler:
         self,
         time_provider: TimeProvider,
         call_later: Callable[[float, Callable[[], object]], TimerHandle],
-        dispatch: Callable[[list[LeaseBase], list[Batch]], None],
+        dispatch: Callable[[list[Batch]], None],
     ) -> None:
         self._tp = time_provider
         self._call_later = call_later
@@ -180,8 +182,10 @@ class Scheduler:
                 self._armed_at = _NEVER
                 if self._heap:
                     self._arm(self._heap[0][0])
-        if lost or batches:
-            self._dispatch(lost, batches)
+        for lease in lost:
+            lease._then(LOSE)
+        if batches:
+            self._dispatch(batches)
 
     def _take_due(self, now: float) -> tuple[list[LeaseBase], list[LeaseBase]]:
         """Pop and tick what is due (under _LOCK): the leases lost, and those to renew."""
@@ -244,21 +248,30 @@ class Batch:
                 scheduler.push(lease)
         return due
 
+    def start(self) -> tuple[float, list[int], list[tuple[str, str, float]]]:
+        """The send time, the positions of the leases to send, and their `renew_many` items.
+
+        A lease already past its deadline is not sent (it is lost).
+        """
+        leases = self.leases
+        sent = leases[0]._tp.monotonic()
+        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+        return sent, todo, [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
+
+    def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
+        """Settle the answers `got` for the leases at `todo` (the others were not sent: False)."""
+        answers: list[bool | Exception] = [False] * len(self.leases)
+        for n, answer in zip(todo, got, strict=True):
+            answers[n] = answer
+        settle(self.leases, sent, answers)
+
     def run(self) -> None:
         """Renew every lease in one store call, and settle the answers under one lock hold.
 
-        A lease already past its deadline is not sent (it is lost); a store error is each lease's.
+        A store error is each lease's.
         """
-        leases = self.leases
-        first = leases[0]
-        sent = first._tp.monotonic()
-        answers: list[bool | Exception] = [False] * len(leases)
-        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
-        if todo:
-            items = [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
-            for n, answer in zip(todo, first._ops.renew_many(items), strict=True):
-                answers[n] = answer
-        settle(leases, sent, answers)
+        sent, todo, items = self.start()
+        self.answered(sent, todo, self.leases[0]._ops.renew_many(items) if todo else [])
 
 
 _COMPACT_AT = 1024
@@ -312,14 +325,12 @@ _SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKe
 _STRONG_SCHEDULERS: dict[int, tuple[TimeProvider, Scheduler]] = {}
 
 
-def _dispatch_sync(lost: list[LeaseBase], batches: list[Batch]) -> None:
-    """On the timer thread: losses are announced (their callbacks go to strands), renewals to pools.
+def _dispatch_sync(batches: list[Batch]) -> None:
+    """On the timer thread: renewals go to the store's pool.
 
     A batch on an in-process store that renews many at once (the memory stores: a few dict
     updates under their lock, never user code) is renewed right here: no hop to another thread.
     """
-    for lease in lost:
-        lease._then(LOSE)
     for batch in batches:
         ops = batch.leases[0]._ops
         if ops.renews_on_timer:
@@ -593,10 +604,6 @@ class LeaseBase:
             self._then(flags, inline=True)
         return bool(flags & RELEASE) and self._generation == fork_generation()
 
-    def _released(self, ok: bool) -> None:
-        if not ok:  # a release answered True changes nothing: no lock, no input
-            self._input(lambda machine, _now: machine.release_answered(ok))
-
     def _detach(self) -> LockLostError | None:
         self.signal.detach()
         return self._error
@@ -640,19 +647,23 @@ class LeaseBase:
         return f"<{type(self).__name__} key={self.key!r} token={self.token} {state}>"
 
 
-def _call_sync_hook(hook: Callable[..., object], *args: object) -> None:
+def call_sync_hook(what: str, hook: Callable[..., object], *args: object) -> None:
+    """`hook(*args)` from sync code: its exception is logged (an interrupt propagates), an awaitable closed.
+
+    `what` names the hook in the log records ("on_lock_lost raised").
+    """
     try:
         result = hook(*args)
     except BaseException as error:
         if interrupts_caller(error):
             raise
-        _logger.exception("a lease callback raised")
+        _logger.exception("%s raised", what)
         return
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
         if callable(close):
             close()
-        _logger.error("a lease callback returned an awaitable in a sync execution; it was not awaited")
+        _logger.error("%s returned an awaitable in a sync execution; it was not awaited", what)
 
 
 class Lease(LeaseBase):
@@ -681,7 +692,7 @@ class Lease(LeaseBase):
         self._callbacks().submit(run)
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        self._callbacks().submit(lambda: _call_sync_hook(hook, *args))
+        self._callbacks().submit(lambda: call_sync_hook("a lease callback", hook, *args))
 
     def _loss_told(self) -> None:
         told = self._told
@@ -736,13 +747,13 @@ class Lease(LeaseBase):
         """
         if self._ending():
             ops = self._ops
-            if ops.inline:  # an in-process store answers at once, here (`_release_within`)
+            if ops.inline:  # an in-process store answers at once, here
                 released = _release_quietly(ops, self.key, self.owner)
             else:
                 bound = self._release_bound()
                 released = _release_within(ops, self.key, self.owner, self._tp, bound=bound, group=_group(self))
-            if not released:
-                self._released(released)
+            if not released:  # someone else holds the key: lost (True changes nothing)
+                self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
         self.signal.detach()
@@ -905,13 +916,11 @@ def _release_within(
 ) -> bool:
     """The final release, abandoned after `bound` seconds on the lease's clock (then True).
 
-    An in-process store (`ops.inline`) answers at once, here. Any other release runs on the
-    pool of the key's renewal group while the holder waits for its answer or the bound: a store
-    that never answers (a silent connection, a client without socket timeout, a stopped Cluster
-    master) keeps the call, never the holder, nor the releases served by another master.
+    It runs on the pool of the key's renewal group while the holder waits for its answer or the
+    bound: a store that never answers (a silent connection, a client without socket timeout, a
+    stopped Cluster master) keeps the call, never the holder, nor the releases served by another
+    master. (An in-process store answers at once: `Lease.finish` releases it itself.)
     """
-    if ops.inline:
-        return _release_quietly(ops, key, owner)
     done = threading.Event()
     answer = [True]
 

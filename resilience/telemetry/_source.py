@@ -119,12 +119,8 @@ class TelemetrySource:
         tracer = _otel.tracer(self.options)
         if tracer is None:
             return None
-        attributes: dict[str, Any] = {"attempt.number": attempt}
-        if self.pipeline_name is not None:
-            attributes["pipeline.name"] = self.pipeline_name
-        if self.strategy_name is not None:
-            attributes["strategy.name"] = self.strategy_name
-        return tracer.start_as_current_span(name, attributes=attributes)
+        facts = {"attempt.number": attempt, "pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name}
+        return tracer.start_as_current_span(name, attributes={k: v for k, v in facts.items() if v is not None})
 
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""

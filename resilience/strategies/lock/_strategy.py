@@ -12,7 +12,7 @@ import contextvars
 import inspect
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from resilience._context import LOCK_TOKEN, ResilienceContext
@@ -28,8 +28,8 @@ from resilience._lease import (
     SharedLockOps,
     acquire_lease,
     acquire_lease_async,
+    call_sync_hook,
 )
-from resilience._runtime._threads import interrupts_caller
 from resilience._time import lease_clock
 from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
@@ -215,21 +215,9 @@ class _Run:
             emitting.set()
 
     def lost(self, lease: LeaseBase) -> None:
-        inner = self.inner
         callback = self.strategy._on_lock_lost
         if callback is not None:
-            try:
-                result = callback(OnLockLostArguments(inner, self.key, lease.token))
-            except BaseException as error:
-                if interrupts_caller(error):
-                    raise
-                _logger.exception("on_lock_lost raised")
-            else:
-                if inspect.isawaitable(result):
-                    close = getattr(result, "close", None)
-                    if callable(close):
-                        close()
-                    _logger.error("on_lock_lost returned an awaitable in a sync execution; it was not awaited")
+            call_sync_hook("on_lock_lost", callback, OnLockLostArguments(self.inner, self.key, lease.token))
         self.tell_lost(lease)
 
     async def lost_async(self, lease: LeaseBase) -> None:
@@ -280,9 +268,7 @@ class LockStrategy:
         self._params = LeaseParams(
             ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
         )
-        self._async_params = LeaseParams(
-            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost_async, on_renew_error=self._renew_failed
-        )
+        self._async_params = replace(self._params, on_lost=self._lost_async)
         if options.store is None:
             note_default_store(self.name)
         store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
@@ -319,11 +305,6 @@ class LockStrategy:
     def _renew_failed(lease: LeaseBase, error: Exception) -> None:
         cast("_Run", lease.tag).renew_failed(lease, error)
 
-    def _schedule(self, started: float) -> BackoffSchedule | None:
-        if self._wait <= 0:
-            return None
-        return BackoffSchedule(started, self._wait, self._time_provider.random())
-
     def _reject(
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
     ) -> LockNotAcquiredError:
@@ -350,16 +331,15 @@ class LockStrategy:
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
         return inner
 
-    def _released(self, run: _Run, lease: LeaseBase, error: LockLostError | None) -> None:
+    def _ended(
+        self, run: _Run, lease: LeaseBase, error: LockLostError | None, exc: BaseException | None = None
+    ) -> LockLostError | None:
+        """Emit the lease's end; for a callable that raised `exc`, step 4's table: what to raise instead, if any."""
         if error is None:
             self._events.released(run.inner, run.key, lease)
-        else:
-            run.tell_lost(lease, ending=True)  # unless the background did, while the span was open
-
-    @staticmethod
-    def _outcome_error(lease: LeaseBase, error: LockLostError | None, exc: Exception) -> Exception | None:
-        """Step 4's table for a callable that raised `exc`: what to raise instead, if anything."""
-        if error is None or exc is lease.signal.reason or exc is error:
+            return None
+        run.tell_lost(lease, ending=True)  # unless the background did, while the span was open
+        if not isinstance(exc, Exception) or exc is lease.signal.reason or exc is error:
             return None
         return error
 
@@ -380,7 +360,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._params,
-            schedule=None if self._wait <= 0 else self._schedule(started),
+            schedule=None if self._wait <= 0 else BackoffSchedule(started, self._wait, self._time_provider.random()),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
@@ -389,18 +369,13 @@ class LockStrategy:
             raise self._reject(context, key, started, held_for, reentrant=False)
         try:
             result = callback(self._enter(context, run, lease, started, held))
-        except Exception as exc:
-            error = lease.finish()
-            self._released(run, lease, error)
-            replacement = self._outcome_error(lease, error, exc)
+        except BaseException as exc:
+            replacement = self._ended(run, lease, lease.finish(), exc)
             if replacement is None:
                 raise
             raise replacement from exc
-        except BaseException:
-            self._released(run, lease, lease.finish())
-            raise
         error = lease.finish()
-        if error is None:  # `_released`, inline
+        if error is None:  # `_ended`, inline
             self._events.released(run.inner, key, lease)
         else:
             run.tell_lost(lease, ending=True)
@@ -425,7 +400,7 @@ class LockStrategy:
             self._ops,
             key,
             params=self._async_params,
-            schedule=None if self._wait <= 0 else self._schedule(started),
+            schedule=None if self._wait <= 0 else BackoffSchedule(started, self._wait, self._time_provider.random()),
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
@@ -439,17 +414,12 @@ class LockStrategy:
                     result = await callback(inner)
             else:
                 result = await callback(inner)
-        except Exception as exc:
-            error = await lease.finish_async()
-            self._released(run, lease, error)
-            replacement = self._outcome_error(lease, error, exc)
+        except BaseException as exc:
+            replacement = self._ended(run, lease, await lease.finish_async(), exc)
             if replacement is None:
                 raise
             raise replacement from exc
-        except BaseException:
-            self._released(run, lease, await lease.finish_async())
-            raise
-        self._released(run, lease, await lease.finish_async())
+        self._ended(run, lease, await lease.finish_async())
         return result
 
     def __repr__(self) -> str:
