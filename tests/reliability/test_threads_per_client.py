@@ -23,6 +23,7 @@ pytestmark = pytest.mark.redis
 
 LOCKS = 400
 CALLERS = 4
+TTL = 10.0
 MOST = 8
 """Threads the lock runtime may add for all of them: the timer, a client's pool (4), a callback or two."""
 
@@ -41,7 +42,9 @@ def test_four_hundred_per_call_locks_on_one_client_keep_the_thread_count_small(
     before = len(_resilience_threads())
 
     def one(n: int) -> None:
-        made = lock(client, ttl=1.0) if kind == "lock" else semaphore(client, limit=2, ttl=1.0)
+        # A long ttl with a short heartbeat: one renewal each, and a lease is lost only if the
+        # machine stalls for TTL seconds (a 1 s ttl lost a few leases on a loaded CI runner).
+        made = lock(client, ttl=TTL) if kind == "lock" else semaphore(client, limit=2, ttl=TTL)
         made.run(f"{uid}:{n}", lambda _handle: time.sleep(0.015), heartbeat=0.01)  # one renewal, one release
 
     try:
