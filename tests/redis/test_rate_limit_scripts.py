@@ -118,11 +118,20 @@ def test_every_accepted_limit_runs_its_script_cleanly(
             store.take(key, limit, per, burst, algorithm, permits)  # type: ignore[arg-type]
         assert client.exists(redis_key) == 0
         return
-    for _ in range(2 if twice else 1):
-        wait = store.take(key, limit, per, burst, algorithm, permits)  # type: ignore[arg-type]
-        assert wait >= 0
-        assert math.isfinite(wait)
-    assert client.pttl(redis_key) != -1, "a key without expiry"
+
+    def takes(key: str) -> None:
+        for _ in range(2 if twice else 1):
+            wait = store.take(key, limit, per, burst, algorithm, permits)  # type: ignore[arg-type]
+            assert wait >= 0
+            assert math.isfinite(wait)
+        assert client.pttl(store.key(key, algorithm)) != -1, "a key without expiry"
+
+    takes(key)
+    if _slow_calls(client):
+        # SLOWLOG measures wall time: a server descheduled on a loaded machine logs a fast
+        # script as slow. A script slow by its work is slow again on a fresh key.
+        client.slowlog_reset()
+        takes(f"p{next(_keys)}")
     assert _slow_calls(client) == [], (algorithm, limit, per, burst, permits)
 
 
