@@ -287,17 +287,14 @@ class _Exchange:
     def send(self, execute: Callable[[], R]) -> R:
         """Run the pipeline (`execute()`) with this request published; close every other response."""
         tokens = self.enter()
+        response: R | None = None  # kept: the returned response; none when the pipeline raised
         try:
             response = execute()
-        except BaseException:
-            for discarded in self.finish():
-                discard(discarded)
-            raise
+            return response
         finally:
             self.leave(tokens)
-        for discarded in self.finish(keep=response):
-            discard(discarded)
-        return response
+            for discarded in self.finish(keep=response):
+                discard(discarded)
 
 
 # Threads that send the requests of abortable sync attempts; idle ones are reused. Not capped:
@@ -454,17 +451,14 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
         tokens = exchange.enter()
+        response: httpx.Response | None = None  # as in `_Exchange.send`
         try:
             response = await self.pipeline.execute_async(_attempt_async, self.transport, exchange)
-        except BaseException:
-            for discarded in exchange.finish():
-                await discard_async(discarded)
-            raise
+            return response
         finally:
             exchange.leave(tokens)
-        for discarded in exchange.finish(keep=response):
-            await discard_async(discarded)
-        return response
+            for discarded in exchange.finish(keep=response):
+                await discard_async(discarded)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
