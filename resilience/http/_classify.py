@@ -158,14 +158,12 @@ def current_request(outcome: Outcome[Any] | None = None) -> Any:
     if sending is not None:
         return sending[0]
     value = None if outcome is None else outcome.value
-    if isinstance(value, httpx.Response):
-        try:
-            return value.request
-        except RuntimeError:  # a response built by hand, with no request
-            return None
-    if isinstance(value, _RESPONSES):
+    if not isinstance(value, _RESPONSES):
+        return None
+    try:
         return getattr(value, "request", None)
-    return None
+    except RuntimeError:  # an httpx response built by hand, with no request
+        return None
 
 
 def replayable(request: AnyRequest) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from resilience._validation import Problems
 from resilience.exceptions import BrokenCircuitError, RateLimiterRejectedError
-from resilience.http._classify import REQUEST, is_transient, retry_allowed
+from resilience.http._classify import current_request, is_transient, retry_allowed
 from resilience.http._strategies import check_bool
 from resilience.http._transport import ABORTABLE
 from resilience.strategies.hedging._strategy import HedgingStrategyOptions
@@ -92,8 +92,7 @@ class HttpHedging:
         self._unsafe = unsafe_methods
 
     def _hedged(self) -> bool:
-        sending = REQUEST.get()
-        return retry_allowed(None if sending is None else sending[0], unsafe_methods=self._unsafe)
+        return retry_allowed(current_request(), unsafe_methods=self._unsafe)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Hedge `callback` with abortable attempts, or run it once if the request must not be repeated (sync)."""

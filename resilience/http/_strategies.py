@@ -228,7 +228,8 @@ class HttpTimeoutStrategyOptions:
 class DeadlineTimeout:
     """A timeout strategy that also publishes its deadline (`DEADLINE`) to the inner pipeline.
 
-    The transport hands the time left before the nearest published deadline to httpx. A
+    What it publishes is the nearest deadline: its own, or an enclosing HTTP timeout's if that
+    comes first. The transport hands the time left before it to httpx. A
     context variable, not a context property: one set and reset per execution, no allocation.
     """
 
@@ -239,13 +240,15 @@ class DeadlineTimeout:
         self._seconds = timeout.timeout
         self._clock = clock
 
-    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
-        """Run `callback` under the timeout, its deadline published (sync)."""
+    def _nearest(self) -> float:
+        """This timeout's deadline, or the enclosing one if that comes first."""
         deadline = self._clock.monotonic() + self._seconds
         enclosing = DEADLINE.get()
-        if enclosing is not None and enclosing <= deadline:
-            return self._timeout.execute(callback, context)
-        token = DEADLINE.set(deadline)
+        return deadline if enclosing is None else min(enclosing, deadline)
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` under the timeout, its deadline published (sync)."""
+        token = DEADLINE.set(self._nearest())
         try:
             return self._timeout.execute(callback, context)
         finally:
@@ -255,11 +258,7 @@ class DeadlineTimeout:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` under the timeout, its deadline published (async)."""
-        deadline = self._clock.monotonic() + self._seconds
-        enclosing = DEADLINE.get()
-        if enclosing is not None and enclosing <= deadline:
-            return await self._timeout.execute_async(callback, context)
-        token = DEADLINE.set(deadline)
+        token = DEADLINE.set(self._nearest())
         try:
             return await self._timeout.execute_async(callback, context)
         finally:

@@ -63,6 +63,7 @@ __all__ = [
     "release_async",
     "send_abortable",
     "server_tags",
+    "small_body",
 ]
 
 _logger = logging.getLogger("resilience")
@@ -94,11 +95,14 @@ def _signal() -> Signal:
     return context.signal
 
 
-def _drainable(response: httpx.Response) -> bool:
-    if response.is_stream_consumed or response.is_closed:
-        return False
-    length = response.headers.get("content-length")
+def small_body(headers: Any) -> bool:
+    """Whether a response's headers announce a body small enough to drain (`_DRAIN_LIMIT`)."""
+    length = headers.get("content-length")
     return length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT
+
+
+def _drainable(response: httpx.Response) -> bool:
+    return not (response.is_stream_consumed or response.is_closed) and small_body(response.headers)
 
 
 def discard(response: Any) -> None:
@@ -182,7 +186,7 @@ class _Exchange:
 
     __slots__ = ("_base_tags", "_live", "_lock", "clock", "extensions", "finished", "request")
 
-    def __init__(self, request: httpx.Request, clock: TimeProvider) -> None:
+    def __init__(self, request: httpx.Request, clock: TimeProvider, extensions: dict[str, Any] | None = None) -> None:
         self.request = request
         self.clock = clock
         # Each response an attempt produced and nobody discarded yet, with the flow (thread or
@@ -190,7 +194,8 @@ class _Exchange:
         self._live: list[tuple[object, Any]] = []
         self._lock = threading.Lock()
         self.finished = False
-        self.extensions = request.extensions  # the caller's, restored when no deadline applies
+        # The caller's, restored when no deadline applies (a client without extensions passes {}).
+        self.extensions = request.extensions if extensions is None else extensions
         self._base_tags: dict[str, Any] | None = None
 
     def tags(self, event: EventFields) -> dict[str, Any]:
@@ -231,15 +236,14 @@ class _Exchange:
             shared = request
             request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
             request.extensions = shared.extensions
-        deadline = DEADLINE.get()
-        if deadline is None:
+        cut = self.time_left()
+        if cut is None:
             request.extensions = self.extensions
             return request
-        cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
         shorter = False
-        for key in _TIMEOUT_KEYS:
+        for key in _TIMEOUT_KEYS:  # a loop, not a call per key: this runs on every attempt
             own = original.get(key)
             if own is None or own > cut:
                 timeouts[key] = cut
@@ -250,6 +254,11 @@ class _Exchange:
         # timeouts are the shorter ones already, and the caller's extensions serve as they are.
         request.extensions = {**self.extensions, "timeout": timeouts} if shorter else self.extensions
         return request
+
+    def time_left(self) -> float | None:
+        """The time left before the nearest HTTP timeout's deadline (at least `_MIN_TIMEOUT`); None without one."""
+        deadline = DEADLINE.get()
+        return None if deadline is None else max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
 
     def deadline_passed(self) -> bool:
         """Whether the nearest deadline is due (httpx's timeout may beat our timer)."""
@@ -287,17 +296,14 @@ class _Exchange:
     def send(self, execute: Callable[[], R]) -> R:
         """Run the pipeline (`execute()`) with this request published; close every other response."""
         tokens = self.enter()
+        response: R | None = None  # kept: the returned response; none when the pipeline raised
         try:
             response = execute()
-        except BaseException:
-            for discarded in self.finish():
-                discard(discarded)
-            raise
+            return response
         finally:
             self.leave(tokens)
-        for discarded in self.finish(keep=response):
-            discard(discarded)
-        return response
+            for discarded in self.finish(keep=response):
+                discard(discarded)
 
 
 # Threads that send the requests of abortable sync attempts; idle ones are reused. Not capped:
@@ -454,17 +460,14 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
         tokens = exchange.enter()
+        response: httpx.Response | None = None  # as in `_Exchange.send`
         try:
             response = await self.pipeline.execute_async(_attempt_async, self.transport, exchange)
-        except BaseException:
-            for discarded in exchange.finish():
-                await discard_async(discarded)
-            raise
+            return response
         finally:
             exchange.leave(tokens)
-        for discarded in exchange.finish(keep=response):
-            await discard_async(discarded)
-        return response
+            for discarded in exchange.finish(keep=response):
+                await discard_async(discarded)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

@@ -26,19 +26,17 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
-from resilience._context import current_context
 from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
 from resilience.http._transport import (
-    _DRAIN_LIMIT,
     _GRACE,
-    _MIN_TIMEOUT,
     ABORTABLE,
-    DEADLINE,
     _Exchange,
+    _signal,
     discard,
     send_abortable,
     server_tags,
+    small_body,
 )
 from resilience.telemetry._otel import CONTEXT_TAGS
 
@@ -51,9 +49,8 @@ __all__ = ["ResilientHTTPAdapter"]
 
 def _discard(response: requests.Response) -> None:
     """Close a response nobody will read: a small body is read first, so its connection is reused."""
-    length = response.headers.get("content-length")
     try:
-        if length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT:
+        if small_body(response.headers):
             _ = response.content  # read to the end: the connection goes back to the pool
     finally:
         response.close()
@@ -79,14 +76,9 @@ class _RequestsExchange(_Exchange):
     __slots__ = ("_authority", "_host", "_port", "prepared", "timeout")
 
     def __init__(self, request: requests.PreparedRequest, clock: TimeProvider, timeout: Any) -> None:
-        # The base's fields, set here: a PreparedRequest has no extensions to keep.
-        self.request = request  # type: ignore[assignment]
+        # A PreparedRequest has no extensions to keep.
+        super().__init__(request, clock, extensions={})  # type: ignore[arg-type]
         self.prepared: requests.PreparedRequest = request
-        self.clock = clock
-        self._live = []
-        self._lock = threading.Lock()
-        self.finished = False
-        self._base_tags = None
         self.timeout = timeout
         parts = urlsplit(request.url or "")
         self._host = parts.hostname or ""
@@ -104,10 +96,9 @@ class _RequestsExchange(_Exchange):
     def attempt_timeout(self) -> Any:
         """The caller's `timeout=`, shortened to the time left before the nearest HTTP timeout's deadline."""
         own = self.timeout
-        deadline = DEADLINE.get()
-        if deadline is None:
+        cut = self.time_left()
+        if cut is None:
             return own
-        cut = max(deadline - self.clock.monotonic(), _MIN_TIMEOUT)
         if own is None:
             return cut
         if isinstance(own, tuple):
@@ -133,9 +124,7 @@ def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options
         if exchange.deadline_passed():
             # requests' timeout, set to our deadline, beat the strategy's timer by a hair: let
             # the timer fire, so the timeout strategy reports it and a retry sees the abort.
-            context = current_context()
-            if context is not None:
-                context.signal.wait(_GRACE)
+            _signal().wait(_GRACE)
         raise
     if not exchange.add(flow, response):
         discard(response)  # a hedged attempt that lost, answered after the execution ended
