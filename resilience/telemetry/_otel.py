@@ -270,15 +270,6 @@ class Batch:
                 counts, self._counts = self._counts, {}
                 durations, self._durations = self._durations, {}
                 self._pending = 0
-            self._hand_on(counts, durations)
-        finally:
-            self._flush_lock.release()
-
-    @staticmethod
-    def _hand_on(
-        counts: dict[_Key, list[Any]], durations: dict[_Key, tuple[Histogram, dict[str, Any], list[float]]]
-    ) -> None:
-        try:
             for counter, attributes, total in counts.values():
                 counter.add(total, attributes)
             for histogram, attributes, values in durations.values():
@@ -287,6 +278,8 @@ class Batch:
                     record(value, attributes)
         except Exception:  # a broken provider must not break the thread that flushes
             logging.getLogger("resilience").exception("recording metrics in OpenTelemetry failed")
+        finally:
+            self._flush_lock.release()
 
 
 class _InstrumentCache:
