@@ -339,11 +339,6 @@ _env_names_provider: bool | None = None
 _last_global: tuple[Any, Any] = (_UNKNOWN, None)
 
 
-def _remember_global(provider: Any, found: Any) -> None:
-    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
-    _last_global = (provider, found)
-
-
 def _environment_names_meter_provider() -> bool:
     """Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
 
@@ -361,6 +356,7 @@ def _environment_names_meter_provider() -> bool:
 
 
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
+    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
     if options.meter_provider is not None:
         return options.meter_provider
     metrics = _metrics_api or _api_modules()[0]
@@ -384,7 +380,7 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
         if global_provider is last[0]:
             return last[1]  # type: ignore[no-any-return]
         found = None if type(global_provider).__name__ in _NOOP_PROVIDERS else global_provider
-        _remember_global(global_provider, found)
+        _last_global = (global_provider, found)
         return found
     provider: MeterProvider = sys.modules["opentelemetry.metrics"].get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
