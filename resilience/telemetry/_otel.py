@@ -500,7 +500,8 @@ def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any]
 
 def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
     """An event's span-event and log attributes: its tags, `operation.key` and its facts (plain values only)."""
-    found = tags(event, options, _context_tags(event))
+    contextual = CONTEXT_TAGS.get()
+    found = tags(event, options, None if contextual is None else contextual(event))
     if event.operation_key is not None:
         found["operation.key"] = event.operation_key
     arguments = event.arguments
@@ -509,11 +510,6 @@ def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
         if isinstance(value, str | int | float):  # bool is an int
             found[name] = value
     return found
-
-
-def _context_tags(event: EventFields) -> Mapping[str, Any] | None:
-    extra = CONTEXT_TAGS.get()
-    return None if extra is None else extra(event)
 
 
 def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
