@@ -516,8 +516,6 @@ def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
     """Record the event's metrics and add it to the current span, where either is active."""
     provider = _meter_provider(options)
     span = _recording_span(options)
-    if provider is None and span is None:
-        return
     if provider is not None:
         # Under a recording span the histograms record at once, in this context (exemplars).
         record(INSTRUMENTS.get(provider), event, options, now=span is not None)
