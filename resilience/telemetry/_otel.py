@@ -599,10 +599,7 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
         handled = bool(getattr(arguments, "handled", False))
 
         def attempt_tags() -> dict[str, Any]:
-            attributes = tags(event, options, extra)
-            attributes["attempt.number"] = number
-            attributes["attempt.handled"] = handled
-            return attributes
+            return {**tags(event, options, extra), "attempt.number": number, "attempt.handled": handled}
 
         duration = float(getattr(arguments, "duration", 0.0))
         measure((*key, number, handled), instruments.attempt_duration, attempt_tags, duration)
