@@ -84,7 +84,7 @@ METER_NAME = "resilience"
 _NOOP_PROVIDERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
 _NOOP_TRACER_PROVIDERS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider"})
 
-# event name -> the histogram its duration goes to, and the arguments attribute holding it.
+# Events the counter `resilience.strategy.events` leaves out (docs/telemetry.md, "Metrics").
 _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExecuted"})
 # Events that no metric records (not counted, no duration histogram): only a span sees them.
 SPAN_ONLY = frozenset({"PipelineExecuting"})
