@@ -84,7 +84,7 @@ METER_NAME = "resilience"
 _NOOP_PROVIDERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
 _NOOP_TRACER_PROVIDERS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider"})
 
-# event name -> the histogram its duration goes to, and the arguments attribute holding it.
+# Events the counter `resilience.strategy.events` leaves out (docs/telemetry.md, "Metrics").
 _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExecuted"})
 # Events that no metric records (not counted, no duration histogram): only a span sees them.
 SPAN_ONLY = frozenset({"PipelineExecuting"})
@@ -270,15 +270,6 @@ class Batch:
                 counts, self._counts = self._counts, {}
                 durations, self._durations = self._durations, {}
                 self._pending = 0
-            self._hand_on(counts, durations)
-        finally:
-            self._flush_lock.release()
-
-    @staticmethod
-    def _hand_on(
-        counts: dict[_Key, list[Any]], durations: dict[_Key, tuple[Histogram, dict[str, Any], list[float]]]
-    ) -> None:
-        try:
             for counter, attributes, total in counts.values():
                 counter.add(total, attributes)
             for histogram, attributes, values in durations.values():
@@ -287,6 +278,8 @@ class Batch:
                     record(value, attributes)
         except Exception:  # a broken provider must not break the thread that flushes
             logging.getLogger("resilience").exception("recording metrics in OpenTelemetry failed")
+        finally:
+            self._flush_lock.release()
 
 
 class _InstrumentCache:
@@ -346,11 +339,6 @@ _env_names_provider: bool | None = None
 _last_global: tuple[Any, Any] = (_UNKNOWN, None)
 
 
-def _remember_global(provider: Any, found: Any) -> None:
-    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
-    _last_global = (provider, found)
-
-
 def _environment_names_meter_provider() -> bool:
     """Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
 
@@ -368,6 +356,7 @@ def _environment_names_meter_provider() -> bool:
 
 
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
+    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
     if options.meter_provider is not None:
         return options.meter_provider
     metrics = _metrics_api or _api_modules()[0]
@@ -391,7 +380,7 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
         if global_provider is last[0]:
             return last[1]  # type: ignore[no-any-return]
         found = None if type(global_provider).__name__ in _NOOP_PROVIDERS else global_provider
-        _remember_global(global_provider, found)
+        _last_global = (global_provider, found)
         return found
     provider: MeterProvider = sys.modules["opentelemetry.metrics"].get_meter_provider()
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
@@ -511,7 +500,8 @@ def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any]
 
 def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
     """An event's span-event and log attributes: its tags, `operation.key` and its facts (plain values only)."""
-    found = tags(event, options, _context_tags(event))
+    contextual = CONTEXT_TAGS.get()
+    found = tags(event, options, None if contextual is None else contextual(event))
     if event.operation_key is not None:
         found["operation.key"] = event.operation_key
     arguments = event.arguments
@@ -522,17 +512,10 @@ def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
     return found
 
 
-def _context_tags(event: EventFields) -> Mapping[str, Any] | None:
-    extra = CONTEXT_TAGS.get()
-    return None if extra is None else extra(event)
-
-
 def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
     """Record the event's metrics and add it to the current span, where either is active."""
     provider = _meter_provider(options)
     span = _recording_span(options)
-    if provider is None and span is None:
-        return
     if provider is not None:
         # Under a recording span the histograms record at once, in this context (exemplars).
         record(INSTRUMENTS.get(provider), event, options, now=span is not None)
@@ -616,10 +599,7 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
         handled = bool(getattr(arguments, "handled", False))
 
         def attempt_tags() -> dict[str, Any]:
-            attributes = tags(event, options, extra)
-            attributes["attempt.number"] = number
-            attributes["attempt.handled"] = handled
-            return attributes
+            return {**tags(event, options, extra), "attempt.number": number, "attempt.handled": handled}
 
         duration = float(getattr(arguments, "duration", 0.0))
         measure((*key, number, handled), instruments.attempt_duration, attempt_tags, duration)
