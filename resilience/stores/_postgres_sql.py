@@ -23,14 +23,12 @@ import re
 from dataclasses import dataclass
 
 from resilience.exceptions import ValidationError
-from resilience.stores._redis_scripts import QUEUE_BOUND
+from resilience.stores._redis_scripts import QUEUE_BOUND, QUEUE_ENTRY_MS
 
 __all__ = ["PURGE_AFTER_S", "TOKEN_MAX", "LockSql", "SemaphoreSql", "check_table"]
 
 TOKEN_MAX = 2**53 - 1
 """The sequence's MAXVALUE: tokens stay exact as JSON and JavaScript numbers."""
-QUEUE_ENTRY_MS = 3000
-"""How long (ms) a waiter's queue entry lives unless its waiter tries again (as in the other stores)."""
 PURGE_AFTER_S = 60
 """How long (s) a released or expired row is kept before a purge may delete it."""
 
@@ -80,23 +78,6 @@ class _TableSql:
         """(ttl ms, key, owner): one row updated when `owner` holds the live lease (or slot)."""
         return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %s * interval '1 millisecond'
 WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
-
-    @property
-    def holders(self) -> str:
-        """(key,): the live holders of one key, by token: owner, token, ms left."""
-        return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY token"""
-
-    @property
-    def held_keys(self) -> str:
-        """(): every key with a live holder, in order (for `python -m resilience locks list`)."""
-        return f"""SELECT DISTINCT key FROM {self.table}
-WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
-
-    @property
-    def purge(self) -> str:
-        """Delete the rows whose lease ended long ago (bounded table size for unbounded keys)."""
-        return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
 
 
 @dataclass(frozen=True)
