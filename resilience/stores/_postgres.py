@@ -622,11 +622,11 @@ class PostgresLockStore(_PostgresStore):
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """Take the free lock for `owner` for `ttl` seconds: its token, or None if held (or waited for) by another."""
-        return self._execute("acquire", self._acquire(key, owner, ttl, shared=False, join=False))[0]
+        return self.acquire_or_ttl(key, owner, ttl)[0]
 
     def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
         """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
-        return self._execute("acquire", self._acquire(key, owner, ttl, shared=True, join=False))[0]
+        return self.acquire_or_ttl(key, owner, ttl, shared=True)[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -650,11 +650,11 @@ class PostgresLockStore(_PostgresStore):
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        return (await self._execute_async("acquire_async", self._acquire(key, owner, ttl, shared=False, join=False)))[0]
+        return (await self.acquire_or_ttl_async(key, owner, ttl))[0]
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire_shared`."""
-        return (await self._execute_async("acquire_async", self._acquire(key, owner, ttl, shared=True, join=False)))[0]
+        return (await self.acquire_or_ttl_async(key, owner, ttl, shared=True))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
