@@ -16,19 +16,20 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from resilience._runtime._closing import Closing
 from resilience.exceptions import ValidationError
-from resilience.stores._info import HolderInfo, LockInfo, LockMode, holder_tuples, lock_mode
+from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
 from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_scripts import QUEUE_ENTRY_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Callable
 
 __all__ = ["PostgresLockStore", "PostgresSemaphoreStore"]
 
@@ -82,20 +83,37 @@ def _check_str(option: str, value: object) -> str:
     return value
 
 
-def _answer(row: Sequence[Any] | None) -> tuple[int | None, float | None]:
-    if row is None:
-        return None, None
-    token, left_ms = row
-    return (int(token), None) if token is not None else (None, int(left_ms) / 1000)
+def _params(key: str, owner: str | None = None, ttl: float | None = None, **more: object) -> dict[str, Any]:
+    """A statement's named parameters, checked: `key` and `owner` as text (owner NULL when None), `ttl` in ms."""
+    params: dict[str, Any] = {
+        "key": _check_str("key", key),
+        "owner": None if owner is None else _check_str("owner", owner),
+        **more,
+    }
+    if ttl is not None:
+        params["ttl"] = _ttl_ms(ttl)
+    return params
 
 
-def _lock_answer(value: int) -> tuple[int | None, float | None]:
-    """The acquire function's answer: a token (> 0), -(ms the holders have left), or 0 (a waiter goes first)."""
-    return (value, None) if value > 0 else (None, -value / 1000 if value else None)
+_T = TypeVar("_T")
 
 
-def _semaphore_answer(value: int) -> tuple[int | None, float | None]:
-    """The acquire function's answer: a token (> 0), -ms until a holder's lease ends (< 0), 0 (time unknown)."""
+@dataclass(frozen=True, slots=True)
+class _Statement(Generic[_T]):
+    """One statement of a store method and what its rows answer: built once, run by the sync or the async shell."""
+
+    query: str
+    params: dict[str, Any]
+    answer: Callable[[list[Any]], _T]
+
+
+def _acquired(rows: list[Any]) -> tuple[int | None, float | None]:
+    """The acquire functions' answer: a token (> 0); -(ms until a holder's lease ends) (< 0); 0 when no time is told.
+
+    0: the lock's holders are gone but a waiter goes first; the semaphore's slots are free but
+    promised to waiters ahead, or its holders' time is unknown.
+    """
+    value = int(rows[0][0])
     if value > 0:
         return value, None
     return None, (-value / 1000 if value < 0 else None)
@@ -118,7 +136,6 @@ class _PostgresStore(Closing):
     """What both stores share: pools, notification, schema, closing."""
 
     _kind: str = "PostgresStore"
-    _mode: LockMode = lock_mode(shared=False)
     capabilities: StoreCapabilities
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
@@ -173,66 +190,69 @@ class _PostgresStore(Closing):
 
         A shared hold of the lock too. Never re-acquires: a lease that ended stays ended.
         """
-        return bool(self._execute("renew", self._sql.renew, self._renew_params(key, owner, ttl)) == 1)
+        return self._execute("renew", self._renew(key, owner, ttl))
 
-    def _renew_params(self, key: str, owner: str, ttl: float) -> Sequence[Any] | dict[str, Any]:
-        return (_ttl_ms(ttl), _check_str("key", key), _check_str("owner", owner))
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return await self._execute_async("renew_async", self._renew(key, owner, ttl))
+
+    def _renew(self, key: str, owner: str, ttl: float) -> _Statement[bool]:
+        return _Statement(self._sql.renew, _params(key, owner, ttl), lambda rows: len(rows) == 1)
 
     def release(self, key: str, owner: str) -> bool:
         """Free `owner`'s lease (True only if it held one) and wake the waiters on `key`.
 
         A waiter that holds nothing leaves the queue instead (False).
         """
-        row = self._execute("release", self._sql.release, self._release_params(key, owner), fetch=True)
-        if self._due_purge():
-            self._execute("release", self._sql.purge, ())
-        return row is not None and row[0] == 1
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        params = self._renew_params(key, owner, ttl)
-        return bool((await self._execute_async("renew_async", self._sql.renew, params)) == 1)
+        released = self._execute("release", self._release(key, owner))
+        if (purge := self._due_purge()) is not None:
+            self._execute("release", purge)
+        return released
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        params = self._release_params(key, owner)
-        row = await self._execute_async("release_async", self._sql.release, params, fetch=True)
-        if self._due_purge():
-            await self._execute_async("release_async", self._sql.purge, ())
-        return row is not None and row[0] == 1
+        released = await self._execute_async("release_async", self._release(key, owner))
+        if (purge := self._due_purge()) is not None:
+            await self._execute_async("release_async", purge)
+        return released
 
-    def _release_params(self, key: str, owner: str) -> Sequence[Any] | dict[str, Any]:
-        raise NotImplementedError
+    def _release(self, key: str, owner: str) -> _Statement[bool]:
+        # The first value is 1 when `owner` held the lease (the lock's statement: no row when nothing changed).
+        return _Statement(self._sql.release, _params(key, owner), lambda rows: bool(rows) and rows[0][0] == 1)
 
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token; time left on the database's clock), or None when free.
 
-        Waiters are not recorded in the database (`waiters` is None). `SupportsInspection`.
+        A lock's also counts its waiters, and its mode is "shared" when shared holders hold it.
+        A semaphore's waiters are not counted (`waiters` is None). `SupportsInspection`.
         """
-        rows = self._execute("info", self._sql.holders, (_check_str("key", key),), fetch="all")
-        return self._info(key, rows)
+        return self._execute("info", self._holders(key))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        rows = await self._execute_async("info_async", self._sql.holders, (_check_str("key", key),), fetch="all")
-        return self._info(key, rows)
+        return await self._execute_async("info_async", self._holders(key))
 
-    def _info(self, key: str, rows: Sequence[Sequence[Any]]) -> LockInfo | None:
-        # A semaphore's rows end with the holder's permits (a lock holder has 1).
-        holders = tuple(HolderInfo(row[0], int(row[1]), int(row[2]) / 1000, *map(int, row[3:])) for row in rows)
-        return LockInfo(key, self._mode, holders, None) if holders else None
+    def _holders(self, key: str) -> _Statement[LockInfo | None]:
+        return _Statement(self._sql.holders, _params(key), partial(self._info, key))
+
+    def _info(self, key: str, rows: list[Any]) -> LockInfo | None:
+        """The `LockInfo` of the holders' rows."""
+        raise NotImplementedError
 
     def force_release(self, key: str) -> bool:
-        """Free `key` whoever holds it, in one statement: True if it was held, False if free.
+        """Free `key` whoever holds it (every shared holder of a lock too), in one statement: True if it was held.
 
         The holders' next renewal answers False; waiters are notified as by a release.
         """
-        return bool(self._execute("force_release", self._sql.force_release, (_check_str("key", key),)) > 0)
+        return self._execute("force_release", self._force_release(key))
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        params = (_check_str("key", key),)
-        return bool(await self._execute_async("force_release_async", self._sql.force_release, params) > 0)
+        return await self._execute_async("force_release_async", self._force_release(key))
+
+    def _force_release(self, key: str) -> _Statement[bool]:
+        # It answers how many holds it freed. No owner: none of the lock's queued waiters is the caller.
+        return _Statement(self._sql.force_release, _params(key), lambda rows: int(rows[0][0]) > 0)
 
     # -- pools ---------------------------------------------------------------------------------
 
@@ -297,10 +317,8 @@ class _PostgresStore(Closing):
             await pool.open(wait=False)
         return pool
 
-    def _execute(
-        self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool | str = False
-    ) -> Any:
-        """Run one statement: its first row when `fetch`, every row when `fetch="all"`, else its rowcount.
+    def _execute(self, method: str, statement: _Statement[_T]) -> _T:
+        """Run one statement and give its answer, from its rows (none when it returns no rows).
 
         On the connection the store keeps (`_take_kept`) when no other caller is using it;
         else on one checked out of the pool (`getconn`/`putconn`). A connection that is not in
@@ -313,8 +331,8 @@ class _PostgresStore(Closing):
         try:
             conn = self._take_kept(self._kept, pool) if kept else pool.getconn()
             try:
-                cursor = conn.execute(query, params)
-                result = cursor.fetchall() if fetch == "all" else cursor.fetchone() if fetch else cursor.rowcount
+                cursor = conn.execute(statement.query, statement.params)
+                rows = cursor.fetchall() if cursor.description is not None else []
                 if not conn.autocommit:
                     conn.commit()
             except BaseException:
@@ -330,7 +348,7 @@ class _PostgresStore(Closing):
         finally:
             if kept:
                 self._kept_lock.release()
-        return result
+        return statement.answer(rows)
 
     @staticmethod
     def _take_kept(kept: _Kept, pool: Any) -> Any:
@@ -348,9 +366,8 @@ class _PostgresStore(Closing):
             kept.conn, kept.pool, kept.since, kept.pid = pool.getconn(), pool, now, pid
         return kept.conn
 
-    async def _execute_async(
-        self, method: str, query: str, params: Sequence[Any] | dict[str, Any], *, fetch: bool | str = False
-    ) -> Any:
+    async def _execute_async(self, method: str, statement: _Statement[_T]) -> _T:
+        """See `_execute` (the kept connection: one per event loop)."""
         pool = await self._get_async_pool(method)
         loop = asyncio.get_running_loop()
         kept = self._kept_async.setdefault(loop, _Kept())
@@ -358,11 +375,8 @@ class _PostgresStore(Closing):
         try:
             conn = await self._take_kept_async(kept, pool) if mine else await pool.getconn()
             try:
-                cursor = await conn.execute(query, params)
-                if fetch == "all":
-                    result = await cursor.fetchall()
-                else:
-                    result = await cursor.fetchone() if fetch else cursor.rowcount
+                cursor = await conn.execute(statement.query, statement.params)
+                rows = await cursor.fetchall() if cursor.description is not None else []
                 if not conn.autocommit:
                     await conn.commit()
             except BaseException:
@@ -381,7 +395,7 @@ class _PostgresStore(Closing):
                 if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
                     conn, kept.conn = kept.conn, None
                     await kept.pool.putconn(conn)
-        return result
+        return statement.answer(rows)
 
     @staticmethod
     async def _take_kept_async(kept: _Kept, pool: Any) -> Any:
@@ -454,12 +468,13 @@ class _PostgresStore(Closing):
             conninfo, kwargs = pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
         return conninfo, {**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT}
 
-    def _due_purge(self) -> bool:
+    def _due_purge(self) -> _Statement[int] | None:
+        """The purge of long-ended rows, when one is due (once per `_PURGE_EVERY`)."""
         now = time.monotonic()
         if now - self._purged_at < _PURGE_EVERY:
-            return False
+            return None
         self._purged_at = now
-        return True
+        return _Statement(self._sql.purge, {}, len)
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -485,22 +500,24 @@ class _PostgresStore(Closing):
 
     # -- release notification ------------------------------------------------------------------
 
-    def _is_free(self, key: str, owner: str | None) -> bool:  # noqa: ARG002 - the lock store's queued waiter
-        return self._execute("wait_released", self._sql.held, (key,), fetch=True) is None
-
-    async def _is_free_async(self, key: str, owner: str | None) -> bool:  # noqa: ARG002
-        return await self._execute_async("wait_released_async", self._sql.held, (key,), fetch=True) is None
-
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True; at once when it is free) or `timeout` seconds pass (False).
 
         True is a hint to try again now. A release wakes the longest-waiting waiter of this store
         (FIFO within the process; across processes the woken waiters race).
         """
-        _check_str("key", key)
-        return self._wait_for(key, timeout, lambda: self._is_free(key, owner), owner)
+        return self._wait_for(key, timeout, self._is_free(key, owner), owner)
 
-    def _wait_for(self, key: str, timeout: float, is_free: Callable[[], bool], owner: str | None = None) -> bool:
+    def _is_free(self, key: str, owner: str | None, **limits: int) -> _Statement[bool]:
+        """Whether a waiter may try now.
+
+        Its turn, when it waits in the database's queue (`owner`); else whether `key` is free.
+        """
+        if owner is None:
+            return _Statement(self._sql.held, _params(key), lambda rows: not rows)
+        return _Statement(self._sql.turn, _params(key, owner, **limits), lambda rows: bool(rows[0][0]))
+
+    def _wait_for(self, key: str, timeout: float, is_free: _Statement[bool], owner: str | None = None) -> bool:
         pool = self._sync_pool("wait_released")
         with self._pool_lock:
             if self._listener is None:
@@ -510,15 +527,14 @@ class _PostgresStore(Closing):
                     lambda: psycopg.Connection.connect(conninfo, **kwargs), self._sql.channel
                 )
             listener = self._listener
-        return listener.wait(key, timeout, is_free, owner=owner)
+        return listener.wait(key, timeout, lambda: self._execute("wait_released", is_free), owner=owner)
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
-        _check_str("key", key)
-        return await self._wait_for_async(key, timeout, lambda: self._is_free_async(key, owner), owner)
+        return await self._wait_for_async(key, timeout, self._is_free(key, owner), owner)
 
     async def _wait_for_async(
-        self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], owner: str | None = None
+        self, key: str, timeout: float, is_free: _Statement[bool], owner: str | None = None
     ) -> bool:
         pool = await self._get_async_pool("wait_released_async")
         loop = asyncio.get_running_loop()
@@ -531,7 +547,9 @@ class _PostgresStore(Closing):
                 return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
 
             listener = self._async_listeners[loop] = AsyncReleaseListener(connect, self._sql.channel)
-        return await listener.wait(key, timeout, is_free, owner=owner)
+        return await listener.wait(
+            key, timeout, lambda: self._execute_async("wait_released_async", is_free), owner=owner
+        )
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -597,32 +615,18 @@ class PostgresLockStore(_PostgresStore):
     capabilities = StoreCapabilities(kind="lock", fair_queue=True)  # waiters queue in the database (`acquire_or_queue`)
     _sql: LockSql
 
-    def _params(self, key: str, owner: str, ttl: float | None = None, **flags: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"key": _check_str("key", key), "owner": _check_str("owner", owner), **flags}
-        if ttl is not None:
-            params["ttl"] = _ttl_ms(ttl)
-        return params
-
     def _acquire(
         self, key: str, owner: str, ttl: float, *, shared: bool, join: bool
-    ) -> tuple[int | None, float | None]:
-        params = self._params(key, owner, ttl, shared=shared, join=join)
-        return _lock_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
-
-    async def _acquire_async(
-        self, key: str, owner: str, ttl: float, *, shared: bool, join: bool
-    ) -> tuple[int | None, float | None]:
-        params = self._params(key, owner, ttl, shared=shared, join=join)
-        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
-        return _lock_answer(int(row[0]))
+    ) -> _Statement[tuple[int | None, float | None]]:
+        return _Statement(self._sql.acquire, _params(key, owner, ttl, shared=shared, join=join), _acquired)
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
         """Take the free lock for `owner` for `ttl` seconds: its token, or None if held (or waited for) by another."""
-        return self._acquire(key, owner, ttl, shared=False, join=False)[0]
+        return self.acquire_or_ttl(key, owner, ttl)[0]
 
     def acquire_shared(self, key: str, owner: str, ttl: float) -> int | None:
         """A shared hold (`SupportsSharedHolds`): refused while an exclusive lease is held or waits first."""
-        return self._acquire(key, owner, ttl, shared=True, join=False)[0]
+        return self.acquire_or_ttl(key, owner, ttl, shared=True)[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -632,7 +636,7 @@ class PostgresLockStore(_PostgresStore):
         A free key that waiters queue for goes to the first of them (no time left is reported
         to anyone else). With `shared`, a shared hold.
         """
-        return self._acquire(key, owner, ttl, shared=shared, join=False)
+        return self._execute("acquire", self._acquire(key, owner, ttl, shared=shared, join=False))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -642,85 +646,35 @@ class PostgresLockStore(_PostgresStore):
         The entry lives 3 s unless `owner` tries again; `release(key, owner)` by a waiter that
         gives up leaves the queue.
         """
-        return self._acquire(key, owner, ttl, shared=shared, join=True)
+        return self._execute("acquire", self._acquire(key, owner, ttl, shared=shared, join=True))
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
-        return (await self._acquire_async(key, owner, ttl, shared=False, join=False))[0]
+        return (await self.acquire_or_ttl_async(key, owner, ttl))[0]
 
     async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire_shared`."""
-        return (await self._acquire_async(key, owner, ttl, shared=True, join=False))[0]
+        return (await self.acquire_or_ttl_async(key, owner, ttl, shared=True))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        return await self._acquire_async(key, owner, ttl, shared=shared, join=False)
+        return await self._execute_async("acquire_async", self._acquire(key, owner, ttl, shared=shared, join=False))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        return await self._acquire_async(key, owner, ttl, shared=shared, join=True)
-
-    def _renew_params(self, key: str, owner: str, ttl: float) -> dict[str, Any]:
-        return self._params(key, owner, ttl)
-
-    def _release_params(self, key: str, owner: str) -> dict[str, Any]:
-        return self._params(key, owner)
-
-    def _is_free(self, key: str, owner: str | None) -> bool:
-        if owner is None:
-            return self._execute("wait_released", self._sql.held, {"key": key}, fetch=True) is None
-        return bool(self._execute("wait_released", self._sql.turn, {"key": key, "owner": owner}, fetch=True)[0])
-
-    async def _is_free_async(self, key: str, owner: str | None) -> bool:
-        if owner is None:
-            return await self._execute_async("wait_released_async", self._sql.held, {"key": key}, fetch=True) is None
-        row = await self._execute_async("wait_released_async", self._sql.turn, {"key": key, "owner": owner}, fetch=True)
-        return bool(row[0])
-
-    def info(self, key: str) -> LockInfo | None:
-        """`key`'s live holders (by token; time left on the database's clock) and waiters, or None when free.
-
-        The mode is "shared" when shared holders hold it. `SupportsInspection`.
-        """
-        params = {"key": _check_str("key", key)}
-        rows = self._execute("info", self._sql.holders, params, fetch="all")
-        if not rows:
-            return None
-        waiters = self._execute("info", self._sql.waiters, params, fetch=True)[0]
-        return self._lock_info(key, rows, waiters)
-
-    async def info_async(self, key: str) -> LockInfo | None:
-        """See `info`."""
-        params = {"key": _check_str("key", key)}
-        rows = await self._execute_async("info_async", self._sql.holders, params, fetch="all")
-        if not rows:
-            return None
-        waiters = (await self._execute_async("info_async", self._sql.waiters, params, fetch=True))[0]
-        return self._lock_info(key, rows, waiters)
+        return await self._execute_async("acquire_async", self._acquire(key, owner, ttl, shared=shared, join=True))
 
     @staticmethod
-    def _lock_info(key: str, rows: Sequence[Sequence[Any]], waiters: int) -> LockInfo:
-        holders = tuple(HolderInfo(owner, int(token), int(left_ms) / 1000) for owner, token, left_ms, _ in rows)
-        return LockInfo(key, lock_mode(shared=bool(rows[0][3])), holders, int(waiters))
-
-    def force_release(self, key: str) -> bool:
-        """Free `key` whoever holds it (every shared holder too), in one statement: True if it was held.
-
-        The holders' next renewal answers False; waiters are notified as by a release.
-        """
-        params = {"key": _check_str("key", key), "owner": None}
-        row = self._execute("force_release", self._sql.force_release, params, fetch=True)
-        return bool(row[0] > 0)
-
-    async def force_release_async(self, key: str) -> bool:
-        """See `force_release`."""
-        params = {"key": _check_str("key", key), "owner": None}
-        row = await self._execute_async("force_release_async", self._sql.force_release, params, fetch=True)
-        return bool(row[0] > 0)
+    def _info(key: str, rows: list[Any]) -> LockInfo | None:
+        # A row: owner, token, ms left, shared, and how many requests wait in the key's queue.
+        if not rows:
+            return None
+        holders = tuple(HolderInfo(owner, int(token), int(left_ms) / 1000) for owner, token, left_ms, _, _ in rows)
+        return LockInfo(key, lock_mode(shared=bool(rows[0][3])), holders, int(rows[0][4]))
 
 
 class PostgresSemaphoreStore(_PostgresStore):
@@ -735,7 +689,6 @@ class PostgresSemaphoreStore(_PostgresStore):
     """
 
     _kind = "PostgresSemaphoreStore"
-    _mode = "semaphore"
     # Waiters queue in the store (`acquire_or_queue`); its `acquire_or_ttl` takes the `limit` too.
     capabilities = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
 
@@ -747,27 +700,21 @@ class PostgresSemaphoreStore(_PostgresStore):
         super().__init__(conninfo_or_pool, async_pool, SemaphoreSql(check_table(self._kind, table)))
 
     @staticmethod
-    def _limit(limit: object, permits: object = 1) -> tuple[int, int]:
+    def _limit(limit: object, permits: object = 1) -> dict[str, int]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
             msg = f"limit: must be an int >= 1, got {limit!r}"
             raise ValidationError(msg)
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
             msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
             raise ValidationError(msg)
-        return limit, permits
+        return {"limit": limit, "permits": permits}
 
-    def _acquire_params(
-        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int
-    ) -> tuple[str, str, int, int, int, int]:
-        checked_limit, checked_permits = self._limit(limit, permits)
-        return (
-            _check_str("key", key),
-            _check_str("owner", owner),
-            _ttl_ms(ttl),
-            checked_limit,
-            checked_permits,
-            entry_ms,
-        )
+    def _acquire(
+        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
+    ) -> _Statement[tuple[int | None, float | None]]:
+        limits = self._limit(limit, permits)
+        params = _params(key, owner, ttl, **limits, entry_ms=QUEUE_ENTRY_MS if join else 0)
+        return _Statement(self._sql.acquire, params, _acquired)
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """Take `permits` slots for `owner` if that many are free: its token, or None."""
@@ -780,8 +727,7 @@ class PostgresSemaphoreStore(_PostgresStore):
 
         `(None, None)` when enough slots are free but promised to waiters queued ahead.
         """
-        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=0)
-        return _semaphore_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
+        return self._execute("acquire", self._acquire(key, owner, ttl, limit, permits, join=False))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -791,8 +737,7 @@ class PostgresSemaphoreStore(_PostgresStore):
         The entry lives `QUEUE_ENTRY_MS` unless `owner` tries again; `release(key, owner)` by a
         waiter that gives up leaves the queue.
         """
-        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=QUEUE_ENTRY_MS)
-        return _semaphore_answer(int(self._execute("acquire", self._sql.acquire, params, fetch=True)[0]))
+        return self._execute("acquire", self._acquire(key, owner, ttl, limit, permits, join=True))
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
@@ -802,21 +747,21 @@ class PostgresSemaphoreStore(_PostgresStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=0)
-        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
-        return _semaphore_answer(int(row[0]))
+        return await self._execute_async("acquire_async", self._acquire(key, owner, ttl, limit, permits, join=False))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        params = self._acquire_params(key, owner, ttl, limit, permits, entry_ms=QUEUE_ENTRY_MS)
-        row = await self._execute_async("acquire_async", self._sql.acquire, params, fetch=True)
-        return _semaphore_answer(int(row[0]))
+        return await self._execute_async("acquire_async", self._acquire(key, owner, ttl, limit, permits, join=True))
 
-    def _release_params(self, key: str, owner: str) -> tuple[str, ...]:
-        # The SQL names the key and the owner twice (the holders, then the queue).
-        return (_check_str("key", key), _check_str("owner", owner)) * 2
+    @staticmethod
+    def _info(key: str, rows: list[Any]) -> LockInfo | None:
+        # A row: owner, token, ms left, permits.
+        holders = tuple(
+            HolderInfo(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows
+        )
+        return LockInfo(key, "semaphore", holders, None) if holders else None
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest token first."""
@@ -825,10 +770,6 @@ class PostgresSemaphoreStore(_PostgresStore):
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""
         return holder_tuples(await self.info_async(key))
-
-    def _turn_params(self, key: str, owner: str, limit: int, permits: int) -> tuple[object, ...]:
-        checked_limit, checked_permits = self._limit(limit, permits)
-        return (key, owner, key, key, owner, checked_permits, checked_limit)
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -840,10 +781,7 @@ class PostgresSemaphoreStore(_PostgresStore):
         """
         if owner is None or limit is None:
             return super().wait_released(key, timeout)
-        params = self._turn_params(_check_str("key", key), _check_str("owner", owner), limit, permits)
-        return self._wait_for(
-            key, timeout, lambda: bool(self._execute("wait_released", self._sql.turn, params, fetch=True)[0])
-        )
+        return self._wait_for(key, timeout, self._is_free(key, owner, **self._limit(limit, permits)))
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -851,10 +789,4 @@ class PostgresSemaphoreStore(_PostgresStore):
         """See `wait_released`."""
         if owner is None or limit is None:
             return await super().wait_released_async(key, timeout)
-        params = self._turn_params(_check_str("key", key), _check_str("owner", owner), limit, permits)
-
-        async def is_free() -> bool:
-            row = await self._execute_async("wait_released_async", self._sql.turn, params, fetch=True)
-            return bool(row[0])
-
-        return await self._wait_for_async(key, timeout, is_free)
+        return await self._wait_for_async(key, timeout, self._is_free(key, owner, **self._limit(limit, permits)))

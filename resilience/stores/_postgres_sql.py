@@ -23,14 +23,12 @@ import re
 from dataclasses import dataclass
 
 from resilience.exceptions import ValidationError
-from resilience.stores._redis_scripts import QUEUE_BOUND
+from resilience.stores._redis_scripts import QUEUE_BOUND, QUEUE_ENTRY_MS
 
 __all__ = ["PURGE_AFTER_S", "TOKEN_MAX", "LockSql", "SemaphoreSql", "check_table"]
 
 TOKEN_MAX = 2**53 - 1
 """The sequence's MAXVALUE: tokens stay exact as JSON and JavaScript numbers."""
-QUEUE_ENTRY_MS = 3000
-"""How long (ms) a waiter's queue entry lives unless its waiter tries again (as in the other stores)."""
 PURGE_AFTER_S = 60
 """How long (s) a released or expired row is kept before a purge may delete it."""
 
@@ -74,29 +72,6 @@ class _TableSql:
     def channel(self) -> str:
         """The NOTIFY channel of releases (the payload is md5 of the key)."""
         return self.table
-
-    @property
-    def renew(self) -> str:
-        """(ttl ms, key, owner): one row updated when `owner` holds the live lease (or slot)."""
-        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %s * interval '1 millisecond'
-WHERE key = %s AND owner = %s AND expires_at > clock_timestamp()"""
-
-    @property
-    def holders(self) -> str:
-        """(key,): the live holders of one key, by token: owner, token, ms left."""
-        return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-FROM {self.table} WHERE key = %s AND owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY token"""
-
-    @property
-    def held_keys(self) -> str:
-        """(): every key with a live holder, in order (for `python -m resilience locks list`)."""
-        return f"""SELECT DISTINCT key FROM {self.table}
-WHERE owner IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key"""
-
-    @property
-    def purge(self) -> str:
-        """Delete the rows whose lease ended long ago (bounded table size for unbounded keys)."""
-        return f"DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
 
 
 @dataclass(frozen=True)
@@ -262,19 +237,18 @@ turns AS (SELECT owner FROM waiting WHERE ticket = (SELECT min(ticket) FROM wait
 
     @property
     def holders(self) -> str:
-        """(key,): the live holders of one key, by token: owner, token, ms left, shared."""
+        """(key,): the live holders of one key, by token: owner, token, ms left, shared, waiters.
+
+        `waiters` is how many requests wait in the key's queue (the same on every row).
+        """
         t = self.table
         left = "ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
-        return f"""SELECT owner, token, {left}, false FROM {t}
+        waiters = f"(SELECT count(*) FROM {t}_queue WHERE key = %(key)s AND expires_at > clock_timestamp())"
+        return f"""SELECT owner, token, {left}, false, {waiters} FROM {t}
 WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp()
 UNION ALL
-SELECT owner, token, {left}, true FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp()
+SELECT owner, token, {left}, true, {waiters} FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp()
 ORDER BY 2"""
-
-    @property
-    def waiters(self) -> str:
-        """(key,): how many requests wait in the key's queue."""
-        return f"SELECT count(*) FROM {self.table}_queue WHERE key = %(key)s AND expires_at > clock_timestamp()"
 
     @property
     def held_keys(self) -> str:
@@ -414,20 +388,26 @@ $fn$;"""
     @property
     def acquire(self) -> str:
         """(key, owner, ttl ms, limit, permits, queue entry ms or 0) -> the function's answer."""
-        return f"SELECT {self.table}_acquire(%s, %s, %s, %s, %s, %s)"
+        return f"SELECT {self.table}_acquire(%(key)s, %(owner)s, %(ttl)s, %(limit)s, %(permits)s, %(entry_ms)s)"
+
+    @property
+    def renew(self) -> str:
+        """(key, owner, ttl ms): one row when `owner` holds a live slot, pushed out."""
+        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %(ttl)s * interval '1 millisecond'
+WHERE key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp() RETURNING 1"""
 
     @property
     def release(self) -> str:
-        """(key, owner, key, owner) -> (1 when `owner` held live slots, now freed, else 0).
+        """(key, owner) -> (1 when `owner` held live slots, now freed, else 0).
 
         A waiter that holds nothing leaves the queue instead. Either way a NOTIFY is sent at
         commit, so the waiters check whether their slots are now free.
         """
         t = self.table
         return f"""WITH released AS (
-    DELETE FROM {t} WHERE key = %s AND owner = %s AND expires_at > clock_timestamp() RETURNING key
+    DELETE FROM {t} WHERE key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp() RETURNING key
 ), gone AS (
-    DELETE FROM {self.queue} WHERE key = %s AND owner = %s RETURNING key
+    DELETE FROM {self.queue} WHERE key = %(key)s AND owner = %(owner)s RETURNING key
 ), told AS (
     SELECT pg_notify('{self.channel}', md5(key)) FROM released
     UNION ALL SELECT pg_notify('{self.channel}', md5(key)) FROM gone
@@ -436,19 +416,21 @@ SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM told)"""
 
     @property
     def turn(self) -> str:
-        """(key, owner, key, key, owner, permits, limit) -> whether `owner` may take its slots now."""
+        """(key, owner, permits, limit) -> whether `owner` may take its slots now."""
         t, q = self.table, self.queue
-        return f"""SELECT EXISTS (SELECT FROM {t} WHERE key = %s AND owner = %s AND expires_at > clock_timestamp())
-    OR (SELECT coalesce(sum(permits), 0) FROM {t} WHERE key = %s AND expires_at > clock_timestamp())
-     + (SELECT coalesce(sum(w.permits), 0) FROM {q} w WHERE w.key = %s AND w.expires_at > clock_timestamp()
-        AND w.arrival < coalesce((SELECT arrival FROM {q} WHERE key = w.key AND owner = %s), 9223372036854775807))
-     + %s <= %s"""
+        now = "clock_timestamp()"
+        return f"""SELECT EXISTS (SELECT FROM {t} WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now})
+    OR (SELECT coalesce(sum(permits), 0) FROM {t} WHERE key = %(key)s AND expires_at > {now})
+     + (SELECT coalesce(sum(w.permits), 0) FROM {q} w WHERE w.key = %(key)s AND w.expires_at > {now}
+        AND w.arrival < coalesce((SELECT arrival FROM {q} WHERE key = w.key AND owner = %(owner)s),
+                                 9223372036854775807))
+     + %(permits)s <= %(limit)s"""
 
     @property
     def holders(self) -> str:
         """(key,): the live holders: owner, token, ms left, permits (oldest token first)."""
         return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, permits
-FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp() ORDER BY token"""
+FROM {self.table} WHERE key = %(key)s AND expires_at > clock_timestamp() ORDER BY token"""
 
     @property
     def purge(self) -> str:
@@ -460,11 +442,12 @@ DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE
 
     @property
     def force_release(self) -> str:
-        """(key,): every live slot deleted (and a NOTIFY sent at commit)."""
-        return f"""DELETE FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp()
-RETURNING pg_notify('{self.channel}', md5(key))"""
+        """(key,): how many live slots were deleted (and a NOTIFY sent at commit for each)."""
+        return f"""WITH freed AS (DELETE FROM {self.table} WHERE key = %(key)s AND expires_at > clock_timestamp()
+    RETURNING pg_notify('{self.channel}', md5(key)))
+SELECT count(*) FROM freed"""
 
     @property
     def held(self) -> str:
         """(key,): one row when the key has a live holder."""
-        return f"SELECT 1 FROM {self.table} WHERE key = %s AND expires_at > clock_timestamp() LIMIT 1"
+        return f"SELECT 1 FROM {self.table} WHERE key = %(key)s AND expires_at > clock_timestamp() LIMIT 1"
