@@ -38,6 +38,7 @@ __all__ = [
     "check_rate",
     "check_take",
     "fixed_window",
+    "interval_us",
     "sliding_window",
     "token_bucket",
     "typed",
@@ -77,9 +78,12 @@ def check_rate(limit: int, per: float, burst: int | None, algorithm: str) -> tup
         if count is not None and count >= MAX_COUNT:
             return option, f"must be below 2**53, got {count!r}"
     if algorithm == "token_bucket":
-        if per / limit < MIN_PER:
+        # In microseconds, computed as the Redis store sends it, so that this check and the
+        # script's agree to the last bit (1e15 / 5345 * 5345 exceeds 1e15).
+        interval = interval_us(per, limit)
+        if interval < 1:
             return "limit", f"at most one permit per microsecond: {limit} per {per:g} s is too many"
-        if (limit if burst is None else burst) * per / limit > MAX_DURATION:
+        if interval * (limit if burst is None else burst) > MAX_DURATION * 1_000_000:
             return "burst", f"the bucket must refill within {MAX_DURATION:g} seconds: {burst} at {limit} per {per:g} s"
     elif algorithm == "sliding_window" and limit > MAX_LOG:
         return "limit", (
@@ -87,6 +91,11 @@ def check_rate(limit: int, per: float, burst: int | None, algorithm: str) -> tup
             "(token_bucket or fixed_window take any limit)"
         )
     return None
+
+
+def interval_us(per: float, limit: int) -> float:
+    """The token bucket's cost of one permit, in microseconds (what the Redis script is given)."""
+    return per * 1_000_000 / limit
 
 
 def check_permits(permits: int, algorithm: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from resilience.exceptions import ValidationError
-from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, typed
+from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, interval_us, typed
 from resilience.limiters._redis_scripts import SCRIPTS
 from resilience.stores._redis import RedisClientsStore
 
@@ -53,12 +53,11 @@ class RedisRateLimitStore(RedisClientsStore):
         assert isinstance(limit, int)
         assert isinstance(per, int | float)
         assert isinstance(algorithm, str)
-        per_us = per * 1_000_000
         argv: list[object]
         if algorithm == "token_bucket":
-            argv = [per_us / limit, limit if burst is None else burst, permits]
+            argv = [interval_us(per, limit), limit if burst is None else burst, permits]
         else:
-            argv = [per_us, limit, permits]
+            argv = [per * 1_000_000, limit, permits]
         prepared = (SCRIPTS[algorithm], argv)
         if len(self._prepared) < 256:
             self._prepared[typed(arguments)] = prepared

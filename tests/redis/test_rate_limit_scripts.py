@@ -86,6 +86,8 @@ def _slow_calls(client: Any) -> list[Any]:
 @example(algorithm="token_bucket", limit=1_000_000, per=1.0, burst=None, permits=1, twice=True)
 @example(algorithm="token_bucket", limit=1, per=1e9, burst=1, permits=1, twice=True)
 @example(algorithm="token_bucket", limit=1, per=1e14, burst=None, permits=1, twice=False)
+# A full bucket of 1e15 us whose interval, rounded, makes interval * burst exceed 1e15 by a bit.
+@example(algorithm="token_bucket", limit=5345, per=1e9, burst=None, permits=1, twice=False)
 @example(algorithm="fixed_window", limit=1, per=1e17, burst=None, permits=1, twice=False)
 @example(algorithm="fixed_window", limit=2**53 - 1, per=1e9, burst=None, permits=2**53 - 1, twice=True)
 @example(algorithm="sliding_window", limit=1, per=1e14, burst=None, permits=1, twice=False)
