@@ -376,7 +376,7 @@ def _report_remote(controller: CircuitController, transition: Transition) -> Non
     control = controller._options.manual_control
     if control is not None and transition.is_manual:
         control._follow(isolated=transition.state is CircuitState.ISOLATED)
-    controller.announce(transition, new_context(), None)  # a shared circuit has no break generator
+    controller.announce(transition, new_context())  # the fleet's transitions know their break
 
 
 class SyncWorker:
