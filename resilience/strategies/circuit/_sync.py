@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]
 
-_CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
 _FIRST_EXCHANGE = 2.0
@@ -91,26 +90,19 @@ class SharedCircuitController(CircuitController):
                     self.sync.wake()
 
     def record(self, ticket: int, *, handled: bool) -> Transition | None:
-        """Count an outcome (a probe's outcome goes to the fleet at once)."""
+        """Count an outcome (a command it queues, such as a probe's outcome, goes to the fleet at once)."""
         now = self._time.monotonic()
         core = self.core
         with self.lock:
+            queued = len(core.outbox)
             transition = core.record(now, ticket, handled=handled)  # no generator: refused with a store
-            urgent = bool(core.outbox)
+            urgent = len(core.outbox) > queued
         if urgent:
             self.sync.wake()
         return transition
 
     def succeeded(self, ticket: int) -> Transition | None:
-        """Count a success: the closed-state hot path, one more counter than a local circuit."""
-        now = self._time.monotonic()
-        core = self.core
-        with self.lock:
-            if ticket == core.generation and core.state is _CLOSED:
-                core.window.success(now)
-                if core.counts_shared:  # a run of failures in a row is this process's own
-                    core.unsent_successes += 1
-                return None
+        """Count a success: under the lock, as the fleet's batch counts it too (`SharedCircuitCore.record`)."""
         return self.record(ticket, handled=False)
 
     def move(self, *, isolate: bool) -> Transition | None:
