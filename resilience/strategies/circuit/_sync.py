@@ -244,16 +244,25 @@ class CircuitSync:
 
     def failed(self, error: Exception) -> None:
         """The store could not be reached: local state, and say so once per outage."""
+        self._go_local(error)
+
+    def detach(self) -> None:
+        """The store was closed: this circuit decides alone from now on."""
+        self._go_local(None)
+
+    def _go_local(self, error: Exception | None) -> None:
+        """Put the circuit on local state: the store failed with `error`, or was closed (None)."""
         controller = self._ref()
         if controller is None:
             return
         now = controller._time.monotonic()
         with controller.lock:
             first = self._failing == 0 and controller.core.shared
-            self._failing += 1
+            if error is not None:
+                self._failing += 1
             transition = controller.core.go_local(now)
         self.heard.set()
-        if first:
+        if error is not None and first:
             arguments = OnCircuitStateSyncFailedArguments(self.key, error)
             controller._telemetry.emit(
                 "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
@@ -321,18 +330,6 @@ class CircuitSync:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.stall_after + 2 * self.interval):
                     await ready.wait()
-
-    def detach(self) -> None:
-        """The store was closed: this circuit decides alone from now on."""
-        controller = self._ref()
-        if controller is None:
-            return
-        now = controller._time.monotonic()
-        with controller.lock:
-            transition = controller.core.go_local(now)
-        self.heard.set()
-        if transition is not None:
-            _report_remote(controller, transition)
 
 
 async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> None:
