@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 
-from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
+from resilience.exceptions import BrokenCircuitError
 from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 
 __all__ = ["Command", "SharedCircuitCore", "StateCode"]
@@ -187,11 +187,9 @@ class SharedCircuitCore(CircuitCore):
 
     def admit(self, now: float) -> tuple[int, Transition | None]:
         """As `CircuitCore.admit`, except that a shared circuit probes only when the fleet says so."""
-        if not self.shared or self.state is _CLOSED:
-            return super().admit(now)
         state = self.state
-        if state is _ISOLATED:
-            raise IsolatedCircuitError
+        if not self.shared or state is _CLOSED or state is _ISOLATED:
+            return super().admit(now)
         granted = self._granted_until
         mine = granted is not None and now < granted
         if state is _OPEN:
