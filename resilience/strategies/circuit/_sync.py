@@ -48,7 +48,7 @@ from resilience.telemetry._event import Severity
 if TYPE_CHECKING:
     from resilience._runtime._timers import ThreadTimerHandle
     from resilience._time import TimeProvider
-    from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
+    from resilience.stores._redis_circuit import CircuitExchange, CircuitReply, RedisCircuitStateStore
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
@@ -187,7 +187,7 @@ class CircuitSync:
         """Whether the circuit still syncs (its pipeline was neither dropped nor closed)."""
         return not self._closed and self._ref() is not None
 
-    def _prepare(self) -> object | None:
+    def _prepare(self) -> CircuitExchange | None:
         from resilience.stores._redis_circuit import CircuitExchange
 
         controller = self._ref()
@@ -280,7 +280,7 @@ class CircuitSync:
         if exchange is None:
             return
         try:
-            reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
+            reply = self._store.exchange(self.key, exchange)
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
             self.failed(exc)
             return
@@ -293,7 +293,7 @@ class CircuitSync:
             return
         try:
             async with asyncio.timeout(self.stall_after):
-                reply = await self._store.exchange_async(self.key, exchange)  # type: ignore[arg-type]
+                reply = await self._store.exchange_async(self.key, exchange)
         except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():  # a cancellation the client turned into an error
