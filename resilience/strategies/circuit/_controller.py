@@ -8,6 +8,7 @@ and async callers share the controller.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
@@ -21,7 +22,7 @@ from resilience.strategies.circuit._core import CircuitCore, CircuitState, Rolli
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
 
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
@@ -241,91 +242,69 @@ class CircuitController:
 
     # -- outside the lock: reports -------------------------------------------------------------
 
-    def opened(
-        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None, seconds: float
-    ) -> OnCircuitOpenedArguments:
-        """Emit `OnCircuitOpened`; return the callback's arguments."""
-        arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
-        self._telemetry.emit(
-            "OnCircuitOpened", Severity.ERROR, operation_key=context.operation_key, outcome=outcome, arguments=arguments
-        )
-        return arguments
+    def _emit(
+        self, name: str, severity: Severity, context: ResilienceContext, outcome: Outcome[Any] | None, arguments: object
+    ) -> None:
+        self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
 
-    def closed(
+    def _steps(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
-    ) -> OnCircuitClosedArguments:
-        """Emit `OnCircuitClosed`; return the callback's arguments."""
-        arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
-        self._telemetry.emit(
-            "OnCircuitClosed",
-            Severity.INFORMATION,
-            operation_key=context.operation_key,
-            outcome=outcome,
-            arguments=arguments,
-        )
-        return arguments
+    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
+        """Emit `transition`'s event and yield `(callback, arguments)` for the shells to run; `(None, None)` ends.
 
-    def half_opened(self, context: ResilienceContext) -> OnCircuitHalfOpenedArguments:
-        """Emit `OnCircuitHalfOpened`; return the callback's arguments."""
-        arguments = OnCircuitHalfOpenedArguments(context)
-        self._telemetry.emit(
-            "OnCircuitHalfOpened", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
-        )
-        return arguments
-
-    def _seconds(self, transition: Transition) -> float:
-        if transition.is_manual:
-            return math.inf
-        known = transition.break_duration
-        return self.core.break_duration if known is None else known
-
-    def announce(
-        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
-    ) -> tuple[object, Callable[[Any], object] | None, BreakDurationGeneratorArguments | None]:
-        """Emit `transition`'s event; return `(arguments, callback, generating)` for the shells.
-
-        With `generating` (an opening that waits for the break-duration generator), nothing is
-        emitted yet: the shell calls the generator with it, sets the break it answered and
-        reports the opening. A transition learned from the fleet (no generator) is only emitted.
+        An opening of this circuit's own with a break-duration generator yields the generator
+        first (the shell sends back its answer), sets the break it answered (the default if it
+        raised: the shell closes the steps) and only then emits the opening. A transition
+        learned from the fleet, or made by hand, knows its break.
         """
+        options = self._options
+        arguments: Any
+        callback: Callable[[Any], object] | None
         if transition.state is CircuitState.HALF_OPEN:
-            return self.half_opened(context), self._options.on_half_opened, None
-        if transition.state is CircuitState.CLOSED:
-            return self.closed(transition, context, outcome), self._options.on_closed, None
-        # Isolated, no generator, or a break learned from the fleet (or the fleet's break): no wait.
-        known = transition.state is not CircuitState.OPEN or transition.break_duration is not None
-        if known or self._generator is None:
-            return self.opened(transition, context, outcome, self._seconds(transition)), self._options.on_opened, None
-        arguments = BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
-        return None, self._options.on_opened, arguments
+            arguments = OnCircuitHalfOpenedArguments(context)
+            self._emit("OnCircuitHalfOpened", Severity.WARNING, context, None, arguments)
+            callback = options.on_half_opened
+        elif transition.state is CircuitState.CLOSED:
+            arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
+            self._emit("OnCircuitClosed", Severity.INFORMATION, context, outcome, arguments)
+            callback = options.on_closed
+        else:
+            seconds = math.inf if transition.is_manual else transition.break_duration
+            if seconds is None and self._generator is not None:
+                generating = BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
+                value: object = None
+                try:
+                    value = yield self._generator, generating
+                finally:
+                    seconds = self.set_break(transition, value)  # the default if the generator raised
+            if seconds is None:
+                seconds = self.core.break_duration
+            arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
+            self._emit("OnCircuitOpened", Severity.ERROR, context, outcome, arguments)
+            callback = options.on_opened
+        if callback is not None:
+            yield callback, arguments
+        yield None, None
+
+    def announce(self, transition: Transition, context: ResilienceContext) -> None:
+        """Emit the event of a transition that knows its break, with no callback (no execution runs)."""
+        next(self._steps(transition, context, None))
 
     def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        arguments, callback, generating = self.announce(transition, context, outcome)
-        if generating is not None:
-            value: object = None
-            try:
-                value = call_back(self._generator, generating)  # type: ignore[arg-type]
-            finally:
-                seconds = self.set_break(transition, value)  # the default if the generator raised
-            arguments = self.opened(transition, context, outcome, seconds)
-        if callback is not None:
-            call_back(callback, arguments)
+        with contextlib.closing(self._steps(transition, context, outcome)) as steps:
+            hook, arguments = next(steps)
+            while hook is not None:
+                hook, arguments = steps.send(call_back(hook, arguments))
 
     async def report_async(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition in an async execution (awaiting async callbacks)."""
-        arguments, callback, generating = self.announce(transition, context, outcome)
-        if generating is not None:
-            value: object = None
-            try:
-                value = await call_back_async(self._generator, generating)  # type: ignore[arg-type]
-            finally:
-                seconds = self.set_break(transition, value)  # the default if the generator raised
-            arguments = self.opened(transition, context, outcome, seconds)
-        if callback is not None:
-            await call_back_async(callback, arguments)
+        with contextlib.closing(self._steps(transition, context, outcome)) as steps:
+            hook, arguments = next(steps)
+            while hook is not None:
+                hook, arguments = steps.send(await call_back_async(hook, arguments))
 
     # -- manual control ------------------------------------------------------------------------
 
@@ -339,7 +318,7 @@ class CircuitController:
         """Built under an isolated control: isolate now, reporting the event only."""
         transition = self.move(isolate=True)
         if transition is not None:
-            self.opened(transition, new_context(), None, math.inf)
+            self.announce(transition, new_context())
 
 
 def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:

@@ -21,6 +21,7 @@ import enum
 import itertools
 import math
 from collections import deque
+from dataclasses import KW_ONLY, dataclass
 
 from resilience.exceptions import BrokenCircuitError, IsolatedCircuitError
 
@@ -42,27 +43,18 @@ class CircuitState(enum.Enum):
     """Held open by hand (`CircuitBreakerManualControl.isolate()`): `IsolatedCircuitError`."""
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class Transition:
     """A state change to report: the new `state`, why, and (when opening) the window's health."""
 
-    __slots__ = ("break_duration", "failure_count", "failure_rate", "generation", "is_manual", "state")
-
-    def __init__(
-        self,
-        state: CircuitState,
-        generation: int,
-        *,
-        is_manual: bool = False,
-        failure_rate: float = 0.0,
-        failure_count: int = 0,
-    ) -> None:
-        self.state = state
-        self.generation = generation
-        self.is_manual = is_manual
-        self.failure_rate = failure_rate
-        self.failure_count = failure_count
-        self.break_duration: float | None = None
-        """Set when the break is known already (an opening learned from a shared circuit)."""
+    state: CircuitState
+    generation: int
+    _: KW_ONLY
+    is_manual: bool = False
+    failure_rate: float = 0.0
+    failure_count: int = 0
+    break_duration: float | None = None
+    """Set when the break is known already (an opening learned from a shared circuit)."""
 
     def __repr__(self) -> str:
         return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"

@@ -48,13 +48,12 @@ from resilience.telemetry._event import Severity
 if TYPE_CHECKING:
     from resilience._runtime._timers import ThreadTimerHandle
     from resilience._time import TimeProvider
-    from resilience.stores._redis_circuit import CircuitReply, RedisCircuitStateStore
+    from resilience.stores._redis_circuit import CircuitExchange, CircuitReply, RedisCircuitStateStore
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]
 
-_CLOSED = CircuitState.CLOSED
 _MAX_BACKOFF = 2.0
 """The longest wait between two attempts while the store is unreachable (seconds)."""
 _FIRST_EXCHANGE = 2.0
@@ -91,26 +90,19 @@ class SharedCircuitController(CircuitController):
                     self.sync.wake()
 
     def record(self, ticket: int, *, handled: bool) -> Transition | None:
-        """Count an outcome (a probe's outcome goes to the fleet at once)."""
+        """Count an outcome (a command it queues, such as a probe's outcome, goes to the fleet at once)."""
         now = self._time.monotonic()
         core = self.core
         with self.lock:
+            queued = len(core.outbox)
             transition = core.record(now, ticket, handled=handled)  # no generator: refused with a store
-            urgent = bool(core.outbox)
+            urgent = len(core.outbox) > queued
         if urgent:
             self.sync.wake()
         return transition
 
     def succeeded(self, ticket: int) -> Transition | None:
-        """Count a success: the closed-state hot path, one more counter than a local circuit."""
-        now = self._time.monotonic()
-        core = self.core
-        with self.lock:
-            if ticket == core.generation and core.state is _CLOSED:
-                core.window.success(now)
-                if core.counts_shared:  # a run of failures in a row is this process's own
-                    core.unsent_successes += 1
-                return None
+        """Count a success: under the lock, as the fleet's batch counts it too (`SharedCircuitCore.record`)."""
         return self.record(ticket, handled=False)
 
     def move(self, *, isolate: bool) -> Transition | None:
@@ -195,7 +187,7 @@ class CircuitSync:
         """Whether the circuit still syncs (its pipeline was neither dropped nor closed)."""
         return not self._closed and self._ref() is not None
 
-    def _prepare(self) -> object | None:
+    def _prepare(self) -> CircuitExchange | None:
         from resilience.stores._redis_circuit import CircuitExchange
 
         controller = self._ref()
@@ -252,16 +244,25 @@ class CircuitSync:
 
     def failed(self, error: Exception) -> None:
         """The store could not be reached: local state, and say so once per outage."""
+        self._go_local(error)
+
+    def detach(self) -> None:
+        """The store was closed: this circuit decides alone from now on."""
+        self._go_local(None)
+
+    def _go_local(self, error: Exception | None) -> None:
+        """Put the circuit on local state: the store failed with `error`, or was closed (None)."""
         controller = self._ref()
         if controller is None:
             return
         now = controller._time.monotonic()
         with controller.lock:
             first = self._failing == 0 and controller.core.shared
-            self._failing += 1
+            if error is not None:
+                self._failing += 1
             transition = controller.core.go_local(now)
         self.heard.set()
-        if first:
+        if error is not None and first:
             arguments = OnCircuitStateSyncFailedArguments(self.key, error)
             controller._telemetry.emit(
                 "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
@@ -279,7 +280,7 @@ class CircuitSync:
         if exchange is None:
             return
         try:
-            reply = self._store.exchange(self.key, exchange)  # type: ignore[arg-type]
+            reply = self._store.exchange(self.key, exchange)
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
             self.failed(exc)
             return
@@ -292,7 +293,7 @@ class CircuitSync:
             return
         try:
             async with asyncio.timeout(self.stall_after):
-                reply = await self._store.exchange_async(self.key, exchange)  # type: ignore[arg-type]
+                reply = await self._store.exchange_async(self.key, exchange)
         except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():  # a cancellation the client turned into an error
@@ -330,18 +331,6 @@ class CircuitSync:
                 async with asyncio.timeout(self.stall_after + 2 * self.interval):
                     await ready.wait()
 
-    def detach(self) -> None:
-        """The store was closed: this circuit decides alone from now on."""
-        controller = self._ref()
-        if controller is None:
-            return
-        now = controller._time.monotonic()
-        with controller.lock:
-            transition = controller.core.go_local(now)
-        self.heard.set()
-        if transition is not None:
-            _report_remote(controller, transition)
-
 
 async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> None:
     """Exchange every interval while the circuit lives (a task holds it weakly).
@@ -376,7 +365,7 @@ def _report_remote(controller: CircuitController, transition: Transition) -> Non
     control = controller._options.manual_control
     if control is not None and transition.is_manual:
         control._follow(isolated=transition.state is CircuitState.ISOLATED)
-    controller.announce(transition, new_context(), None)  # a shared circuit has no break generator
+    controller.announce(transition, new_context())  # the fleet's transitions know their break
 
 
 class SyncWorker:
