@@ -26,10 +26,9 @@ controller calls it under its lock.
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 from resilience.exceptions import BrokenCircuitError
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 
 __all__ = ["Command", "SharedCircuitCore", "StateCode"]
 
@@ -95,10 +94,23 @@ class SharedCircuitCore(CircuitCore):
         "unsent_successes",
     )
 
-    def __init__(self, **options: Any) -> None:
-        """`CircuitCore`'s options."""
-        super().__init__(**options)
-        self.counts_shared = type(self.window) is RollingWindow
+    def __init__(
+        self,
+        *,
+        failure_ratio: float,
+        minimum_throughput: int,
+        sampling_duration: float,
+        break_duration: float,
+        consecutive_failures: int | None = None,
+    ) -> None:
+        super().__init__(
+            failure_ratio=failure_ratio,
+            minimum_throughput=minimum_throughput,
+            sampling_duration=sampling_duration,
+            break_duration=break_duration,
+            consecutive_failures=consecutive_failures,
+        )
+        self.counts_shared = consecutive_failures is None
         """A ratio is the fleet's; a run of failures in a row is each process's own (it opens for all)."""
         self.shared = True
         """False while the store is unreachable: the circuit decides alone (a local circuit)."""
