@@ -220,12 +220,28 @@ def test_failing_generator_keeps_the_default_break(clock: FakeTimeProvider) -> N
     assert pipeline.execute(lambda: 2) == 2
 
 
-def test_bad_generated_break_is_misuse(clock: FakeTimeProvider) -> None:
-    """A generator returning a non-duration raises ValidationError (and the default break applies)."""
-    pipeline = build(clock, break_duration_generator=lambda args: "soon")  # type: ignore[arg-type,return-value]
-    pipeline.settle(fail)
+@pytest.mark.parametrize("mode", MODES)
+async def test_bad_generated_break_is_misuse(clock: FakeTimeProvider, mode: str) -> None:
+    """A generator returning a non-duration raises ValidationError; the opening gets the default break, reported."""
+    events: list[TelemetryEvent] = []
+    opened: list[object] = []
+    pipeline = build(
+        clock,
+        events,
+        break_duration_generator=lambda args: "soon",  # type: ignore[arg-type,return-value]
+        on_opened=opened.append,
+    )
+    with pytest.raises(ConnectionError):
+        await run(pipeline, fail, mode)
     with pytest.raises(ValidationError, match="break_duration_generator"):
-        pipeline.execute(fail)
+        await run(pipeline, fail, mode)
+    assert [e.arguments.break_duration for e in events if e.name == "OnCircuitOpened"] == [5.0]  # type: ignore[union-attr]
+    assert len(opened) == 1
+    with pytest.raises(BrokenCircuitError) as caught:
+        await run(pipeline, fail, mode)
+    assert caught.value.retry_after == 5.0  # the default break, not an open circuit without an end
+    clock.advance(5)
+    assert await run(pipeline, lambda: "probe", mode) == "probe"  # half-open, then closed
 
 
 # -- the probe -----------------------------------------------------------------------------------

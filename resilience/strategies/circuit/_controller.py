@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilience._context import new_context
 from resilience._validation import generated_seconds
+from resilience.exceptions import ValidationError
 from resilience.strategies._common import call_back, call_back_async
 from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
 from resilience.telemetry._event import Severity
@@ -233,12 +234,20 @@ class CircuitController:
         with self.lock:
             self.core.release(ticket)
 
-    def set_break(self, transition: Transition, value: object) -> float:
-        """Give an opening its generated break duration (default on a bad value)."""
+    def set_break(self, transition: Transition, value: object) -> tuple[float, ValidationError | None]:
+        """Give an opening its generated break duration: the seconds it lasts, and the misuse a bad value is.
+
+        A value that is no duration gets the default break (the circuit must never stay open
+        without an end) and its `ValidationError`, for the shell to raise once reported.
+        """
         expected = "seconds (float) or a timedelta"
-        seconds = generated_seconds(value, self.core.break_duration, "break_duration_generator", expected)
+        misuse = None
+        try:
+            seconds = generated_seconds(value, self.core.break_duration, "break_duration_generator", expected)
+        except ValidationError as exc:
+            seconds, misuse = self.core.break_duration, exc
         with self.lock:
-            return self.core.set_break(transition.generation, seconds)
+            return self.core.set_break(transition.generation, seconds), misuse
 
     # -- outside the lock: reports -------------------------------------------------------------
 
@@ -254,12 +263,14 @@ class CircuitController:
 
         An opening of this circuit's own with a break-duration generator yields the generator
         first (the shell sends back its answer), sets the break it answered (the default if it
-        raised: the shell closes the steps) and only then emits the opening. A transition
+        raised: the shell closes the steps; the default too if it answered no duration, whose
+        `ValidationError` is raised after the opening is reported) and only then emits the opening. A transition
         learned from the fleet, or made by hand, knows its break.
         """
         options = self._options
         arguments: Any
         callback: Callable[[Any], object] | None
+        misuse = None
         if transition.state is CircuitState.HALF_OPEN:
             arguments = OnCircuitHalfOpenedArguments(context)
             self._emit("OnCircuitHalfOpened", Severity.WARNING, context, None, arguments)
@@ -275,8 +286,8 @@ class CircuitController:
                 value: object = None
                 try:
                     value = yield self._generator, generating
-                finally:
-                    seconds = self.set_break(transition, value)  # the default if the generator raised
+                finally:  # the default if the generator raised, or answered no duration
+                    seconds, misuse = self.set_break(transition, value)
             if seconds is None:
                 seconds = self.core.break_duration
             arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
@@ -284,6 +295,8 @@ class CircuitController:
             callback = options.on_opened
         if callback is not None:
             yield callback, arguments
+        if misuse is not None:
+            raise misuse  # the opening is reported, with its default break: now the caller learns of the misuse
         yield None, None
 
     def announce(self, transition: Transition, context: ResilienceContext) -> None:
