@@ -207,8 +207,7 @@ class HedgingStrategy:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
         context.raise_if_aborted()  # never start the callable under an aborted signal
-        run = _SyncRun(self, callback, context)
-        return run.execute()  # type: ignore[no-any-return]
+        return _SyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
