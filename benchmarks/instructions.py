@@ -40,6 +40,8 @@ CASES = (
     "limiter sync",
     "limiter async",
     "consecutive sync",
+    "hedging sync",
+    "hedging async",
 )
 _COLLECTED = re.compile(r"Collected : (\d+)")
 _OTEL_API = "RESILIENCE_BENCH_OTEL_API"
@@ -66,6 +68,8 @@ def run_case(strategy: str, mode: str, number: int) -> None:
         builder = builder.add_circuit_breaker(consecutive_failures=5)
     if strategy == "limiter":
         builder = builder.add_concurrency_limiter(8)
+    if strategy == "hedging":
+        builder = builder.add_hedging(max_hedged_attempts=1, delay=2.0)
     pipeline = builder.build()
 
     def work() -> int:

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object, None]"
 """A chaos kind's injection steps, which both shells drive (see `ChaosStrategyBase._inject`)."""
@@ -66,18 +67,26 @@ class InjectionRateGeneratorArguments:
     context: ResilienceContext
 
 
-def _context_setter(kind: type) -> Callable[[Any, ResilienceContext], None]:
-    """The `context` slot's setter of a frozen arguments class.
+def _arguments_maker(kind: type[A]) -> Callable[[ResilienceContext], A]:
+    """`kind(context)` for a frozen arguments class whose one field is `context`, made faster.
 
-    A frozen dataclass's `__init__` goes through `object.__setattr__`; writing the slot directly
-    saves ~0.1 us on every execution whose chaos has a generator (the run-time switch).
+    A frozen dataclass's `__init__` goes through `object.__setattr__`; making the object bare and
+    writing the slot directly saves ~0.1 us on every execution whose chaos has a generator (the
+    run-time switch).
     """
-    setter: Callable[[Any, ResilienceContext], None] = kind.__dict__["context"].__set__
-    return setter
+    new_object = object.__new__
+    set_context: Callable[[A, ResilienceContext], None] = kind.__dict__["context"].__set__
+
+    def make(context: ResilienceContext, /) -> A:
+        arguments = new_object(kind)
+        set_context(arguments, context)
+        return arguments
+
+    return make
 
 
-_set_enabled_context = _context_setter(EnabledGeneratorArguments)
-_set_rate_context = _context_setter(InjectionRateGeneratorArguments)
+_enabled_arguments = _arguments_maker(EnabledGeneratorArguments)
+_rate_arguments = _arguments_maker(InjectionRateGeneratorArguments)
 
 
 def chaos_problems(options: Any) -> Problems:
@@ -128,23 +137,6 @@ def coerce_rate(value: object) -> float:
     if math.isnan(value):
         return 0.0
     return min(max(float(value), 0.0), 1.0)
-
-
-_new_object = object.__new__
-
-
-def _enabled_arguments(context: ResilienceContext, /) -> EnabledGeneratorArguments:
-    """`EnabledGeneratorArguments(context)`, without the frozen `__init__` (see `_context_setter`)."""
-    arguments = _new_object(EnabledGeneratorArguments)
-    _set_enabled_context(arguments, context)
-    return arguments
-
-
-def _rate_arguments(context: ResilienceContext, /) -> InjectionRateGeneratorArguments:
-    """`InjectionRateGeneratorArguments(context)`, without the frozen `__init__`."""
-    arguments = _new_object(InjectionRateGeneratorArguments)
-    _set_rate_context(arguments, context)
-    return arguments
 
 
 def _plain(generator: Callable[[Any], object], value: object) -> object:

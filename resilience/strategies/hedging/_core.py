@@ -150,8 +150,3 @@ class HedgingState:
     def settled(self) -> bool:
         """Finished, and no attempt runs any more: the execution may return."""
         return self.finished and not self.running
-
-    @property
-    def last(self) -> Outcome[Any] | None:
-        """The last handled outcome seen."""
-        return self._last

@@ -207,8 +207,7 @@ class HedgingStrategy:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run the attempts; return or raise the winning outcome (sync)."""
         context.raise_if_aborted()  # never start the callable under an aborted signal
-        run = _SyncRun(self, callback, context)
-        return run.execute()  # type: ignore[no-any-return]
+        return _SyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
@@ -315,18 +314,12 @@ class _Run:
         """Attempt `attempt` ended: report it, finish if it decides, return the attempt due next."""
         with self._lock:
             state = self.state
-            loser = state.finished
-            finished = state.ended(attempt, outcome, handled=handled and not loser, aborted=self.aborted)
+            handled = handled and not state.finished  # a loser is dropped: its outcome counts for nothing
+            finished = state.ended(attempt, outcome, handled=handled, aborted=self.aborted)
             due = state.take_due()
             settled = state.settled
         started = self.starts.get(attempt, 0.0)
-        if loser:
-            severity = Severity.INFORMATION  # dropped: its outcome counts for nothing
-            handled = False
-        elif not handled:
-            severity = Severity.INFORMATION
-        else:
-            severity = Severity.ERROR if finished else Severity.WARNING
+        severity = (Severity.ERROR if finished else Severity.WARNING) if handled else Severity.INFORMATION
         telemetry = self.strategy._telemetry
         if self.strategy._heard or telemetry.enabled(severity):  # else build nothing
             telemetry.emit(
@@ -394,11 +387,16 @@ class _Run:
             if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
-            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
-            settled = self.state.settled
         self.end_scope(context)
-        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
+        self.abandon(attempt)  # a hedge launched before the caller's abort never starts
         return None
+
+    def abandon(self, attempt: int) -> None:
+        """`attempt` was launched and will never start."""
+        with self._lock:
+            finished = self.state.abandoned(attempt)
+            settled = self.state.settled
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
 
     def new_context(self, attempt: int) -> ResilienceContext:
         raise NotImplementedError  # pragma: no cover - each shell makes its own
@@ -565,13 +563,6 @@ class _SyncRun(_Run):
         if job is not None and POOL.withdraw(job):
             self.abandon(attempt)
 
-    def abandon(self, attempt: int) -> None:
-        """`attempt` was launched and will never start."""
-        with self._lock:
-            finished = self.state.abandoned(attempt)
-            settled = self.state.settled
-        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
-
     def wake(self) -> None:
         with self._lock:
             waiter = self._waiter
@@ -667,22 +658,14 @@ class _AsyncRun(_Run):
             return
 
     def wake(self) -> None:
-        waiter = self._waiter
+        waiter = self._waiter  # attempts end, and so settle, on the loop's thread only
         if waiter is not None and not waiter.done():
-            if threading.get_ident() == self._thread:
-                waiter.set_result(None)
-            else:  # pragma: no cover - attempts end on the loop; kept for safety
-                self._loop.call_soon_threadsafe(_resolve, waiter)
+            waiter.set_result(None)
 
 
 def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) -> ResilienceContext:
     """The attempt's context, calling `substitute` (from `action_generator`) in place of the callable."""
     return context if substitute is None else context.derive(substitute=substitute)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 async def _attempt(
