@@ -387,8 +387,10 @@ class _Run:
             if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
+            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
+            settled = self.state.settled
         self.end_scope(context)
-        self.abandon(attempt)  # a hedge launched before the caller's abort never starts
+        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
         return None
 
     def abandon(self, attempt: int) -> None:
@@ -658,14 +660,22 @@ class _AsyncRun(_Run):
             return
 
     def wake(self) -> None:
-        waiter = self._waiter  # attempts end, and so settle, on the loop's thread only
+        waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            if threading.get_ident() == self._thread:
+                waiter.set_result(None)
+            else:  # pragma: no cover - attempts end on the loop; a future is not thread-safe, so never risk it
+                self._loop.call_soon_threadsafe(_resolve, waiter)
 
 
 def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) -> ResilienceContext:
     """The attempt's context, calling `substitute` (from `action_generator`) in place of the callable."""
     return context if substitute is None else context.derive(substitute=substitute)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _attempt(
