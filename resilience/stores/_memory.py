@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
-from resilience.exceptions import ValidationError
+from resilience._validation import check_semaphore_permits
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._protocols import StoreCapabilities
 
@@ -59,16 +59,6 @@ def _round_ttl(ttl: float) -> float:
 
 _ROUNDED: dict[float, float] = {}
 _ROUNDED_MAX = 256
-
-
-def _check_permits(limit: object, permits: object) -> None:
-    """`ValidationError` unless `1 <= permits <= limit` (both ints): before any state changes."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        msg = f"limit: must be an int >= 1, got {limit!r}"
-        raise ValidationError(msg)
-    if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
-        msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
-        raise ValidationError(msg)
 
 
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
@@ -710,7 +700,7 @@ class MemorySemaphoreStore(_MemoryStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
     ) -> tuple[int | None, float | None]:
         ttl = _round_ttl(ttl)
-        _check_permits(limit, permits)
+        check_semaphore_permits(limit, permits)
         with self._mutex:
             now = self._now()
             holders = self._live(key, now)
