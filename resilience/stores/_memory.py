@@ -127,13 +127,9 @@ class _MemoryStore:
         return store
 
     @property
-    def _time_provider(self) -> TimeProvider:
-        return _alive(self._provider_ref)
-
-    @property
     def time_provider(self) -> TimeProvider:
         """The clock leases expire on."""
-        return self._time_provider
+        return _alive(self._provider_ref)
 
     def _next_token(self) -> int:
         self._counter += 1
@@ -193,6 +189,20 @@ class _MemoryStore:
             self._forget_limit(key)
         return queue
 
+    def _join(self, key: str, owner: str, now: float, *, asked: object, join: bool) -> bool:
+        """Under the mutex: with `join`, a refused waiter asking `asked` joins (or keeps its place in) the queue.
+
+        Whether it is queued. Expired entries are dropped first: waiters that are gone never
+        fill the bound.
+        """
+        if not join:
+            return False
+        queue = self._waiting(key, now) or self._queues.setdefault(key, {})
+        if owner in queue or len(queue) < QUEUE_BOUND:
+            queue[owner] = (now + QUEUE_ENTRY, asked)
+            return True
+        return False
+
     def _leave(self, key: str, owner: str) -> bool:
         """Take `owner` out of the key's queue: whether it was queued."""
         queue = self._queues.get(key)
@@ -225,7 +235,7 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return clock_wait(self._time_provider, woken, timeout)
+            return clock_wait(self.time_provider, woken, timeout)
         finally:
             remove()
 
@@ -250,7 +260,7 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return await clock_wait_async(self._time_provider, future, timeout)
+            return await clock_wait_async(self.time_provider, future, timeout)
         finally:
             remove()
 
@@ -343,13 +353,6 @@ class MemoryLockStore(_MemoryStore):
                 return readers is None
             return owner in queue and owner in self._turns(key, now, queue)
 
-    def _refused(self, key: str, owner: str, now: float, *, join: bool, shared: bool) -> None:
-        # Under the mutex: a refused waiter joins (or keeps its place in) the key's queue.
-        if join:
-            queue = self._waiting(key, now) or self._queues.setdefault(key, {})
-            if owner in queue or len(queue) < QUEUE_BOUND:
-                queue[owner] = (now + QUEUE_ENTRY, shared)
-
     def _acquire(
         self, key: str, owner: str, ttl: float, *, join: bool, shared: bool = False
     ) -> tuple[int | None, float | None]:
@@ -369,7 +372,7 @@ class MemoryLockStore(_MemoryStore):
                 return token, None
             if lease is not None:
                 if lease[0] != owner or shared:
-                    self._refused(key, owner, now, join=join, shared=shared)
+                    self._join(key, owner, now, asked=shared, join=join)
                     return None, lease[2] - now
                 token = lease[1]
             elif shared:
@@ -378,7 +381,7 @@ class MemoryLockStore(_MemoryStore):
                 readers = self._readers(key, now)
                 queue = self._waiting(key, now)
                 if readers is not None or (queue is not None and next(iter(queue)) != owner):
-                    self._refused(key, owner, now, join=join, shared=False)
+                    self._join(key, owner, now, asked=False, join=join)
                     if readers is None:
                         return None, None
                     return None, max(expires for _, expires in readers.values()) - now
@@ -401,7 +404,7 @@ class MemoryLockStore(_MemoryStore):
                     if waiting == owner:
                         break
                     if not shared:  # an exclusive request waits ahead: readers never starve a writer
-                        self._refused(key, owner, now, join=join, shared=True)
+                        self._join(key, owner, now, asked=True, join=join)
                         return None, None
                 self._leave(key, owner)
             self._sweep(now)
@@ -460,16 +463,9 @@ class MemoryLockStore(_MemoryStore):
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
-        answers: list[bool | Exception] = []
-        rounded: dict[float, float] = {}
         with self._mutex:
             now = self._now()
-            for key, owner, ttl in items:
-                ms = rounded.get(ttl)
-                if ms is None:
-                    ms = rounded[ttl] = _round_ttl(ttl)
-                answers.append(self._renew(key, owner, ms, now))
-        return answers
+            return [self._renew(key, owner, _round_ttl(ttl), now) for key, owner, ttl in items]
 
     def _drop(self, key: str, owner: str, now: float) -> bool:
         # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
@@ -587,7 +583,7 @@ class MemoryLockStore(_MemoryStore):
         return self.force_release(key)
 
     def __repr__(self) -> str:
-        return f"MemoryLockStore(time_provider={self._time_provider!r})"
+        return f"MemoryLockStore(time_provider={self.time_provider!r})"
 
 
 class MemorySemaphoreStore(_MemoryStore):
@@ -709,11 +705,8 @@ class MemorySemaphoreStore(_MemoryStore):
             else:
                 free = limit - self._held(holders)
                 if permits > free or (key in self._queues and not self._may_take(key, owner, permits, free, now)):
-                    if join:  # expired entries dropped first: waiters that are gone never fill the bound
-                        queue = self._waiting(key, now) or self._queues.setdefault(key, {})
-                        if owner in queue or len(queue) < QUEUE_BOUND:
-                            queue[owner] = (now + QUEUE_ENTRY, permits)
-                            self._limits[key] = limit
+                    if self._join(key, owner, now, asked=permits, join=join):
+                        self._limits[key] = limit
                     if permits <= free or holders is None:
                         return None, None  # the slots are free, but promised to waiters ahead
                     return None, min(expires for _, expires, _ in holders.values()) - now
@@ -850,7 +843,7 @@ class MemorySemaphoreStore(_MemoryStore):
         return self.force_release(key)
 
     def __repr__(self) -> str:
-        return f"MemorySemaphoreStore(time_provider={self._time_provider!r})"
+        return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"
 
 
 _SYSTEM_STORE = MemoryLockStore(SYSTEM_TIME)
