@@ -264,16 +264,28 @@ class _MemoryStore:
         finally:
             remove()
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
+    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
+        # Under the mutex: push `owner`'s live hold out to now + ttl; whether it held one.
         raise NotImplementedError
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """See `LockStore.renew` and `SemaphoreStore.renew`; never re-acquires an expired hold.
+
+        The lock store renews a shared holder's hold too.
+        """
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            return self._renew(key, owner, ttl, self._now())
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
         return self.renew(key, owner, ttl)
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """`renew` each `(key, owner, ttl)` (`SupportsRenewMany`: the lease runtime's batches)."""
-        return [self.renew(key, owner, ttl) for key, owner, ttl in items]  # the semaphore store's
+        """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
+        with self._mutex:
+            now = self._now()
+            return [self._renew(key, owner, _round_ttl(ttl), now) for key, owner, ttl in items]
 
 
 class MemoryLockStore(_MemoryStore):
@@ -454,18 +466,6 @@ class MemoryLockStore(_MemoryStore):
             return False
         readers[owner] = (readers[owner][0], now + ttl)
         return True
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """See `LockStore.renew` (a shared holder's too); never re-acquires an expired lease."""
-        ttl = _round_ttl(ttl)
-        with self._mutex:
-            return self._renew(key, owner, ttl, self._now())
-
-    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
-        with self._mutex:
-            now = self._now()
-            return [self._renew(key, owner, _round_ttl(ttl), now) for key, owner, ttl in items]
 
     def _drop(self, key: str, owner: str, now: float) -> bool:
         # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
@@ -745,17 +745,14 @@ class MemorySemaphoreStore(_MemoryStore):
         """See `SemaphoreStore.acquire` and `SupportsPermits`."""
         return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """See `SemaphoreStore.renew`; never re-acquires an expired slot."""
-        ttl = _round_ttl(ttl)
-        with self._mutex:
-            now = self._now()
-            holders = self._live(key, now)
-            if holders is None or owner not in holders:
-                return False
-            token, _, permits = holders[owner]
-            holders[owner] = (token, now + ttl, permits)
-            return True
+    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
+        # Under the mutex: push `owner`'s live slots out to now + ttl.
+        holders = self._live(key, now)
+        if holders is None or owner not in holders:
+            return False
+        token, _, permits = holders[owner]
+        holders[owner] = (token, now + ttl, permits)
+        return True
 
     def release(self, key: str, owner: str) -> bool:
         """See `SemaphoreStore.release`; wakes only the queued waiters the freed slots serve.
