@@ -16,7 +16,7 @@ from resilience.exceptions import ValidationError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MAX_DURATION", "Duration", "Problems", "generated_seconds", "to_seconds"]
+__all__ = ["MAX_DURATION", "Duration", "Problems", "check_semaphore_permits", "generated_seconds", "to_seconds"]
 
 Duration: TypeAlias = "int | float | dt.timedelta"
 """A duration in: seconds as `int`/`float`, or a `timedelta` (never a `bool`)."""
@@ -70,6 +70,21 @@ def wrong_store(store: object, wanted: str, module: str, requirement: str) -> st
         call = f"{wanted}(async_client=client)" if ".asyncio" in kind.__module__ else f"{wanted}(client)"
         return f"got a {top} client ({name}), not a store: pass {call} (from {module} import {wanted})"
     return f"{requirement}, got {name}"
+
+
+def check_semaphore_permits(limit: object, permits: object, *, limit_below: float = math.inf) -> int:
+    """`permits` when `1 <= permits <= limit` (both ints, `limit` below `limit_below`); else `ValidationError`.
+
+    The one check of a semaphore's `limit` and `permits`, in every store and the primitive,
+    made before any state changes.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < limit_below:
+        msg = f"limit: must be an int >= 1, got {limit!r}"
+        raise ValidationError(msg)
+    if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
+        msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
+        raise ValidationError(msg)
+    return permits
 
 
 def _describe(value: object) -> str:

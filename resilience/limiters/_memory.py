@@ -35,7 +35,7 @@ class MemoryRateLimitStore:
     not. A sliding window keeps one timestamp per permit granted in the last `per` seconds.
     """
 
-    __slots__ = ("_buckets", "_lock", "_logs", "_next_sweep", "_prepared", "_time", "_windows")
+    __slots__ = ("_buckets", "_deciders", "_lock", "_logs", "_next_sweep", "_time", "_windows")
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
         self._time: TimeProvider = time_provider if time_provider is not None else SYSTEM_TIME
@@ -43,28 +43,15 @@ class MemoryRateLimitStore:
         self._buckets: dict[str, float] = {}
         self._windows: dict[str, list[float]] = {}
         self._logs: dict[str, tuple[deque[float], float]] = {}  # the log and its `per`
-        # Arguments already checked, with what the token bucket needs: the per-call check
+        # The decision of each set of arguments already checked (`typed`): the per-call check
         # then costs one dictionary lookup.
-        self._prepared: dict[tuple[object, ...], tuple[float, int]] = {}
+        self._deciders: dict[tuple[object, ...], Callable[[str], float]] = {}
         self._next_sweep = _SWEEP_AT
 
     @property
     def time_provider(self) -> TimeProvider:
         """The clock the limits run on."""
         return self._time
-
-    def _prepare(self, arguments: tuple[object, ...], key: object) -> tuple[float, int]:
-        problem = check_take(key, *arguments)
-        if problem is not None:
-            raise ValidationError(problem)
-        limit, per, burst, _, _ = arguments
-        assert isinstance(limit, int)
-        assert isinstance(per, int | float)
-        assert burst is None or isinstance(burst, int)
-        prepared = (per / limit, limit if burst is None else burst)
-        if len(self._prepared) < 256:  # bounded, whatever callers pass
-            self._prepared[typed(arguments)] = prepared
-        return prepared
 
     def take(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -77,27 +64,14 @@ class MemoryRateLimitStore:
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         arguments = (limit, per, burst, algorithm, permits)
-        prepared = self._prepared.get(typed(arguments))
-        if prepared is None or type(key) is not str:
-            prepared = self._prepare(arguments, key)
-        if algorithm == "token_bucket":
-            return self._token_bucket(key, prepared[0], prepared[1], permits)
-        if algorithm == "sliding_window":
-            return self._sliding_window(key, per, limit, permits)
-        return self._fixed_window(key, per, limit, permits)
+        decide = self._deciders.get(typed(arguments))
+        if decide is None or type(key) is not str:
+            decide = self._decider(limit, per, burst, algorithm, permits, key=key)
+            if len(self._deciders) < 256:  # bounded, whatever callers pass
+                self._deciders[typed(arguments)] = decide
+        return decide(key)
 
     # The clock is read under the lock, so that decisions apply in the order of their `now`.
-
-    def _token_bucket(self, key: str, interval: float, burst: int, permits: int) -> float:
-        with self._lock:
-            now = self._time.monotonic()
-            buckets = self._buckets
-            tat, wait = token_bucket(buckets.get(key), now, interval, burst, permits)
-            if not wait:
-                buckets[key] = tat
-                if len(buckets) >= self._next_sweep:
-                    self._sweep(now)
-        return wait
 
     def _sliding_window(self, key: str, per: float, limit: int, permits: int) -> float:
         with self._lock:
@@ -119,33 +93,45 @@ class MemoryRateLimitStore:
         return wait
 
     def _decider(
-        self, limit: int, per: float, burst: int | None, algorithm: RateLimitAlgorithm
+        self,
+        limit: int,
+        per: float,
+        burst: int | None,
+        algorithm: RateLimitAlgorithm,
+        permits: int = 1,
+        *,
+        key: object = "",
     ) -> Callable[[str], float]:
-        """`take(key, limit, per, burst, algorithm)` as a function of `key` alone, arguments checked now.
+        """`take(key, limit, per, burst, algorithm, permits)` as a function of `key` alone, arguments checked now.
 
-        The rate limiter strategy calls it on its hot path: no argument tuple, no lookups.
+        `take` keeps one for each set of arguments (checking its caller's `key` here too); the
+        rate limiter strategy calls its own on its hot path: no argument tuple, no lookups.
         """
-        interval, capacity = self._prepare((limit, per, burst, algorithm, 1), "")
+        problem = check_take(key, limit, per, burst, algorithm, permits)
+        if problem is not None:
+            raise ValidationError(problem)
         if algorithm == "sliding_window":
-            return functools.partial(self._sliding_window, per=per, limit=limit, permits=1)
+            return functools.partial(self._sliding_window, per=per, limit=limit, permits=permits)
         if algorithm == "fixed_window":
-            return functools.partial(self._fixed_window, per=per, limit=limit, permits=1)
+            return functools.partial(self._fixed_window, per=per, limit=limit, permits=permits)
         lock = self._lock
         clock = monotonic_source(self._time)  # without the provider's method frame: a tenth of the decision
         buckets = self._buckets  # swept in place, never replaced
         decide = token_bucket
+        interval = per / limit
+        capacity = limit if burst is None else burst
 
-        def take_one(key: str) -> float:
+        def take_token(key: str) -> float:
             with lock:
                 now = clock.monotonic()
-                tat, wait = decide(buckets.get(key), now, interval, capacity, 1)
+                tat, wait = decide(buckets.get(key), now, interval, capacity, permits)
                 if not wait:
                     buckets[key] = tat
                     if len(buckets) >= self._next_sweep:
                         self._sweep(now)
             return wait
 
-        return take_one
+        return take_token
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
         self,

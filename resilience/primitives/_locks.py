@@ -48,7 +48,7 @@ from resilience._lease import (
 )
 from resilience._runtime._closing import Closing
 from resilience._time import SYSTEM_TIME, lease_clock
-from resilience._validation import Problems
+from resilience._validation import Problems, check_semaphore_permits
 from resilience.exceptions import LockLostError, LockNotAcquiredError, SemaphoreLeaseLostError, ValidationError
 from resilience.stores import (
     AsyncLockStore,
@@ -1058,10 +1058,7 @@ class Semaphores(Locks):
 
     def _permits(self, permits: object) -> int:
         """`permits` when an int between 1 and the limit; else `ValidationError` naming it."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= self.limit:
-            msg = f"permits: must be an int between 1 and the limit ({self.limit}), got {permits!r}"
-            raise ValidationError(msg)
-        return permits
+        return check_semaphore_permits(self.limit, permits)
 
     def _ops_for(self, options: _Options, *, is_async: bool) -> StoreOps:
         ops = self._ops

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
-from resilience.exceptions import ValidationError
+from resilience._validation import check_semaphore_permits
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._protocols import StoreCapabilities
 
@@ -59,16 +59,6 @@ def _round_ttl(ttl: float) -> float:
 
 _ROUNDED: dict[float, float] = {}
 _ROUNDED_MAX = 256
-
-
-def _check_permits(limit: object, permits: object) -> None:
-    """`ValidationError` unless `1 <= permits <= limit` (both ints): before any state changes."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        msg = f"limit: must be an int >= 1, got {limit!r}"
-        raise ValidationError(msg)
-    if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
-        msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
-        raise ValidationError(msg)
 
 
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
@@ -137,13 +127,9 @@ class _MemoryStore:
         return store
 
     @property
-    def _time_provider(self) -> TimeProvider:
-        return _alive(self._provider_ref)
-
-    @property
     def time_provider(self) -> TimeProvider:
         """The clock leases expire on."""
-        return self._time_provider
+        return _alive(self._provider_ref)
 
     def _next_token(self) -> int:
         self._counter += 1
@@ -203,6 +189,20 @@ class _MemoryStore:
             self._forget_limit(key)
         return queue
 
+    def _join(self, key: str, owner: str, now: float, *, asked: object, join: bool) -> bool:
+        """Under the mutex: with `join`, a refused waiter asking `asked` joins (or keeps its place in) the queue.
+
+        Whether it is queued. Expired entries are dropped first: waiters that are gone never
+        fill the bound.
+        """
+        if not join:
+            return False
+        queue = self._waiting(key, now) or self._queues.setdefault(key, {})
+        if owner in queue or len(queue) < QUEUE_BOUND:
+            queue[owner] = (now + QUEUE_ENTRY, asked)
+            return True
+        return False
+
     def _leave(self, key: str, owner: str) -> bool:
         """Take `owner` out of the key's queue: whether it was queued."""
         queue = self._queues.get(key)
@@ -235,7 +235,7 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return clock_wait(self._time_provider, woken, timeout)
+            return clock_wait(self.time_provider, woken, timeout)
         finally:
             remove()
 
@@ -260,20 +260,32 @@ class _MemoryStore:
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
-            return await clock_wait_async(self._time_provider, future, timeout)
+            return await clock_wait_async(self.time_provider, future, timeout)
         finally:
             remove()
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
+    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
+        # Under the mutex: push `owner`'s live hold out to now + ttl; whether it held one.
         raise NotImplementedError
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """See `LockStore.renew` and `SemaphoreStore.renew`; never re-acquires an expired hold.
+
+        The lock store renews a shared holder's hold too.
+        """
+        ttl = _round_ttl(ttl)
+        with self._mutex:
+            return self._renew(key, owner, ttl, self._now())
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
         return self.renew(key, owner, ttl)
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """`renew` each `(key, owner, ttl)` (`SupportsRenewMany`: the lease runtime's batches)."""
-        return [self.renew(key, owner, ttl) for key, owner, ttl in items]  # the semaphore store's
+        """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
+        with self._mutex:
+            now = self._now()
+            return [self._renew(key, owner, _round_ttl(ttl), now) for key, owner, ttl in items]
 
 
 class MemoryLockStore(_MemoryStore):
@@ -353,13 +365,6 @@ class MemoryLockStore(_MemoryStore):
                 return readers is None
             return owner in queue and owner in self._turns(key, now, queue)
 
-    def _refused(self, key: str, owner: str, now: float, *, join: bool, shared: bool) -> None:
-        # Under the mutex: a refused waiter joins (or keeps its place in) the key's queue.
-        if join:
-            queue = self._waiting(key, now) or self._queues.setdefault(key, {})
-            if owner in queue or len(queue) < QUEUE_BOUND:
-                queue[owner] = (now + QUEUE_ENTRY, shared)
-
     def _acquire(
         self, key: str, owner: str, ttl: float, *, join: bool, shared: bool = False
     ) -> tuple[int | None, float | None]:
@@ -379,7 +384,7 @@ class MemoryLockStore(_MemoryStore):
                 return token, None
             if lease is not None:
                 if lease[0] != owner or shared:
-                    self._refused(key, owner, now, join=join, shared=shared)
+                    self._join(key, owner, now, asked=shared, join=join)
                     return None, lease[2] - now
                 token = lease[1]
             elif shared:
@@ -388,7 +393,7 @@ class MemoryLockStore(_MemoryStore):
                 readers = self._readers(key, now)
                 queue = self._waiting(key, now)
                 if readers is not None or (queue is not None and next(iter(queue)) != owner):
-                    self._refused(key, owner, now, join=join, shared=False)
+                    self._join(key, owner, now, asked=False, join=join)
                     if readers is None:
                         return None, None
                     return None, max(expires for _, expires in readers.values()) - now
@@ -411,7 +416,7 @@ class MemoryLockStore(_MemoryStore):
                     if waiting == owner:
                         break
                     if not shared:  # an exclusive request waits ahead: readers never starve a writer
-                        self._refused(key, owner, now, join=join, shared=True)
+                        self._join(key, owner, now, asked=True, join=join)
                         return None, None
                 self._leave(key, owner)
             self._sweep(now)
@@ -461,25 +466,6 @@ class MemoryLockStore(_MemoryStore):
             return False
         readers[owner] = (readers[owner][0], now + ttl)
         return True
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """See `LockStore.renew` (a shared holder's too); never re-acquires an expired lease."""
-        ttl = _round_ttl(ttl)
-        with self._mutex:
-            return self._renew(key, owner, ttl, self._now())
-
-    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
-        answers: list[bool | Exception] = []
-        rounded: dict[float, float] = {}
-        with self._mutex:
-            now = self._now()
-            for key, owner, ttl in items:
-                ms = rounded.get(ttl)
-                if ms is None:
-                    ms = rounded[ttl] = _round_ttl(ttl)
-                answers.append(self._renew(key, owner, ms, now))
-        return answers
 
     def _drop(self, key: str, owner: str, now: float) -> bool:
         # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
@@ -597,7 +583,7 @@ class MemoryLockStore(_MemoryStore):
         return self.force_release(key)
 
     def __repr__(self) -> str:
-        return f"MemoryLockStore(time_provider={self._time_provider!r})"
+        return f"MemoryLockStore(time_provider={self.time_provider!r})"
 
 
 class MemorySemaphoreStore(_MemoryStore):
@@ -710,7 +696,7 @@ class MemorySemaphoreStore(_MemoryStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
     ) -> tuple[int | None, float | None]:
         ttl = _round_ttl(ttl)
-        _check_permits(limit, permits)
+        check_semaphore_permits(limit, permits)
         with self._mutex:
             now = self._now()
             holders = self._live(key, now)
@@ -719,11 +705,8 @@ class MemorySemaphoreStore(_MemoryStore):
             else:
                 free = limit - self._held(holders)
                 if permits > free or (key in self._queues and not self._may_take(key, owner, permits, free, now)):
-                    if join:  # expired entries dropped first: waiters that are gone never fill the bound
-                        queue = self._waiting(key, now) or self._queues.setdefault(key, {})
-                        if owner in queue or len(queue) < QUEUE_BOUND:
-                            queue[owner] = (now + QUEUE_ENTRY, permits)
-                            self._limits[key] = limit
+                    if self._join(key, owner, now, asked=permits, join=join):
+                        self._limits[key] = limit
                     if permits <= free or holders is None:
                         return None, None  # the slots are free, but promised to waiters ahead
                     return None, min(expires for _, expires, _ in holders.values()) - now
@@ -762,17 +745,14 @@ class MemorySemaphoreStore(_MemoryStore):
         """See `SemaphoreStore.acquire` and `SupportsPermits`."""
         return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """See `SemaphoreStore.renew`; never re-acquires an expired slot."""
-        ttl = _round_ttl(ttl)
-        with self._mutex:
-            now = self._now()
-            holders = self._live(key, now)
-            if holders is None or owner not in holders:
-                return False
-            token, _, permits = holders[owner]
-            holders[owner] = (token, now + ttl, permits)
-            return True
+    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
+        # Under the mutex: push `owner`'s live slots out to now + ttl.
+        holders = self._live(key, now)
+        if holders is None or owner not in holders:
+            return False
+        token, _, permits = holders[owner]
+        holders[owner] = (token, now + ttl, permits)
+        return True
 
     def release(self, key: str, owner: str) -> bool:
         """See `SemaphoreStore.release`; wakes only the queued waiters the freed slots serve.
@@ -860,7 +840,7 @@ class MemorySemaphoreStore(_MemoryStore):
         return self.force_release(key)
 
     def __repr__(self) -> str:
-        return f"MemorySemaphoreStore(time_provider={self._time_provider!r})"
+        return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"
 
 
 _SYSTEM_STORE = MemoryLockStore(SYSTEM_TIME)

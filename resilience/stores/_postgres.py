@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from resilience._runtime._closing import Closing
+from resilience._validation import check_semaphore_permits
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
@@ -700,13 +701,8 @@ class PostgresSemaphoreStore(_PostgresStore):
         super().__init__(conninfo_or_pool, async_pool, SemaphoreSql(check_table(self._kind, table)))
 
     @staticmethod
-    def _limit(limit: object, permits: object = 1) -> dict[str, int]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**31:
-            msg = f"limit: must be an int >= 1, got {limit!r}"
-            raise ValidationError(msg)
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
-            msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
-            raise ValidationError(msg)
+    def _limit(limit: int, permits: int = 1) -> dict[str, int]:
+        check_semaphore_permits(limit, permits, limit_below=2**31)
         return {"limit": limit, "permits": permits}
 
     def _acquire(

@@ -22,7 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from resilience._runtime._closing import Closing
-from resilience._validation import MAX_DURATION
+from resilience._validation import MAX_DURATION, check_semaphore_permits
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._info import (
@@ -936,15 +936,8 @@ class RedisSemaphoreStore(_RedisStore):
     @staticmethod
     def _limit(limit: object, permits: object = 1) -> list[object]:
         """`[limit]`, or `[limit, permits]` when more than one; `ValidationError` when out of range."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            msg = f"limit: must be an int >= 1, got {limit!r}"
-            raise ValidationError(msg)
-        if permits == 1 and not isinstance(permits, bool):
-            return [limit]
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
-            msg = f"permits: must be an int between 1 and the limit ({limit}), got {permits!r}"
-            raise ValidationError(msg)
-        return [limit, permits]
+        check_semaphore_permits(limit, permits)
+        return [limit] if permits == 1 else [limit, permits]
 
     def _acquire_args(
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0

@@ -150,6 +150,24 @@ class LocalPermits:
             self._partitions[key].waiters.remove(waiter)
             return False
 
+    def _abandon(self, key: str, waiter: _Waiter) -> None:
+        """A wait interrupted by an exception: leave the queue, or hand on the permit granted meanwhile."""
+        if self._leave(key, waiter):
+            self.release(key)
+
+    def _settle(self, key: str, waiter: _Waiter, signal: Signal) -> bool:
+        """After the wait (if any): True holding the permit, False timed out; the signal's reason if it aborted.
+
+        A permit granted in the same instant as the abort is handed on.
+        """
+        if not self._leave(key, waiter):
+            signal.raise_if_aborted()
+            return False
+        if signal.aborted:
+            self.release(key)
+            signal.raise_if_aborted()
+        return True
+
     def acquire(self, key: str, timeout: float, signal: Signal) -> bool | None:
         """Wait up to `timeout` for a permit: True granted, False timed out, None queue full.
 
@@ -168,19 +186,12 @@ class LocalPermits:
                 remove = signal._add_wakeup(lambda _reason: woken.set())
                 clock_wait(self._time, woken, timeout)
             except BaseException:
-                if self._leave(key, waiter):
-                    self.release(key)
+                self._abandon(key, waiter)
                 raise
             finally:
                 if remove is not None:
                     remove()
-            if not self._leave(key, waiter):
-                signal.raise_if_aborted()
-                return False
-        if signal.aborted:
-            self.release(key)
-            signal.raise_if_aborted()
-        return True
+        return self._settle(key, waiter, signal)
 
     async def acquire_async(self, key: str, timeout: float, signal: Signal) -> bool | None:
         """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
@@ -199,18 +210,11 @@ class LocalPermits:
             try:
                 await clock_wait_async(self._time, future, timeout)
             except BaseException:
-                if self._leave(key, waiter):
-                    self.release(key)
+                self._abandon(key, waiter)
                 raise
             finally:
                 remove()
-            if not self._leave(key, waiter):
-                signal.raise_if_aborted()
-                return False
-        if signal.aborted:
-            self.release(key)
-            signal.raise_if_aborted()
-        return True
+        return self._settle(key, waiter, signal)
 
     def in_use(self) -> int:
         """Permits held now, over every key (`resilience.limiter.in_use`)."""

@@ -288,10 +288,8 @@ class RateLimiterStrategy:
                     if self._on_rejected is not None:
                         call_back(self._on_rejected, arguments)
                     raise error
-                signal = context.signal
-                if wait(time_provider, retry_after, signal):
-                    assert signal.reason is not None
-                    raise signal.reason
+                if wait(time_provider, retry_after, context.signal):
+                    context.signal.raise_if_aborted()
                 retry_after = self._take(key)
         return callback(context)
 
@@ -313,10 +311,8 @@ class RateLimiterStrategy:
                     if self._on_rejected is not None:
                         await call_back_async(self._on_rejected, arguments)
                     raise error
-                signal = context.signal
-                if await wait_async(time_provider, retry_after, signal):
-                    assert signal.reason is not None
-                    raise signal.reason
+                if await wait_async(time_provider, retry_after, context.signal):
+                    context.signal.raise_if_aborted()
                 retry_after = await self._take_async(key)
         return await callback(context)
 
