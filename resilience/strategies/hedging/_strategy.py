@@ -512,9 +512,14 @@ class _SyncRun(_Run):
             if context is None:
                 return
             try:
-                hook, substitute = next(steps := self.starting(attempt, context))
-                while hook is not None:
-                    hook, substitute = steps.send(call_back(hook, substitute))
+                substitute = None
+                if attempt or self.strategy._delay_generator is not None:
+                    hook, substitute = next(steps := self.starting(attempt, context))
+                    while hook is not None:
+                        hook, substitute = steps.send(call_back(hook, substitute))
+                else:  # `starting` with nothing to call back: the first attempt's 3% (docs/decisions.md)
+                    self.starts[0] = self.strategy._time.monotonic()
+                    self.armed(0, self.strategy._delay)
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 context.end_scope()
                 self.ended_fatally(attempt, exc)
