@@ -374,14 +374,12 @@ class LockHold:
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
         primitive = self._primitive
-        events = primitive._mode_of(shared=self._options.shared)[1]
-        if lease is None:
-            raise primitive._reject(self._key, started, held_for, events)
-        events.acquired(None, lease.key, lease, started)
-        handle = self._handle = LockHandle(lease, events)
+        handle = self._handle = primitive._handle(self._key, lease, held_for, started, self._options)
+        if handle is None:
+            raise primitive._refusal(self._key, held_for)
         outer = current_context() or new_context()
-        inner = outer.derive(signal=lease.signal)
-        inner.properties.set(LOCK_TOKEN, lease.token)
+        inner = outer.derive(signal=handle.signal)
+        inner.properties.set(LOCK_TOKEN, handle.token)
         held_id = primitive._held_id(self._key)
         if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
             inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
@@ -662,8 +660,8 @@ class Locks(Closing):
         cast("LockEvents", lease.tag).renewal_failed(None, lease.key, lease.token, error)
         return None if on_renew_error is None else on_renew_error(error)
 
-    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
-        events.rejected(None, key, started, held_for)
+    def _refusal(self, key: str, held_for: float | None) -> LockNotAcquiredError:
+        """What `run` / `hold` raise when `key` stays held (its rejection already reported)."""
         return LockNotAcquiredError(key, held_for)
 
     def _held_id(self, key: str) -> tuple[int, str] | None:
@@ -1019,8 +1017,7 @@ class Semaphores(Locks):
             raise ValidationError(msg)
         return ops.with_permits(options.permits)
 
-    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
-        events.rejected(None, key, started, held_for)
+    def _refusal(self, key: str, held_for: float | None) -> LockNotAcquiredError:
         return LockNotAcquiredError(key, held_for, message=f"semaphore {key!r} has no free slot (limit {self.limit})")
 
     def _check_shared(self, problems: Problems, shared: object) -> None:
