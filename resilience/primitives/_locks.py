@@ -82,22 +82,18 @@ __all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
 
 T = TypeVar("T")
 
-_METHODS: Final = (
+_KEYED: Final = (
     "acquire",
     "acquire_or_ttl",
+    "acquire_or_queue",
+    "acquire_shared",
     "renew",
     "release",
     "wait_released",
-    "acquire_async",
-    "acquire_or_ttl_async",
-    "renew_async",
-    "release_async",
-    "wait_released_async",
     "info",
-    "info_async",
     "force_release",
-    "force_release_async",
 )
+"""The store methods that take the key first and have an `_async` twin."""
 
 
 # -- stores -----------------------------------------------------------------------------------
@@ -106,10 +102,10 @@ _METHODS: Final = (
 class _PrefixedStore:
     """A caller's store seen through the primitive's prefix: every key becomes `<prefix>:<key>`.
 
-    It offers exactly the methods (and so the protocols) of the store it wraps: a method the
-    wrapped store lacks is None on the variant class, and it declares what the wrapped store
-    declares (`capabilities`: its kind, its flavours). The engine thus works on the caller's
-    keys, and errors carry them.
+    It offers exactly the key-taking methods (and so the protocols) of the store it wraps: the
+    variant class made for that store has a forwarder for each method the store has, and no
+    other. It declares what the wrapped store declares (`capabilities`: its kind, its flavours).
+    The engine thus works on the caller's keys, and errors carry them.
     """
 
     def __init__(self, inner: Any, prefix: str) -> None:
@@ -119,88 +115,39 @@ class _PrefixedStore:
         own = capabilities_of(inner)
         self.capabilities = dataclasses.replace(own, pool_key=inner if own.pool_key is None else own.pool_key)
 
-    def acquire(self, key: str, *args: Any) -> Any:
-        return self.inner.acquire(self.prefix + key, *args)
-
-    def acquire_or_ttl(self, key: str, *args: Any, **shared: bool) -> Any:
-        return self.inner.acquire_or_ttl(self.prefix + key, *args, **shared)
-
-    def acquire_or_queue(self, key: str, *args: Any, **shared: bool) -> Any:
-        return self.inner.acquire_or_queue(self.prefix + key, *args, **shared)
-
-    def acquire_shared(self, key: str, owner: str, ttl: float) -> Any:
-        return self.inner.acquire_shared(self.prefix + key, owner, ttl)
-
-    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> Any:
-        return await self.inner.acquire_shared_async(self.prefix + key, owner, ttl)
-
-    def renew(self, key: str, *args: Any) -> Any:
-        return self.inner.renew(self.prefix + key, *args)
-
-    def release(self, key: str, *args: Any) -> Any:
-        return self.inner.release(self.prefix + key, *args)
-
-    def wait_released(self, key: str, *args: Any) -> Any:
-        return self.inner.wait_released(self.prefix + key, *args)
-
-    async def acquire_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.acquire_async(self.prefix + key, *args)
-
-    async def acquire_or_ttl_async(self, key: str, *args: Any, **shared: bool) -> Any:
-        return await self.inner.acquire_or_ttl_async(self.prefix + key, *args, **shared)
-
-    async def acquire_or_queue_async(self, key: str, *args: Any, **shared: bool) -> Any:
-        return await self.inner.acquire_or_queue_async(self.prefix + key, *args, **shared)
-
-    async def renew_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.renew_async(self.prefix + key, *args)
-
-    async def release_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.release_async(self.prefix + key, *args)
-
-    async def wait_released_async(self, key: str, *args: Any) -> Any:
-        return await self.inner.wait_released_async(self.prefix + key, *args)
-
-    def info(self, key: str) -> Any:
-        return self.inner.info(self.prefix + key)
-
-    async def info_async(self, key: str) -> Any:
-        return await self.inner.info_async(self.prefix + key)
-
-    def force_release(self, key: str) -> Any:
-        return self.inner.force_release(self.prefix + key)
-
-    async def force_release_async(self, key: str) -> Any:
-        return await self.inner.force_release_async(self.prefix + key)
-
-    def add_release_listener(self, key: str, callback: Callable[[], object], *owner: str | None) -> Callable[[], None]:
-        listen: Callable[..., Callable[[], None]] = self.inner.add_release_listener
-        return listen(self.prefix + key, callback, *owner)
-
-    def renewal_group(self, key: str) -> Any:
-        return self.inner.renewal_group(self.prefix + key)
-
     def __repr__(self) -> str:
         return f"<{self.prefix}* of {self.inner!r}>"
 
 
+def _forwarder(name: str) -> Callable[..., Any]:
+    """The view's method `name`: the wrapped store's, called with the key prefixed (a coroutine for `_async`)."""
+    if name.endswith("_async"):
+
+        async def forward_async(self: _PrefixedStore, key: str, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(self.prefix + key, *args, **kwargs)
+
+        return forward_async
+
+    def forward(self: _PrefixedStore, key: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(self.prefix + key, *args, **kwargs)
+
+    return forward
+
+
+_FORWARDERS: Final = {
+    name: _forwarder(name)
+    for name in (*_KEYED, *(f"{keyed}_async" for keyed in _KEYED), "add_release_listener", "renewal_group")
+}
+
+
 @functools.cache
-def _prefixed_variant(missing: tuple[str, ...]) -> type[_PrefixedStore]:
-    return type("_PrefixedStore", (_PrefixedStore,), dict.fromkeys(missing))
+def _prefixed_variant(offered: tuple[str, ...]) -> type[_PrefixedStore]:
+    return type("_PrefixedStore", (_PrefixedStore,), {name: _FORWARDERS[name] for name in offered})
 
 
 def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    names = (
-        *_METHODS,
-        "add_release_listener",
-        "acquire_or_queue",
-        "acquire_or_queue_async",
-        "renewal_group",
-        "acquire_shared",
-        "acquire_shared_async",
-    )
-    missing = tuple(name for name in names if not callable(getattr(store, name, None)))
-    return _prefixed_variant(missing)(store, prefix)
+    offered = tuple(name for name in _FORWARDERS if callable(getattr(store, name, None)))
+    return _prefixed_variant(offered)(store, prefix)
 
 
 def _is_async_source(client: object) -> bool:
@@ -427,14 +374,12 @@ class LockHold:
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
         primitive = self._primitive
-        events = primitive._mode_of(shared=self._options.shared)[1]
-        if lease is None:
-            raise primitive._reject(self._key, started, held_for, events)
-        events.acquired(None, lease.key, lease, started)
-        handle = self._handle = LockHandle(lease, events)
+        handle = self._handle = primitive._handle(self._key, lease, held_for, started, self._options)
+        if handle is None:
+            raise primitive._refusal(self._key, held_for)
         outer = current_context() or new_context()
-        inner = outer.derive(signal=lease.signal)
-        inner.properties.set(LOCK_TOKEN, lease.token)
+        inner = outer.derive(signal=handle.signal)
+        inner.properties.set(LOCK_TOKEN, handle.token)
         held_id = primitive._held_id(self._key)
         if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
             inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
@@ -715,8 +660,8 @@ class Locks(Closing):
         cast("LockEvents", lease.tag).renewal_failed(None, lease.key, lease.token, error)
         return None if on_renew_error is None else on_renew_error(error)
 
-    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
-        events.rejected(None, key, started, held_for)
+    def _refusal(self, key: str, held_for: float | None) -> LockNotAcquiredError:
+        """What `run` / `hold` raise when `key` stays held (its rejection already reported)."""
         return LockNotAcquiredError(key, held_for)
 
     def _held_id(self, key: str) -> tuple[int, str] | None:
@@ -1072,8 +1017,7 @@ class Semaphores(Locks):
             raise ValidationError(msg)
         return ops.with_permits(options.permits)
 
-    def _reject(self, key: str, started: float, held_for: float | None, events: LockEvents) -> LockNotAcquiredError:
-        events.rejected(None, key, started, held_for)
+    def _refusal(self, key: str, held_for: float | None) -> LockNotAcquiredError:
         return LockNotAcquiredError(key, held_for, message=f"semaphore {key!r} has no free slot (limit {self.limit})")
 
     def _check_shared(self, problems: Problems, shared: object) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import threading
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
 from resilience._validation import check_semaphore_permits
@@ -26,6 +27,7 @@ from resilience.stores._protocols import StoreCapabilities
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
+    from types import CoroutineType
 
     from resilience._time import TimeProvider
 
@@ -62,6 +64,23 @@ _ROUNDED_MAX = 256
 
 
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _twin(method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _R]]:
+    """The `_async` twin of a memory store's `method`: the store never suspends, so its sync method answers.
+
+    The twin calls the method by name, so a subclass's override of the sync method answers for both.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def twin(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        answer: _R = getattr(self, name)(*args, **kwargs)
+        return answer
+
+    return cast("Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _R]]", twin)  # an `async def` makes one
 
 
 def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at: int) -> dict[str, _Entry] | None:
@@ -277,9 +296,7 @@ class _MemoryStore:
         with self._mutex:
             return self._renew(key, owner, ttl, self._now())
 
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return self.renew(key, owner, ttl)
+    renew_async = _twin(renew)
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
@@ -550,37 +567,13 @@ class MemoryLockStore(_MemoryStore):
         self._notify(callbacks)
         return held
 
-    async def acquire_or_ttl_async(
-        self, key: str, owner: str, ttl: float, *, shared: bool = False
-    ) -> tuple[int | None, float | None]:
-        """See `acquire_or_ttl`."""
-        return self._acquire(key, owner, ttl, join=False, shared=shared)
-
-    async def acquire_or_queue_async(
-        self, key: str, owner: str, ttl: float, *, shared: bool = False
-    ) -> tuple[int | None, float | None]:
-        """See `acquire_or_queue`."""
-        return self._acquire(key, owner, ttl, join=True, shared=shared)
-
-    async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
-        """See `acquire`."""
-        return self._acquire(key, owner, ttl, join=False)[0]
-
-    async def acquire_shared_async(self, key: str, owner: str, ttl: float) -> int | None:
-        """See `acquire_shared`."""
-        return self._acquire(key, owner, ttl, join=False, shared=True)[0]
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        return self.release(key, owner)
-
-    async def info_async(self, key: str) -> LockInfo | None:
-        """See `info`."""
-        return self.info(key)
-
-    async def force_release_async(self, key: str) -> bool:
-        """See `force_release`."""
-        return self.force_release(key)
+    acquire_async = _twin(acquire)
+    acquire_shared_async = _twin(acquire_shared)
+    acquire_or_ttl_async = _twin(acquire_or_ttl)
+    acquire_or_queue_async = _twin(acquire_or_queue)
+    release_async = _twin(release)
+    info_async = _twin(info)
+    force_release_async = _twin(force_release)
 
     def __repr__(self) -> str:
         return f"MemoryLockStore(time_provider={self.time_provider!r})"
@@ -628,9 +621,7 @@ class MemorySemaphoreStore(_MemoryStore):
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest grant first."""
         return holder_tuples(self.info(key))
 
-    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
-        """See `holders`."""
-        return self.holders(key)
+    holders_async = _twin(holders)
 
     @staticmethod
     def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
@@ -787,22 +778,6 @@ class MemorySemaphoreStore(_MemoryStore):
         self._notify(callbacks)
         return released
 
-    async def acquire_or_ttl_async(
-        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
-    ) -> tuple[int | None, float | None]:
-        """See `acquire_or_ttl`."""
-        return self._acquire(key, owner, ttl, limit, permits, join=False)
-
-    async def acquire_or_queue_async(
-        self, key: str, owner: str, ttl: float, limit: int = 1, permits: int = 1
-    ) -> tuple[int | None, float | None]:
-        """See `acquire_or_queue`."""
-        return self._acquire(key, owner, ttl, limit, permits, join=True)
-
-    async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
-        """See `acquire`."""
-        return self._acquire(key, owner, ttl, limit, permits, join=False)[0]
-
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token) and the length of its waiter queue, or None when none holds it."""
         with self._mutex:
@@ -827,17 +802,12 @@ class MemorySemaphoreStore(_MemoryStore):
         self._notify(callbacks)
         return True
 
-    async def release_async(self, key: str, owner: str) -> bool:
-        """See `release`."""
-        return self.release(key, owner)
-
-    async def info_async(self, key: str) -> LockInfo | None:
-        """See `info`."""
-        return self.info(key)
-
-    async def force_release_async(self, key: str) -> bool:
-        """See `force_release`."""
-        return self.force_release(key)
+    acquire_async = _twin(acquire)
+    acquire_or_ttl_async = _twin(acquire_or_ttl)
+    acquire_or_queue_async = _twin(acquire_or_queue)
+    release_async = _twin(release)
+    info_async = _twin(info)
+    force_release_async = _twin(force_release)
 
     def __repr__(self) -> str:
         return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"

@@ -9,7 +9,6 @@ maps a loss onto the result table of step 4, and emits the events.
 from __future__ import annotations
 
 import contextvars
-import inspect
 import logging
 import threading
 from dataclasses import dataclass, replace
@@ -35,7 +34,7 @@ from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore, serves
-from resilience.strategies._common import store_traits
+from resilience.strategies._common import call_back_async, store_traits
 from resilience.strategies.lock._key import check_key, check_store_kind, note_default_store, resolve_key
 
 if TYPE_CHECKING:
@@ -221,13 +220,10 @@ class _Run:
         self.tell_lost(lease)
 
     async def lost_async(self, lease: LeaseBase) -> None:
-        inner = self.inner
         callback = self.strategy._on_lock_lost
         if callback is not None:
             try:
-                result = callback(OnLockLostArguments(inner, self.key, lease.token))
-                if inspect.isawaitable(result):
-                    await result
+                await call_back_async(callback, OnLockLostArguments(self.inner, self.key, lease.token))
             except Exception:
                 _logger.exception("on_lock_lost raised")
         self.tell_lost(lease)
