@@ -516,6 +516,14 @@ class RedisClientsStore(Closing):
     def __repr__(self) -> str:
         return self._clients.describe(self)
 
+    def _run(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
+        """`script` with `call`'s keys and arguments on the sync client (`method` names it in the error without one)."""
+        return self._clients.sync_runner(method).run(script, *call)
+
+    async def _run_async(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
+        """See `_run`: on the asyncio client."""
+        return await self._clients.async_runner(method).run(script, *call)
+
 
 class _RedisStore(RedisClientsStore):
     """What the lock and semaphore stores share: clients, notification, closing.
@@ -540,22 +548,16 @@ class _RedisStore(RedisClientsStore):
             weakref.WeakKeyDictionary()
         )
 
-    def _sync_client(self, method: str) -> _SyncClient:
-        return self._clients.sync_runner(method)
-
-    def _async_client(self, method: str) -> _AsyncClient:
-        return self._clients.async_runner(method)
-
     def _node_of(self, redis_key: str) -> Hashable:
         """The Cluster master serving `redis_key` now, by name (None on a standalone server)."""
-        client = self._sync_client("renewal_group").get()
+        client = self._clients.sync_runner("renewal_group").get()
         return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
 
     def _publish_command(self, client: Any) -> str:
         return "SPUBLISH" if _is_cluster(client) else "PUBLISH"
 
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._sync_client("release")
+        runner = self._clients.sync_runner("release")
         command = self._publish.get(False)
         if command is None:
             command = self._publish[False] = self._publish_command(runner.get())
@@ -570,7 +572,7 @@ class _RedisStore(RedisClientsStore):
             return bool(runner.run(script, keys, [*args, ""]))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._async_client("release_async")
+        runner = self._clients.async_runner("release_async")
         command = self._publish.get(True)
         if command is None:
             command = self._publish[True] = self._publish_command(await runner.get())
@@ -592,7 +594,7 @@ class _RedisStore(RedisClientsStore):
         return listener
 
     def _listen(self, channel: str, callback: Callable[[], object], owner: str | None = None) -> Callable[[], None]:
-        listener = self._sync_listener(self._sync_client("add_release_listener").get())
+        listener = self._sync_listener(self._clients.sync_runner("add_release_listener").get())
         if listener is None:  # no pub/sub on this client: nothing will call back
             return _nothing
         return listener.listen(channel, callback, owner)
@@ -605,7 +607,7 @@ class _RedisStore(RedisClientsStore):
         check: tuple[Sequence[str], Sequence[object]] | None = None,
         owner: str | None = None,
     ) -> bool:
-        runner = self._sync_client("wait_released")
+        runner = self._clients.sync_runner("wait_released")
         client = runner.get()
         keys, args = check or ([channel], [])
 
@@ -630,7 +632,7 @@ class _RedisStore(RedisClientsStore):
         *,
         since: float | None = None,
     ) -> bool:
-        runner = self._async_client("wait_released_async")
+        runner = self._clients.async_runner("wait_released_async")
         client = await runner.get()
         keys, args = check or ([channel], [])
 
@@ -757,8 +759,7 @@ class RedisLockStore(_RedisStore):
         to the head of its waiter queue, the life left in the head's queue entry. With
         `shared`, a shared hold.
         """
-        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
-        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, self._acquire_args(key, owner, ttl, shared=shared)))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -770,13 +771,12 @@ class RedisLockStore(_RedisStore):
         live head and tells it so (`add_release_listener`); the head's next call here answers
         its token and sets its ttl.
         """
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
-        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
+        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, call))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(self._sync_client("renew").run(scripts.LOCK_RENEW, keys, args))
+        return bool(self._run("renew", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew(key, owner, ttl)` for each item in one pipelined round trip (per Cluster node).
@@ -786,7 +786,7 @@ class RedisLockStore(_RedisStore):
         itself (a lost connection) raises. What the lease runtime batches renewals with
         (`SupportsRenewMany`).
         """
-        runner = self._sync_client("renew_many")
+        runner = self._clients.sync_runner("renew_many")
         return _renewed(runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     def renewal_group(self, key: str) -> Hashable:
@@ -840,16 +840,16 @@ class RedisLockStore(_RedisStore):
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
-        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, shared=shared)
+        return _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
+        call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
         sent = time.monotonic()
-        answer = _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        answer = _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
         if answer[0] is None:
             if len(self._asked) >= _ASKED_KEPT:  # waits that never came (cancelled between the two)
                 self._asked.clear()
@@ -858,12 +858,11 @@ class RedisLockStore(_RedisStore):
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(await self._async_client("renew_async").run(scripts.LOCK_RENEW, keys, args))
+        return bool(await self._run_async("renew_async", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._async_client("renew_many_async")
+        runner = self._clients.async_runner("renew_many_async")
         return _renewed(await runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
@@ -881,11 +880,11 @@ class RedisLockStore(_RedisStore):
 
     def info(self, key: str) -> LockInfo | None:
         """The lock's holder (time left on the server's clock) and its live waiters; None when free."""
-        return _lock_info(key, self._sync_client("info").run(scripts.LOCK_INFO, self._keys(key), []))
+        return _lock_info(key, self._run("info", scripts.LOCK_INFO, (self._keys(key), [])))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        return _lock_info(key, await self._async_client("info_async").run(scripts.LOCK_INFO, self._keys(key), []))
+        return _lock_info(key, await self._run_async("info_async", scripts.LOCK_INFO, (self._keys(key), [])))
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
@@ -968,8 +967,9 @@ class RedisSemaphoreStore(_RedisStore):
 
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
+        return _answer(
+            self._run("acquire", scripts.SEMAPHORE_ACQUIRE, self._acquire_args(key, owner, ttl, limit, permits))
+        )[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -978,8 +978,8 @@ class RedisSemaphoreStore(_RedisStore):
 
         `(None, None)` when enough slots are free but promised to waiters queued ahead.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -990,13 +990,12 @@ class RedisSemaphoreStore(_RedisStore):
         the whole queue fits too). The entry lives `QUEUE_ENTRY_MS` unless `owner` tries
         again; `release(key, owner)` by a waiter that gives up leaves the queue.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
+        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """Push `owner`'s slots out to now + `ttl`; False if it holds none any more."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
+        return bool(self._run("renew", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
     def renewal_group(self, key: str) -> Hashable:
         """See `RedisLockStore.renewal_group`."""
@@ -1004,7 +1003,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `RedisLockStore.renew_many` (each holder's answer as `renew` gives it)."""
-        runner = self._sync_client("renew_many")
+        runner = self._clients.sync_runner("renew_many")
         return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     def release(self, key: str, owner: str) -> bool:
@@ -1042,31 +1041,30 @@ class RedisSemaphoreStore(_RedisStore):
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(await self._run_async("acquire_async", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
+        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(await self._async_client("renew_async").run(scripts.SEMAPHORE_RENEW, keys, args))
+        return bool(await self._run_async("renew_async", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._async_client("renew_many_async")
+        runner = self._clients.async_runner("renew_many_async")
         return _renewed(await runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
@@ -1090,12 +1088,13 @@ class RedisSemaphoreStore(_RedisStore):
 
     def info(self, key: str) -> LockInfo | None:
         """The semaphore's live holders (by token) and waiters; None when no slot is held."""
-        return _semaphore_info(key, self._sync_client("info").run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+        return _semaphore_info(key, self._run("info", scripts.SEMAPHORE_INFO, (self._all_keys(key), [])))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        runner = self._async_client("info_async")
-        return _semaphore_info(key, await runner.run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+        return _semaphore_info(
+            key, await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._all_keys(key), []))
+        )
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
