@@ -167,11 +167,7 @@ end
 if dirty or wrote then
   redis.call('PEXPIRE', KEYS[1], ARGV[12])
 end
-local left = 0
-if un > now_ms then
-  left = un - now_ms
-end
-return {{st, ep, left, mn, granted, wait}}
+return {{st, ep, math.max(0, un - now_ms), mn, granted, wait}}
 """,
 )
 
@@ -297,8 +293,7 @@ class RedisCircuitStateStore(RedisClientsStore):
 
     def exchange(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """Send one circuit's batch and command; the fleet's state (one round trip)."""
-        runner = self._clients.sync_runner("exchange")
-        return _reply(runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
+        return _reply(self._run("exchange", CIRCUIT_EXCHANGE, ([self.key(circuit_key)], _arguments(exchange))))
 
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""

@@ -676,14 +676,11 @@ else
     leave(ARGV[1], permits)
   end
   token = mint(state[2])
-  if held == 0 then
-    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', permits - 1)
-  else
-    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit)
-    if permits > 1 then
-      redis.call('HINCRBY', KEYS[2], 'x', permits - 1)
-    end
+  local extra = permits - 1  -- `x` counts from 0 again when nobody holds
+  if held > 0 then
+    extra = extra + (tonumber(state[3]) or 0)
   end
+  redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', extra)
   if permits > 1 then
     redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
   end
