@@ -122,9 +122,10 @@ def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     return ValidationError(msg)
 
 
-def companions(lock_key: str) -> tuple[str, str] | None:
-    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (arrivals, refreshed expiries).
+def companions(lock_key: str) -> tuple[str, str, str, str] | None:
+    """The companion keys of a lock key, in the lock key's Cluster hash slot.
 
+    Its fair queue's (arrivals, refreshed expiries), then its shared holds' (holders, waiters).
     A key with a hash tag keeps it when a suffix is appended; a key without one is wrapped in
     braces, so that its whole text becomes the tag (the slot it already hashes to). A key that
     has a `}` but no hash tag cannot be wrapped that way: None (such a lock is not queued).
@@ -136,13 +137,7 @@ def companions(lock_key: str) -> tuple[str, str] | None:
         base = "{" + lock_key + "}"
     else:
         return None
-    return f"{base}:q", f"{base}:q:t"
-
-
-def shared_companions(lock_key: str) -> tuple[str, str] | None:
-    """The shared-holds keys of a lock key, in its hash slot: (shared holders, shared waiters); see `companions`."""
-    queue = companions(lock_key)
-    return None if queue is None else (queue[0][: -len(":q")] + ":r", queue[0] + ":s")
+    return f"{base}:q", f"{base}:q:t", f"{base}:r", f"{base}:q:s"
 
 
 def _wait_ms(timeout: float) -> int:
@@ -553,14 +548,11 @@ class _RedisStore(RedisClientsStore):
         client = self._clients.sync_runner("renewal_group").get()
         return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
 
-    def _publish_command(self, client: Any) -> str:
-        return "SPUBLISH" if _is_cluster(client) else "PUBLISH"
-
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
         runner = self._clients.sync_runner("release")
         command = self._publish.get(False)
         if command is None:
-            command = self._publish[False] = self._publish_command(runner.get())
+            command = self._publish[False] = "SPUBLISH" if _is_cluster(runner.get()) else "PUBLISH"
         try:
             return bool(runner.run(script, keys, [*args, command]))
         except Exception as exc:
@@ -575,7 +567,7 @@ class _RedisStore(RedisClientsStore):
         runner = self._clients.async_runner("release_async")
         command = self._publish.get(True)
         if command is None:
-            command = self._publish[True] = self._publish_command(await runner.get())
+            command = self._publish[True] = "SPUBLISH" if _is_cluster(await runner.get()) else "PUBLISH"
         try:
             return bool(await runner.run(script, keys, [*args, command]))
         except Exception as exc:
@@ -604,15 +596,14 @@ class _RedisStore(RedisClientsStore):
         channel: str,
         timeout: float,
         held: scripts.LuaScript,
-        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        check: _Call,
         owner: str | None = None,
     ) -> bool:
         runner = self._clients.sync_runner("wait_released")
         client = runner.get()
-        keys, args = check or ([channel], [])
 
         def is_free() -> bool:
-            return not runner.run(held, keys, args)
+            return not runner.run(held, *check)
 
         listener = self._sync_listener(client)
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
@@ -627,17 +618,16 @@ class _RedisStore(RedisClientsStore):
         channel: str,
         timeout: float,
         held: scripts.LuaScript,
-        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        check: _Call,
         owner: str | None = None,
         *,
         since: float | None = None,
     ) -> bool:
         runner = self._clients.async_runner("wait_released_async")
         client = await runner.get()
-        keys, args = check or ([channel], [])
 
         async def is_free() -> bool:
-            return not await runner.run(held, keys, args)
+            return not await runner.run(held, *check)
 
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
@@ -710,12 +700,13 @@ class RedisLockStore(_RedisStore):
         None for a key that has a `}` but no hash tag: it cannot share a Cluster slot with
         companion keys, so its waiters are not queued (they poll, as before fair waiting).
         """
-        return companions(self.key(key))
+        found = companions(self.key(key))
+        return None if found is None else found[:2]
 
     def _keys(self, key: str) -> list[str]:
         lock_key = self.key(key)
-        queue, shared = companions(lock_key), shared_companions(lock_key)
-        return [lock_key] if queue is None or shared is None else [lock_key, *queue, *shared]
+        found = companions(lock_key)
+        return [lock_key] if found is None else [lock_key, *found]
 
     def _acquire_args(
         self, key: str, owner: str, ttl: float, entry_ms: int = 0, *, shared: bool = False
@@ -732,8 +723,8 @@ class RedisLockStore(_RedisStore):
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         lock_key = self.key(key)
-        shared = shared_companions(lock_key)
-        keys = [lock_key] if shared is None else [lock_key, shared[0]]
+        found = companions(lock_key)
+        keys = [lock_key] if found is None else [lock_key, found[2]]
         return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
@@ -942,34 +933,28 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
     ) -> tuple[list[str], list[object]]:
         limit_and_permits = self._limit(limit, permits)
-        args: list[object] = [
-            _check_str("owner", owner),
-            _ttl_ms(ttl),
-            limit,
-            scripts.TOMBSTONE_MS,
-            entry_ms,
-            scripts.QUEUE_BOUND,
-            *limit_and_permits[1:],
-        ]
-        return self._all_keys(key), args
+        args = [_check_str("owner", owner), _ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
+        return self._all_keys(key), [*args, *limit_and_permits[1:]]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
-    def _turn_check(self, key: str, owner: str, limit: int, permits: int) -> tuple[list[str], list[object]]:
-        return self._all_keys(key), [_check_str("owner", owner), *self._limit(limit, permits)]
-
-    def _watch_check(self, key: str, timeout: float) -> tuple[list[str], list[object]]:
-        return self._all_keys(key), [_wait_ms(timeout)]
+    def _wait_check(
+        self, key: str, timeout: float, owner: str | None, limit: int | None, permits: int
+    ) -> tuple[scripts.LuaScript, _Call, str | None]:
+        """What a wait checks, and for whom: a queued waiter (`owner` and `limit`) its turn, anyone else held slots."""
+        if owner is not None and limit is not None:
+            turn = [_check_str("owner", owner), *self._limit(limit, permits)]
+            return scripts.SEMAPHORE_TURN, (self._all_keys(key), turn), owner
+        return scripts.SEMAPHORE_HELD, (self._all_keys(key), [_wait_ms(timeout)]), None
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """Take `permits` slots for `owner` if that many are free: its token, or None.
 
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
-        return _answer(
-            self._run("acquire", scripts.SEMAPHORE_ACQUIRE, self._acquire_args(key, owner, ttl, limit, permits))
-        )[0]
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(self._run("acquire", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -1028,10 +1013,7 @@ class RedisSemaphoreStore(_RedisStore):
         With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
         slots are free for it, and woken only by a release whose slots serve it.
         """
-        if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit, permits)
-            return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
-        return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, self._watch_check(key, timeout))
+        return self._wait_sync(self.keys(key)[0], timeout, *self._wait_check(key, timeout, owner, limit, permits))
 
     def add_release_listener(
         self, key: str, callback: Callable[[], object], owner: str | None = None
@@ -1080,11 +1062,8 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit, permits)
-            return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
-        check = self._watch_check(key, timeout)
-        return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, check)
+        check = self._wait_check(key, timeout, owner, limit, permits)
+        return await self._wait_async(self.keys(key)[0], timeout, *check)
 
     def info(self, key: str) -> LockInfo | None:
         """The semaphore's live holders (by token) and waiters; None when no slot is held."""
@@ -1092,9 +1071,8 @@ class RedisSemaphoreStore(_RedisStore):
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        return _semaphore_info(
-            key, await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._all_keys(key), []))
-        )
+        reply = await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._all_keys(key), []))
+        return _semaphore_info(key, reply)
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
