@@ -175,12 +175,17 @@ local function readers()
   end
   return redis.call('ZCARD', rs), tonumber(last[2])
 end
--- Record a shared hold of `owner` until `expires` (ms) with `token`; the keys live as long as
--- the latest shared hold (the lock hash at least as long as it did).
+-- Record a shared hold of `owner` until `expires` (ms) with `token` (false: a hold that keeps
+-- its token, renewed); the keys live as long as the latest shared hold (the lock hash at least
+-- as long as it did).
 local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
-  redis.call('HSET', KEYS[1], 'r:' .. owner, token, 'r', latest)
+  if token then
+    redis.call('HSET', KEYS[1], 'r:' .. owner, token, 'r', latest)
+  else
+    redis.call('HSET', KEYS[1], 'r', latest)
+  end
   redis.call('PEXPIRE', rs, latest - now_ms())
   if redis.call('PTTL', KEYS[1]) < latest - now_ms() then
     redis.call('PEXPIRE', KEYS[1], latest - now_ms())
@@ -303,7 +308,7 @@ if ARGV[5] == '1' then
   if not lease[1] then
     local mine = redis.call('ZSCORE', rs, ARGV[1])
     if mine and tonumber(mine) > now_ms() then  -- held already (or handed to it): refreshed
-      hold_shared(ARGV[1], tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])), now_ms() + tonumber(ARGV[2]))
+      hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
       return tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1]))
     end
     local ahead = false
@@ -384,32 +389,20 @@ return 0
 LOCK_RENEW = LuaScript(
     "lock_renew",
     _TTL_CHECK
+    + _LOCK_LIB
     + """
--- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
--- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
--- now), else 0. Never acquires: an expired or released lease stays lost.
+-- KEYS as lock_acquire's (KEYS[4], the shared holders, absent: none); ARGV[1] owner;
+-- ARGV[2] ttl (ms). Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now
+-- expiring ttl from now), else 0. Never acquires: an expired or released lease stays lost.
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-local rs = KEYS[2]
-if not rs then
+local expires = rs and redis.call('ZSCORE', rs, ARGV[1])
+if not expires or tonumber(expires) <= now_ms() then
   return 0
 end
-local expires = redis.call('ZSCORE', rs, ARGV[1])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if not expires or tonumber(expires) <= now_ms then
-  return 0
-end
-local until_ms = now_ms + tonumber(ARGV[2])
-redis.call('ZADD', rs, until_ms, ARGV[1])
-local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
-redis.call('HSET', KEYS[1], 'r', latest)
-redis.call('PEXPIRE', rs, latest - now_ms)
-if redis.call('PTTL', KEYS[1]) < latest - now_ms then
-  redis.call('PEXPIRE', KEYS[1], latest - now_ms)
-end
+hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
 return 1
 """,
 )
