@@ -175,14 +175,14 @@ local function readers()
   end
   return redis.call('ZCARD', rs), tonumber(last[2])
 end
--- Record a shared hold of `owner` until `expires` (ms) with `token` (false: a hold that keeps
--- its token, renewed); the keys live as long as the latest shared hold (the lock hash at least
--- as long as it did).
+-- Record a shared hold of `owner` until `expires` (ms) with `token`, a fresh one (the key's
+-- last token now), or false for a hold that keeps its own (renewed); the keys live as long as
+-- the latest shared hold (the lock hash at least as long as it did).
 local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
   if token then
-    redis.call('HSET', KEYS[1], 'r:' .. owner, token, 'r', latest)
+    redis.call('HSET', KEYS[1], 'token', token, 'r:' .. owner, token, 'r', latest)
   else
     redis.call('HSET', KEYS[1], 'r', latest)
   end
@@ -213,7 +213,6 @@ local function hand_to_readers(previous, publish)
         redis.call('HDEL', KEYS[1], 'owner')  -- the exclusive holder that handed it on, if any
       end
       previous = mint(previous)
-      redis.call('HSET', KEYS[1], 'token', previous)
       hold_shared(owner, previous, now_ms() + left)
       given = true
     else
@@ -328,7 +327,6 @@ if ARGV[5] == '1' then
       leave(ARGV[1])
       redis.call('SREM', qs, ARGV[1])
       local token = mint(lease[2])
-      redis.call('HSET', KEYS[1], 'token', token)
       hold_shared(ARGV[1], token, now_ms() + tonumber(ARGV[2]))
       return token
     end
@@ -747,28 +745,22 @@ LOCK_HELD = LuaScript(
 -- lock (field `w`), so that its release is announced even if nobody queues; a lock that
 -- expires instead is announced to nobody (the caller's own timeout ends its wait).
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'r')
-local holder = lease[1]
-if holder then
-  if holder == ARGV[1] then
-    return 0
-  end
-  if ARGV[1] == '' then
-    redis.call('HSET', KEYS[1], 'w', 1)
-  end
-  return 1
+if lease[1] == ARGV[1] then
+  return 0
 end
-if lease[2] and rs then  -- shared holders may live: 0 for one of them, else held (1)
-  local live = string.format('(%d', now_ms())
+local held = lease[1]
+if not held and lease[2] and rs then  -- shared holders may live: 0 for one of them
   local mine = ARGV[1] ~= '' and redis.call('ZSCORE', rs, ARGV[1])
   if mine and tonumber(mine) > now_ms() then
     return 0
   end
-  if redis.call('ZCOUNT', rs, live, '+inf') > 0 then
-    if ARGV[1] == '' then
-      redis.call('HSET', KEYS[1], 'w', 1)
-    end
-    return 1
+  held = redis.call('ZCOUNT', rs, string.format('(%d', now_ms()), '+inf') > 0
+end
+if held then
+  if ARGV[1] == '' then
+    redis.call('HSET', KEYS[1], 'w', 1)
   end
+  return 1
 end
 if qa and redis.call('EXISTS', qa) == 1 then
   local head = live_head()
