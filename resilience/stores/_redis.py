@@ -722,7 +722,10 @@ class RedisLockStore(_RedisStore):
         return keys, [*args, "1"] if shared else args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
-        return self._keys(key), [_check_str("owner", owner), _ttl_ms(ttl)]
+        lock_key = self.key(key)
+        found = companions(lock_key)
+        keys = [lock_key] if found is None else [lock_key, found[2]]
+        return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]

@@ -176,8 +176,8 @@ local function readers()
   return redis.call('ZCARD', rs), tonumber(last[2])
 end
 -- Record a shared hold of `owner` until `expires` (ms) with `token`, a fresh one (the key's
--- last token now), or false for a hold that keeps its own (renewed); the keys live as long as
--- the latest shared hold (the lock hash at least as long as it did).
+-- last token now), or false for a holder that asks again (it keeps its own); the keys live
+-- as long as the latest shared hold (the lock hash at least as long as it did).
 local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
@@ -387,20 +387,32 @@ return 0
 LOCK_RENEW = LuaScript(
     "lock_renew",
     _TTL_CHECK
-    + _LOCK_LIB
     + """
--- KEYS as lock_acquire's (KEYS[4], the shared holders, absent: none); ARGV[1] owner;
--- ARGV[2] ttl (ms). Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now
--- expiring ttl from now), else 0. Never acquires: an expired or released lease stays lost.
+-- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
+-- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
+-- now), else 0. Never acquires: an expired or released lease stays lost.
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-local expires = rs and redis.call('ZSCORE', rs, ARGV[1])
-if not expires or tonumber(expires) <= now_ms() then
+local rs = KEYS[2]
+if not rs then
   return 0
 end
-hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
+local expires = redis.call('ZSCORE', rs, ARGV[1])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if not expires or tonumber(expires) <= now_ms then
+  return 0
+end
+local until_ms = now_ms + tonumber(ARGV[2])
+redis.call('ZADD', rs, until_ms, ARGV[1])
+local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
+redis.call('HSET', KEYS[1], 'r', latest)
+redis.call('PEXPIRE', rs, latest - now_ms)
+if redis.call('PTTL', KEYS[1]) < latest - now_ms then
+  redis.call('PEXPIRE', KEYS[1], latest - now_ms)
+end
 return 1
 """,
 )
@@ -476,10 +488,9 @@ if #expired > 0 then
     local permits = redis.call('HGET', KEYS[2], 'p:' .. expired[i])
     if permits then
       redis.call('HINCRBY', KEYS[2], 'x', 1 - tonumber(permits))
-      redis.call('HDEL', KEYS[2], 'p:' .. expired[i])
       pruned = pruned + tonumber(permits) - 1
     end
-    redis.call('HDEL', KEYS[2], 'o:' .. expired[i])
+    redis.call('HDEL', KEYS[2], 'o:' .. expired[i], 'p:' .. expired[i])
   end
 end
 local function held_permits(extra)
@@ -723,11 +734,9 @@ local permits = tonumber(state[2]) or 1
 local free = limit - held_permits(state[3]) + permits
 serve(ARGV[3], free, free - permits - pruned)  -- slots of lapsed holders are news too
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
 if permits > 1 then
-  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
   redis.call('HINCRBY', KEYS[2], 'x', 1 - permits)
-else
-  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
 end
 settle(ARGV[2])
 return 1
