@@ -68,22 +68,21 @@ def _parse(message: Any) -> tuple[str, str, str | None] | None:
     """
     if not isinstance(message, dict):
         return None
-    kind, channel = message.get("type"), message.get("channel")
-    if isinstance(kind, bytes):
-        kind = kind.decode()
-    if isinstance(channel, bytes):
-        channel = channel.decode("utf-8", "surrogateescape")
+    kind, channel = _decoded(message.get("type")), _decoded(message.get("channel"))
     if not isinstance(channel, str):
         return None
     if kind in _RELEASED:
-        data = message.get("data")
-        if isinstance(data, bytes):
-            data = data.decode("utf-8", "surrogateescape")
+        data = _decoded(message.get("data"))
         turn = data[2:] if isinstance(data, str) and data.startswith("h:") else None
         return "released", channel, turn
     if kind in _SUBSCRIBED:
         return "subscribed", channel, None
     return None
+
+
+def _decoded(value: object) -> object:
+    """A message field as text when a client without decode_responses gives bytes (any byte kept)."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _woken(owner: str | None, turn: str | None) -> bool:
