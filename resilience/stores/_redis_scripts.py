@@ -535,11 +535,7 @@ local function join(owner, entry_ms, bound, permits)
       return  -- full: this waiter keeps polling outside the queue
     end
     local last = redis.call('ZRANGE', qa, -1, -1, 'WITHSCORES')
-    local arrival = 1
-    if last[2] then
-      arrival = tonumber(last[2]) + 1
-    end
-    redis.call('ZADD', qa, arrival, owner)
+    redis.call('ZADD', qa, (tonumber(last[2]) or 0) + 1, owner)
     if permits > 1 then
       redis.call('HSET', qp, owner, permits)
     end
@@ -657,10 +653,8 @@ if permits < 1 or permits > limit then
 end
 local expires = now_ms + tonumber(ARGV[2])
 local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'seq', 'x')
-local token = false
-if state[1] then
-  token = tonumber(state[1])
-else
+local token = tonumber(state[1])  -- a holder that asks again keeps its token
+if not token then
   local held = held_permits(state[3])
   local free = limit - held
   local may, queued = fits(ARGV[1], permits, free)
