@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from resilience.exceptions import ValidationError
-from resilience.limiters._algorithms import RateLimitAlgorithm, check_take, interval_us, typed
+from resilience.limiters._algorithms import RateLimitAlgorithm, capacity, check_take, interval_us, typed
 from resilience.limiters._redis_scripts import SCRIPTS
 from resilience.stores._redis import RedisClientsStore
 
@@ -53,12 +53,10 @@ class RedisRateLimitStore(RedisClientsStore):
         assert isinstance(limit, int)
         assert isinstance(per, int | float)
         assert isinstance(algorithm, str)
-        argv: list[object]
-        if algorithm == "token_bucket":
-            argv = [interval_us(per, limit), limit if burst is None else burst, permits]
-        else:
-            argv = [per * 1_000_000, limit, permits]
-        prepared = (SCRIPTS[algorithm], argv)
+        assert burst is None or isinstance(burst, int)
+        # ARGV: the token bucket's cost of a permit or a window's length (us), its capacity, the permits.
+        first = interval_us(per, limit) if algorithm == "token_bucket" else per * 1_000_000
+        prepared = (SCRIPTS[algorithm], [first, capacity(limit, burst, algorithm), permits])
         if len(self._prepared) < 256:
             self._prepared[typed(arguments)] = prepared
         return prepared

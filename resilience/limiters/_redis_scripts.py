@@ -44,10 +44,7 @@ local interval = tonumber(ARGV[1])
 if not interval or interval < 1 or bad_us(interval * tonumber(ARGV[2])) then
   return redis.error_reply('ERR invalid rate limit arguments: interval (us) >= 1, interval * burst <= 1e15')
 end
-local tat = tonumber(redis.call('GET', KEYS[1]))
-if not tat or tat < now_us then
-  tat = now_us
-end
+local tat = math.max(tonumber(redis.call('GET', KEYS[1])) or now_us, now_us)
 local new_tat = tat + interval * tonumber(ARGV[3])
 local wait = new_tat - interval * tonumber(ARGV[2]) - now_us
 if wait > 0.001 then

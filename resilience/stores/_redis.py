@@ -122,9 +122,10 @@ def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     return ValidationError(msg)
 
 
-def companions(lock_key: str) -> tuple[str, str] | None:
-    """The fair-queue keys of a lock key, in the lock key's Cluster hash slot: (arrivals, refreshed expiries).
+def companions(lock_key: str) -> tuple[str, str, str, str] | None:
+    """The companion keys of a lock key, in the lock key's Cluster hash slot.
 
+    Its fair queue's (arrivals, refreshed expiries), then its shared holds' (holders, waiters).
     A key with a hash tag keeps it when a suffix is appended; a key without one is wrapped in
     braces, so that its whole text becomes the tag (the slot it already hashes to). A key that
     has a `}` but no hash tag cannot be wrapped that way: None (such a lock is not queued).
@@ -136,13 +137,7 @@ def companions(lock_key: str) -> tuple[str, str] | None:
         base = "{" + lock_key + "}"
     else:
         return None
-    return f"{base}:q", f"{base}:q:t"
-
-
-def shared_companions(lock_key: str) -> tuple[str, str] | None:
-    """The shared-holds keys of a lock key, in its hash slot: (shared holders, shared waiters); see `companions`."""
-    queue = companions(lock_key)
-    return None if queue is None else (queue[0][: -len(":q")] + ":r", queue[0] + ":s")
+    return f"{base}:q", f"{base}:q:t", f"{base}:r", f"{base}:q:s"
 
 
 def _wait_ms(timeout: float) -> int:
@@ -516,6 +511,14 @@ class RedisClientsStore(Closing):
     def __repr__(self) -> str:
         return self._clients.describe(self)
 
+    def _run(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
+        """`script` with `call`'s keys and arguments on the sync client (`method` names it in the error without one)."""
+        return self._clients.sync_runner(method).run(script, *call)
+
+    async def _run_async(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
+        """See `_run`: on the asyncio client."""
+        return await self._clients.async_runner(method).run(script, *call)
+
 
 class _RedisStore(RedisClientsStore):
     """What the lock and semaphore stores share: clients, notification, closing.
@@ -540,25 +543,16 @@ class _RedisStore(RedisClientsStore):
             weakref.WeakKeyDictionary()
         )
 
-    def _sync_client(self, method: str) -> _SyncClient:
-        return self._clients.sync_runner(method)
-
-    def _async_client(self, method: str) -> _AsyncClient:
-        return self._clients.async_runner(method)
-
     def _node_of(self, redis_key: str) -> Hashable:
         """The Cluster master serving `redis_key` now, by name (None on a standalone server)."""
-        client = self._sync_client("renewal_group").get()
+        client = self._clients.sync_runner("renewal_group").get()
         return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
 
-    def _publish_command(self, client: Any) -> str:
-        return "SPUBLISH" if _is_cluster(client) else "PUBLISH"
-
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._sync_client("release")
+        runner = self._clients.sync_runner("release")
         command = self._publish.get(False)
         if command is None:
-            command = self._publish[False] = self._publish_command(runner.get())
+            command = self._publish[False] = "SPUBLISH" if _is_cluster(runner.get()) else "PUBLISH"
         try:
             return bool(runner.run(script, keys, [*args, command]))
         except Exception as exc:
@@ -570,10 +564,10 @@ class _RedisStore(RedisClientsStore):
             return bool(runner.run(script, keys, [*args, ""]))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._async_client("release_async")
+        runner = self._clients.async_runner("release_async")
         command = self._publish.get(True)
         if command is None:
-            command = self._publish[True] = self._publish_command(await runner.get())
+            command = self._publish[True] = "SPUBLISH" if _is_cluster(await runner.get()) else "PUBLISH"
         try:
             return bool(await runner.run(script, keys, [*args, command]))
         except Exception as exc:
@@ -592,7 +586,7 @@ class _RedisStore(RedisClientsStore):
         return listener
 
     def _listen(self, channel: str, callback: Callable[[], object], owner: str | None = None) -> Callable[[], None]:
-        listener = self._sync_listener(self._sync_client("add_release_listener").get())
+        listener = self._sync_listener(self._clients.sync_runner("add_release_listener").get())
         if listener is None:  # no pub/sub on this client: nothing will call back
             return _nothing
         return listener.listen(channel, callback, owner)
@@ -602,15 +596,14 @@ class _RedisStore(RedisClientsStore):
         channel: str,
         timeout: float,
         held: scripts.LuaScript,
-        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        check: _Call,
         owner: str | None = None,
     ) -> bool:
-        runner = self._sync_client("wait_released")
+        runner = self._clients.sync_runner("wait_released")
         client = runner.get()
-        keys, args = check or ([channel], [])
 
         def is_free() -> bool:
-            return not runner.run(held, keys, args)
+            return not runner.run(held, *check)
 
         listener = self._sync_listener(client)
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
@@ -625,17 +618,16 @@ class _RedisStore(RedisClientsStore):
         channel: str,
         timeout: float,
         held: scripts.LuaScript,
-        check: tuple[Sequence[str], Sequence[object]] | None = None,
+        check: _Call,
         owner: str | None = None,
         *,
         since: float | None = None,
     ) -> bool:
-        runner = self._async_client("wait_released_async")
+        runner = self._clients.async_runner("wait_released_async")
         client = await runner.get()
-        keys, args = check or ([channel], [])
 
         async def is_free() -> bool:
-            return not await runner.run(held, keys, args)
+            return not await runner.run(held, *check)
 
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
@@ -708,12 +700,13 @@ class RedisLockStore(_RedisStore):
         None for a key that has a `}` but no hash tag: it cannot share a Cluster slot with
         companion keys, so its waiters are not queued (they poll, as before fair waiting).
         """
-        return companions(self.key(key))
+        found = companions(self.key(key))
+        return None if found is None else found[:2]
 
     def _keys(self, key: str) -> list[str]:
         lock_key = self.key(key)
-        queue, shared = companions(lock_key), shared_companions(lock_key)
-        return [lock_key] if queue is None or shared is None else [lock_key, *queue, *shared]
+        found = companions(lock_key)
+        return [lock_key] if found is None else [lock_key, *found]
 
     def _acquire_args(
         self, key: str, owner: str, ttl: float, entry_ms: int = 0, *, shared: bool = False
@@ -730,8 +723,8 @@ class RedisLockStore(_RedisStore):
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         lock_key = self.key(key)
-        shared = shared_companions(lock_key)
-        keys = [lock_key] if shared is None else [lock_key, shared[0]]
+        found = companions(lock_key)
+        keys = [lock_key] if found is None else [lock_key, found[2]]
         return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
@@ -757,8 +750,7 @@ class RedisLockStore(_RedisStore):
         to the head of its waiter queue, the life left in the head's queue entry. With
         `shared`, a shared hold.
         """
-        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
-        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, self._acquire_args(key, owner, ttl, shared=shared)))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -770,13 +762,12 @@ class RedisLockStore(_RedisStore):
         live head and tells it so (`add_release_listener`); the head's next call here answers
         its token and sets its ttl.
         """
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
-        return _answer(self._sync_client("acquire").run(scripts.LOCK_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
+        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, call))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(self._sync_client("renew").run(scripts.LOCK_RENEW, keys, args))
+        return bool(self._run("renew", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew(key, owner, ttl)` for each item in one pipelined round trip (per Cluster node).
@@ -786,7 +777,7 @@ class RedisLockStore(_RedisStore):
         itself (a lost connection) raises. What the lease runtime batches renewals with
         (`SupportsRenewMany`).
         """
-        runner = self._sync_client("renew_many")
+        runner = self._clients.sync_runner("renew_many")
         return _renewed(runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     def renewal_group(self, key: str) -> Hashable:
@@ -840,16 +831,16 @@ class RedisLockStore(_RedisStore):
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl, shared=shared)
-        return _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, shared=shared)
+        return _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
+        call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
         sent = time.monotonic()
-        answer = _answer(await self._async_client("acquire_async").run(scripts.LOCK_ACQUIRE, keys, args))
+        answer = _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
         if answer[0] is None:
             if len(self._asked) >= _ASKED_KEPT:  # waits that never came (cancelled between the two)
                 self._asked.clear()
@@ -858,12 +849,11 @@ class RedisLockStore(_RedisStore):
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(await self._async_client("renew_async").run(scripts.LOCK_RENEW, keys, args))
+        return bool(await self._run_async("renew_async", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._async_client("renew_many_async")
+        runner = self._clients.async_runner("renew_many_async")
         return _renewed(await runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
@@ -881,11 +871,11 @@ class RedisLockStore(_RedisStore):
 
     def info(self, key: str) -> LockInfo | None:
         """The lock's holder (time left on the server's clock) and its live waiters; None when free."""
-        return _lock_info(key, self._sync_client("info").run(scripts.LOCK_INFO, self._keys(key), []))
+        return _lock_info(key, self._run("info", scripts.LOCK_INFO, (self._keys(key), [])))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        return _lock_info(key, await self._async_client("info_async").run(scripts.LOCK_INFO, self._keys(key), []))
+        return _lock_info(key, await self._run_async("info_async", scripts.LOCK_INFO, (self._keys(key), [])))
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
@@ -943,33 +933,28 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
     ) -> tuple[list[str], list[object]]:
         limit_and_permits = self._limit(limit, permits)
-        args: list[object] = [
-            _check_str("owner", owner),
-            _ttl_ms(ttl),
-            limit,
-            scripts.TOMBSTONE_MS,
-            entry_ms,
-            scripts.QUEUE_BOUND,
-            *limit_and_permits[1:],
-        ]
-        return self._all_keys(key), args
+        args = [_check_str("owner", owner), _ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
+        return self._all_keys(key), [*args, *limit_and_permits[1:]]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
-    def _turn_check(self, key: str, owner: str, limit: int, permits: int) -> tuple[list[str], list[object]]:
-        return self._all_keys(key), [_check_str("owner", owner), *self._limit(limit, permits)]
-
-    def _watch_check(self, key: str, timeout: float) -> tuple[list[str], list[object]]:
-        return self._all_keys(key), [_wait_ms(timeout)]
+    def _wait_check(
+        self, key: str, timeout: float, owner: str | None, limit: int | None, permits: int
+    ) -> tuple[scripts.LuaScript, _Call, str | None]:
+        """What a wait checks, and for whom: a queued waiter (`owner` and `limit`) its turn, anyone else held slots."""
+        if owner is not None and limit is not None:
+            turn = [_check_str("owner", owner), *self._limit(limit, permits)]
+            return scripts.SEMAPHORE_TURN, (self._all_keys(key), turn), owner
+        return scripts.SEMAPHORE_HELD, (self._all_keys(key), [_wait_ms(timeout)]), None
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """Take `permits` slots for `owner` if that many are free: its token, or None.
 
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._sync_client("acquire").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(self._run("acquire", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -978,8 +963,8 @@ class RedisSemaphoreStore(_RedisStore):
 
         `(None, None)` when enough slots are free but promised to waiters queued ahead.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -990,13 +975,12 @@ class RedisSemaphoreStore(_RedisStore):
         the whole queue fits too). The entry lives `QUEUE_ENTRY_MS` unless `owner` tries
         again; `release(key, owner)` by a waiter that gives up leaves the queue.
         """
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(self._sync_client("acquire_or_ttl").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
+        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """Push `owner`'s slots out to now + `ttl`; False if it holds none any more."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(self._sync_client("renew").run(scripts.SEMAPHORE_RENEW, keys, args))
+        return bool(self._run("renew", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
     def renewal_group(self, key: str) -> Hashable:
         """See `RedisLockStore.renewal_group`."""
@@ -1004,7 +988,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `RedisLockStore.renew_many` (each holder's answer as `renew` gives it)."""
-        runner = self._sync_client("renew_many")
+        runner = self._clients.sync_runner("renew_many")
         return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     def release(self, key: str, owner: str) -> bool:
@@ -1029,10 +1013,7 @@ class RedisSemaphoreStore(_RedisStore):
         With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
         slots are free for it, and woken only by a release whose slots serve it.
         """
-        if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit, permits)
-            return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
-        return self._wait_sync(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, self._watch_check(key, timeout))
+        return self._wait_sync(self.keys(key)[0], timeout, *self._wait_check(key, timeout, owner, limit, permits))
 
     def add_release_listener(
         self, key: str, callback: Callable[[], object], owner: str | None = None
@@ -1042,31 +1023,30 @@ class RedisSemaphoreStore(_RedisStore):
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._async_client("acquire_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))[0]
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(await self._run_async("acquire_async", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits)
+        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
-        keys, args = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(await self._async_client("acquire_or_ttl_async").run(scripts.SEMAPHORE_ACQUIRE, keys, args))
+        call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
+        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
-        keys, args = self._renew_args(key, owner, ttl)
-        return bool(await self._async_client("renew_async").run(scripts.SEMAPHORE_RENEW, keys, args))
+        return bool(await self._run_async("renew_async", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._async_client("renew_many_async")
+        runner = self._clients.async_runner("renew_many_async")
         return _renewed(await runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
@@ -1082,20 +1062,17 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        if owner is not None and limit is not None:
-            check = self._turn_check(key, owner, limit, permits)
-            return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_TURN, check, owner)
-        check = self._watch_check(key, timeout)
-        return await self._wait_async(self.keys(key)[0], timeout, scripts.SEMAPHORE_HELD, check)
+        check = self._wait_check(key, timeout, owner, limit, permits)
+        return await self._wait_async(self.keys(key)[0], timeout, *check)
 
     def info(self, key: str) -> LockInfo | None:
         """The semaphore's live holders (by token) and waiters; None when no slot is held."""
-        return _semaphore_info(key, self._sync_client("info").run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+        return _semaphore_info(key, self._run("info", scripts.SEMAPHORE_INFO, (self._all_keys(key), [])))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        runner = self._async_client("info_async")
-        return _semaphore_info(key, await runner.run(scripts.SEMAPHORE_INFO, self._all_keys(key), []))
+        reply = await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._all_keys(key), []))
+        return _semaphore_info(key, reply)
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.

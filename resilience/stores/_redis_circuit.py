@@ -87,9 +87,7 @@ if command == 1 then
   -- Claimed up to two intervals before the break ends, so that the first call after the
   -- break is the probe; the grant says how long to wait before using it.
   if (st == 1 and now_ms + 2 * interval >= un) or (st == 2 and now_ms >= un) then
-    if st == 1 and un > now_ms then
-      wait = un - now_ms
-    end
+    wait = math.max(0, un - now_ms)  -- 0 unless the break is still on
     move(2, math.max(un, now_ms) + lease, 0)
     granted = 1
   elseif st == 2 and wq == 0 then
@@ -113,15 +111,11 @@ elseif command == 2 or command == 3 then
 -- A state written back just now is the caller's, its own move already in it (an isolation
 -- made before its first exchange, say): the move still takes a new epoch, or the members at
 -- `known` would never hear of it.
-elseif command == 4 then
-  if st ~= 3 or restored then
-    move(3, 0, 1)
-  end
-  granted = 1
-elseif command == 5 then
-  if st ~= 0 or restored then
-    move(0, 0, 1)
-    reset = true
+elseif command == 4 or command == 5 then
+  local target = command == 4 and 3 or 0  -- isolated, or closed (its counts reset)
+  if st ~= target or restored then
+    move(target, 0, 1)
+    reset = target == 0
   end
   granted = 1
 elseif command == 6 and (st == 0 or restored) then
@@ -167,11 +161,7 @@ end
 if dirty or wrote then
   redis.call('PEXPIRE', KEYS[1], ARGV[12])
 end
-local left = 0
-if un > now_ms then
-  left = un - now_ms
-end
-return {{st, ep, left, mn, granted, wait}}
+return {{st, ep, math.max(0, un - now_ms), mn, granted, wait}}
 """,
 )
 
@@ -297,8 +287,7 @@ class RedisCircuitStateStore(RedisClientsStore):
 
     def exchange(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """Send one circuit's batch and command; the fleet's state (one round trip)."""
-        runner = self._clients.sync_runner("exchange")
-        return _reply(runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
+        return _reply(self._run("exchange", CIRCUIT_EXCHANGE, ([self.key(circuit_key)], _arguments(exchange))))
 
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""

@@ -68,22 +68,21 @@ def _parse(message: Any) -> tuple[str, str, str | None] | None:
     """
     if not isinstance(message, dict):
         return None
-    kind, channel = message.get("type"), message.get("channel")
-    if isinstance(kind, bytes):
-        kind = kind.decode()
-    if isinstance(channel, bytes):
-        channel = channel.decode("utf-8", "surrogateescape")
+    kind, channel = _decoded(message.get("type")), _decoded(message.get("channel"))
     if not isinstance(channel, str):
         return None
     if kind in _RELEASED:
-        data = message.get("data")
-        if isinstance(data, bytes):
-            data = data.decode("utf-8", "surrogateescape")
+        data = _decoded(message.get("data"))
         turn = data[2:] if isinstance(data, str) and data.startswith("h:") else None
         return "released", channel, turn
     if kind in _SUBSCRIBED:
         return "subscribed", channel, None
     return None
+
+
+def _decoded(value: object) -> object:
+    """A message field as text when a client without decode_responses gives bytes (any byte kept)."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _woken(owner: str | None, turn: str | None) -> bool:
@@ -178,12 +177,7 @@ class SyncReleaseListener:
         """
         deadline = time.monotonic() + max(0.0, timeout)
         event = threading.Event()
-        with self._lock:
-            confirmed = self._subscribe(channel)
-            self._waiters.setdefault(channel, {})[event.set] = owner
-            self._idle.pop(channel, None)
-            if confirmed is not None:
-                self._ensure_thread()
+        confirmed = self._register(channel, event.set, owner)
         try:
             if confirmed is not None:
                 confirmed.wait(max(0.0, deadline - time.monotonic()))
@@ -201,12 +195,7 @@ class SyncReleaseListener:
         subscription fails: the caller's own timeout is the fallback. With `owner`, only a
         release that announces `owner`'s turn calls back.
         """
-        with self._lock:
-            confirmed = self._subscribe(channel)
-            self._waiters.setdefault(channel, {})[callback] = owner
-            self._idle.pop(channel, None)
-            if confirmed is not None:
-                self._ensure_thread()
+        self._register(channel, callback, owner)
         return lambda: self._remove(channel, callback)
 
     def _remove(self, channel: str, callback: Callable[[], object]) -> None:
@@ -230,22 +219,29 @@ class SyncReleaseListener:
             self._waiters.clear()
             self._stop = threading.Event()
 
-    # -- under self._lock ---------------------------------------------------------------------
+    def _register(self, channel: str, callback: Callable[[], object], owner: str | None) -> threading.Event | None:
+        """Register `callback` for `channel`'s releases (for `owner`'s turn only, unless None).
 
-    def _subscribe(self, channel: str) -> threading.Event | None:
-        """The channel's confirmation event (subscribing if needed), or None if that failed."""
-        confirmed = self._subscribed.get(channel)
-        if confirmed is not None:
-            return confirmed
-        try:
-            if self._pubsub is None:
-                self._pubsub = self._open()
-            getattr(self._pubsub, self._verbs.subscribe)(channel)
-        except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
-            _log.debug("release notification unavailable for %r", channel, exc_info=True)
-            return None
-        confirmed = self._subscribed[channel] = threading.Event()
+        The channel's confirmation event, subscribing and starting the thread if needed; None if
+        subscribing failed (nothing will call back).
+        """
+        with self._lock:
+            self._waiters.setdefault(channel, {})[callback] = owner
+            self._idle.pop(channel, None)
+            confirmed = self._subscribed.get(channel)
+            if confirmed is None:
+                try:
+                    if self._pubsub is None:
+                        self._pubsub = self._open()
+                    getattr(self._pubsub, self._verbs.subscribe)(channel)
+                except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
+                    _log.debug("release notification unavailable for %r", channel, exc_info=True)
+                    return None
+                confirmed = self._subscribed[channel] = threading.Event()
+            self._ensure_thread()
         return confirmed
+
+    # -- under self._lock ---------------------------------------------------------------------
 
     def _unsubscribe_idle(self, now: float) -> None:
         for channel, since in list(self._idle.items()):

@@ -82,13 +82,13 @@ class LuaScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest())
 
 
-# A fresh token: the server time in microseconds, or one more than the previous token when
-# that is not smaller (two grants within one microsecond, or a clock that stepped back while
-# the previous token was still remembered). ~1.7e15 today: far below 2**53 (~9.0e15).
+# A fresh token: the server time in microseconds (`now_us()`, which the script defines before
+# this), or one more than the previous token when that is not smaller (two grants within one
+# microsecond, or a clock that stepped back while the previous token was still remembered).
+# ~1.7e15 today: far below 2**53 (~9.0e15).
 _MINT = """
 local function mint(previous)
-  local now = redis.call('TIME')
-  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local token = now_us()
   previous = tonumber(previous)
   if previous and previous >= token then
     token = previous + 1
@@ -97,14 +97,12 @@ local function mint(previous)
 end
 """
 
-# A ttl (ms) that PEXPIRE accepts whatever the server time: checked before any write.
+# The ttl (ms, ARGV[2] in every script that writes) checked first, before any write: one that
+# PEXPIRE accepts whatever the server time.
 _TTL_CHECK = """
-local function check_ttl(ttl)
-  ttl = tonumber(ttl)
-  if not ttl or ttl < 1 or ttl > 1000000000000000 then
-    return redis.error_reply('ERR invalid ttl (ms): must be between 1 and 1e15')
-  end
-  return false
+local ttl_ms = tonumber(ARGV[2])
+if not ttl_ms or ttl_ms < 1 or ttl_ms > 1000000000000000 then
+  return redis.error_reply('ERR invalid ttl (ms): must be between 1 and 1e15')
 end
 """
 
@@ -116,7 +114,8 @@ end
 # trying again. The first attempt writes `qa` only; `qe` is written only by a waiter that waits
 # long, and read only for an entry older than QUEUE_ENTRY_MS. Every script here reads the
 # server clock at most once (`now_us`).
-_LOCK_LIB = f"""
+_LOCK_LIB = (
+    f"""
 local qa, qe = KEYS[2], KEYS[3]
 local ENTRY_MS = {QUEUE_ENTRY_MS}
 local clock = false
@@ -130,15 +129,9 @@ end
 local function now_ms()
   return math.floor(now_us() / 1000)
 end
--- A fresh token (see _MINT), from the clock read once per script.
-local function mint(previous)
-  local token = now_us()
-  previous = tonumber(previous)
-  if previous and previous >= token then
-    token = previous + 1
-  end
-  return token
-end
+"""
+    + _MINT
+    + """
 -- How many ms the entry of `owner`, queued at `arrival` (µs), has left; <= 0: gone.
 local function entry_left(owner, arrival)
   local left = math.floor(tonumber(arrival) / 1000) + ENTRY_MS - now_ms()
@@ -182,12 +175,17 @@ local function readers()
   end
   return redis.call('ZCARD', rs), tonumber(last[2])
 end
--- Record a shared hold of `owner` until `expires` (ms) with `token`; the keys live as long as
--- the latest shared hold (the lock hash at least as long as it did).
+-- Record a shared hold of `owner` until `expires` (ms) with `token`, a fresh one (the key's
+-- last token now), or false for a holder that asks again (it keeps its own); the keys live
+-- as long as the latest shared hold (the lock hash at least as long as it did).
 local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
-  redis.call('HSET', KEYS[1], 'r:' .. owner, token, 'r', latest)
+  if token then
+    redis.call('HSET', KEYS[1], 'token', token, 'r:' .. owner, token, 'r', latest)
+  else
+    redis.call('HSET', KEYS[1], 'r', latest)
+  end
   redis.call('PEXPIRE', rs, latest - now_ms())
   if redis.call('PTTL', KEYS[1]) < latest - now_ms() then
     redis.call('PEXPIRE', KEYS[1], latest - now_ms())
@@ -215,7 +213,6 @@ local function hand_to_readers(previous, publish)
         redis.call('HDEL', KEYS[1], 'owner')  -- the exclusive holder that handed it on, if any
       end
       previous = mint(previous)
-      redis.call('HSET', KEYS[1], 'token', previous)
       hold_shared(owner, previous, now_ms() + left)
       given = true
     else
@@ -281,6 +278,7 @@ local function hand_off(previous, publish, shared_waiting, reading)
   return true
 end
 """
+)
 
 LOCK_ACQUIRE = LuaScript(
     "lock_acquire",
@@ -298,10 +296,6 @@ LOCK_ACQUIRE = LuaScript(
 -- head of the queue (a lease that expired while waiters queue), -ms until the head's entry
 -- expires; 0 only for a held key without an expiry. A refused caller with ARGV[3] > 0 joins
 -- the queue (or refreshes its entry). The commands each case runs: docs/performance.md.
-local bad = check_ttl(ARGV[2])
-if bad then
-  return bad
-end
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
 if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -313,7 +307,7 @@ if ARGV[5] == '1' then
   if not lease[1] then
     local mine = redis.call('ZSCORE', rs, ARGV[1])
     if mine and tonumber(mine) > now_ms() then  -- held already (or handed to it): refreshed
-      hold_shared(ARGV[1], tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])), now_ms() + tonumber(ARGV[2]))
+      hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
       return tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1]))
     end
     local ahead = false
@@ -333,7 +327,6 @@ if ARGV[5] == '1' then
       leave(ARGV[1])
       redis.call('SREM', qs, ARGV[1])
       local token = mint(lease[2])
-      redis.call('HSET', KEYS[1], 'token', token)
       hold_shared(ARGV[1], token, now_ms() + tonumber(ARGV[2]))
       return token
     end
@@ -398,10 +391,6 @@ LOCK_RENEW = LuaScript(
 -- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
 -- now), else 0. Never acquires: an expired or released lease stays lost.
-local bad = check_ttl(ARGV[2])
-if bad then
-  return bad
-end
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -444,57 +433,53 @@ LOCK_RELEASE = LuaScript(
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w', 'r', 's')
 local shared_waiting = qs and lease[5]
 local expires = not lease[1] and lease[4] and rs and redis.call('ZSCORE', rs, ARGV[1])
+local held = 1
 if lease[1] ~= ARGV[1] then
-  if expires then
-    -- A shared holder leaves (1 only if its hold was live); the last one out hands the lock
-    -- on, or frees it.
-    local live = tonumber(expires) > now_ms() and 1 or 0
-    redis.call('ZREM', rs, ARGV[1])
-    redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1])
-    if readers() > 0 then
-      return live
+  if not expires then
+    if qa and redis.call('ZREM', qa, ARGV[1]) == 1 then
+      redis.call('ZREM', qe, ARGV[1])
+      if shared_waiting then
+        redis.call('SREM', qs, ARGV[1])
+      end
+      if not lease[1] then
+        hand_off(lease[2], ARGV[3], shared_waiting, lease[4])
+      end
     end
-    if qa and hand_off(lease[2], ARGV[3], shared_waiting, false) then
-      return live
-    end
-    if lease[3] and ARGV[3] ~= '' then
-      redis.call(ARGV[3], KEYS[1], 'released')
-    end
-    redis.call('HDEL', KEYS[1], 'w')
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return live
+    return 0
   end
-  if qa and redis.call('ZREM', qa, ARGV[1]) == 1 then
-    redis.call('ZREM', qe, ARGV[1])
-    if shared_waiting then
-      redis.call('SREM', qs, ARGV[1])
-    end
-    if not lease[1] then
-      hand_off(lease[2], ARGV[3], shared_waiting, lease[4])
-    end
+  -- A shared holder leaves (1 only if its hold was live); the last one out hands the lock
+  -- on, or frees it, as the exclusive holder does.
+  held = tonumber(expires) > now_ms() and 1 or 0
+  redis.call('ZREM', rs, ARGV[1])
+  redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1])
+  if readers() > 0 then
+    return held
   end
-  return 0
 end
 if qa and hand_off(lease[2], ARGV[3], shared_waiting, false) then
-  return 1
+  return held
 end
 if lease[3] and ARGV[3] ~= '' then
   redis.call(ARGV[3], KEYS[1], 'released')
 end
 redis.call('HDEL', KEYS[1], 'owner', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return held
 """,
 )
 
-# Every semaphore script that writes starts here: read the server clock, drop the holders
-# whose lease has expired (their tokens and permits with them: `pruned` permits), and define `held_permits`
+# Every semaphore script that writes starts here: read the server clock (`now_ms`, and
+# `now_us()` for `_MINT`), drop the holders whose lease has expired (their tokens and permits
+# with them: `pruned` permits), and define `held_permits`
 # (the permits live holders have, given the hash's `x`) and `settle`, which sets the keys'
 # expiries after a change: the last lease plus a tombstone, so that lapsed holders are still
 # there to be pruned and the last token is remembered.
 _SEMAPHORE_PRELUDE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function now_us()
+  return tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 local pruned = #expired  -- the permits of the expired holders (nobody announced them)
 if #expired > 0 then
@@ -503,10 +488,9 @@ if #expired > 0 then
     local permits = redis.call('HGET', KEYS[2], 'p:' .. expired[i])
     if permits then
       redis.call('HINCRBY', KEYS[2], 'x', 1 - tonumber(permits))
-      redis.call('HDEL', KEYS[2], 'p:' .. expired[i])
       pruned = pruned + tonumber(permits) - 1
     end
-    redis.call('HDEL', KEYS[2], 'o:' .. expired[i])
+    redis.call('HDEL', KEYS[2], 'o:' .. expired[i], 'p:' .. expired[i])
   end
 end
 local function held_permits(extra)
@@ -551,11 +535,7 @@ local function join(owner, entry_ms, bound, permits)
       return  -- full: this waiter keeps polling outside the queue
     end
     local last = redis.call('ZRANGE', qa, -1, -1, 'WITHSCORES')
-    local arrival = 1
-    if last[2] then
-      arrival = tonumber(last[2]) + 1
-    end
-    redis.call('ZADD', qa, arrival, owner)
+    redis.call('ZADD', qa, (tonumber(last[2]) or 0) + 1, owner)
     if permits > 1 then
       redis.call('HSET', qp, owner, permits)
     end
@@ -653,9 +633,9 @@ end
 
 SEMAPHORE_ACQUIRE = LuaScript(
     "semaphore_acquire",
-    _MINT
-    + _TTL_CHECK
+    _TTL_CHECK
     + _SEMAPHORE_PRELUDE
+    + _MINT
     + _SEMAPHORE_QUEUE
     + """
 -- KEYS[1] holders (sorted set); KEYS[2] tokens (hash); KEYS[3..6] the queue;
@@ -666,10 +646,6 @@ SEMAPHORE_ACQUIRE = LuaScript(
 -- (its expiry refreshed, its permits unchanged); when too few slots are free, -ms until the
 -- first holder's lease ends; 0 when enough are free but promised to waiters ahead of ARGV[1].
 -- A refused caller with ARGV[5] > 0 joins the queue (or refreshes its entry).
-local bad = check_ttl(ARGV[2])
-if bad then
-  return bad
-end
 local permits = tonumber(ARGV[7]) or 1
 local limit = tonumber(ARGV[3])
 if permits < 1 or permits > limit then
@@ -677,10 +653,8 @@ if permits < 1 or permits > limit then
 end
 local expires = now_ms + tonumber(ARGV[2])
 local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'seq', 'x')
-local token = false
-if state[1] then
-  token = tonumber(state[1])
-else
+local token = tonumber(state[1])  -- a holder that asks again keeps its token
+if not token then
   local held = held_permits(state[3])
   local free = limit - held
   local may, queued = fits(ARGV[1], permits, free)
@@ -698,14 +672,11 @@ else
     leave(ARGV[1], permits)
   end
   token = mint(state[2])
-  if held == 0 then
-    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', permits - 1)
-  else
-    redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit)
-    if permits > 1 then
-      redis.call('HINCRBY', KEYS[2], 'x', permits - 1)
-    end
+  local extra = permits - 1  -- `x` counts from 0 again when nobody holds
+  if held > 0 then
+    extra = extra + (tonumber(state[3]) or 0)
   end
+  redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', extra)
   if permits > 1 then
     redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
   end
@@ -723,10 +694,6 @@ SEMAPHORE_RENEW = LuaScript(
     + """
 -- KEYS[1] holders; KEYS[2] tokens; ARGV[1] owner; ARGV[2] ttl (ms); ARGV[3] tombstone (ms).
 -- Returns 1 when ARGV[1] holds a live slot (now expiring ttl from now), else 0.
-local bad = check_ttl(ARGV[2])
-if bad then
-  return bad
-end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end
@@ -761,11 +728,9 @@ local permits = tonumber(state[2]) or 1
 local free = limit - held_permits(state[3]) + permits
 serve(ARGV[3], free, free - permits - pruned)  -- slots of lapsed holders are news too
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
 if permits > 1 then
-  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
   redis.call('HINCRBY', KEYS[2], 'x', 1 - permits)
-else
-  redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
 end
 settle(ARGV[2])
 return 1
@@ -783,28 +748,22 @@ LOCK_HELD = LuaScript(
 -- lock (field `w`), so that its release is announced even if nobody queues; a lock that
 -- expires instead is announced to nobody (the caller's own timeout ends its wait).
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'r')
-local holder = lease[1]
-if holder then
-  if holder == ARGV[1] then
-    return 0
-  end
-  if ARGV[1] == '' then
-    redis.call('HSET', KEYS[1], 'w', 1)
-  end
-  return 1
+if lease[1] == ARGV[1] then
+  return 0
 end
-if lease[2] and rs then  -- shared holders may live: 0 for one of them, else held (1)
-  local live = string.format('(%d', now_ms())
+local held = lease[1]
+if not held and lease[2] and rs then  -- shared holders may live: 0 for one of them
   local mine = ARGV[1] ~= '' and redis.call('ZSCORE', rs, ARGV[1])
   if mine and tonumber(mine) > now_ms() then
     return 0
   end
-  if redis.call('ZCOUNT', rs, live, '+inf') > 0 then
-    if ARGV[1] == '' then
-      redis.call('HSET', KEYS[1], 'w', 1)
-    end
-    return 1
+  held = redis.call('ZCOUNT', rs, string.format('(%d', now_ms()), '+inf') > 0
+end
+if held then
+  if ARGV[1] == '' then
+    redis.call('HSET', KEYS[1], 'w', 1)
   end
+  return 1
 end
 if qa and redis.call('EXISTS', qa) == 1 then
   local head = live_head()
@@ -859,32 +818,26 @@ return 1
 )
 
 # The inspection scripts only read; expired holders and queue entries are skipped, not pruned.
-_NOW_MS = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local live = string.format('(%d', now_ms)
-"""
-
 LOCK_INFO = LuaScript(
     "lock_info",
-    _NOW_MS
-    + f"""
+    _LOCK_LIB
+    + """
 -- KEYS[1] lock key; KEYS[2] its queue's arrivals (µs), KEYS[3] the refreshed entry expiries
 -- (ms) (both absent: the key has no queue); KEYS[4] its shared holders. Returns nil when the
--- lock is free, else {{live waiters or -1 when the key has no queue, 'exclusive' or 'shared',
--- then per holder: owner, token, ms left}}; an entry is live as the lock scripts' entry_left
+-- lock is free, else {live waiters or -1 when the key has no queue, 'exclusive' or 'shared',
+-- then per holder: owner, token, ms left}; an entry is live as the lock scripts' entry_left
 -- decides.
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
 local found = false
 if lease[1] then
-  found = {{lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1])}}
-elseif lease[3] and KEYS[4] then
-  local holders = redis.call('ZRANGEBYSCORE', KEYS[4], live, '+inf', 'WITHSCORES')
+  found = {lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1])}
+elseif lease[3] and rs then
+  local holders = redis.call('ZRANGEBYSCORE', rs, string.format('(%d', now_ms()), '+inf', 'WITHSCORES')
   if #holders > 0 then
-    found = {{}}
+    found = {}
     for i = 1, #holders, 2 do
       local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
-      local rest = {{holders[i], token, tonumber(holders[i + 1]) - now_ms}}
+      local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms()}
       for j = 1, #rest do
         found[#found + 1] = rest[j]
       end
@@ -895,15 +848,11 @@ if not found then
   return nil
 end
 local waiters = -1
-if KEYS[2] then
+if qa then
   waiters = 0
-  local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local entries = redis.call('ZRANGE', qa, 0, -1, 'WITHSCORES')
   for i = 1, #entries, 2 do
-    local left = math.floor(tonumber(entries[i + 1]) / 1000) + {QUEUE_ENTRY_MS} - now_ms
-    if left <= 0 then
-      left = (tonumber(redis.call('ZSCORE', KEYS[3], entries[i])) or 0) - now_ms
-    end
-    if left > 0 then
+    if entry_left(entries[i], entries[i + 1]) > 0 then
       waiters = waiters + 1
     end
   end
@@ -916,10 +865,12 @@ return found
 
 SEMAPHORE_INFO = LuaScript(
     "semaphore_info",
-    _NOW_MS
-    + """
+    """
 -- KEYS[1] holders; KEYS[2] tokens; KEYS[4] the queue's entry expiries.
 -- Returns {live waiters, then per live holder: owner, token, ms left, permits}.
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local live = string.format('(%d', now_ms)
 local found = {redis.call('ZCOUNT', KEYS[4], live, '+inf')}
 local holders = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES')
 for i = 1, #holders, 2 do

@@ -278,6 +278,20 @@ async def test_a_script_only_client_is_enough(sync_redis: Any, async_redis: Any,
     await store.aclose()
 
 
+async def test_a_script_only_client_renews_many_one_call_each(sync_redis: Any, async_redis: Any, key: str) -> None:
+    """Without `pipeline()`, `renew_many` runs one script call per lease: each answer in its place."""
+    client = ScriptOnly(sync_redis)
+    store = RedisLockStore(client, async_client=AsyncScriptOnly(async_redis))
+    assert store.acquire(key, "a", 5) is not None
+    items = [(key, "a", 5.0), (key, "b", 5.0), (key, "a", -1.0)]
+    for answers in (store.renew_many(items), await store.renew_many_async(items)):
+        assert answers[:2] == [True, False]
+        assert isinstance(answers[2], ValidationError)
+    assert client.calls.count("evalsha") == 3  # the acquire and the two valid renewals
+    assert store.release(key, "a")
+    await store.aclose()
+
+
 def test_older_servers_without_spublish_release_without_notifying(sync_redis: Any, key: str) -> None:
     """On a Cluster older than Redis 7 (no SPUBLISH) release still works, just without a wake-up."""
 
