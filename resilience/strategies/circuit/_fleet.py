@@ -66,12 +66,7 @@ class Command(enum.IntEnum):
     """We hold the fleet's probe and have not used it yet: keep it (unless someone else asked)."""
 
 
-_TO_STATE = {
-    StateCode.CLOSED: _CLOSED,
-    StateCode.OPEN: _OPEN,
-    StateCode.HALF_OPEN: _HALF_OPEN,
-    StateCode.ISOLATED: _ISOLATED,
-}
+_TO_STATE = {code: CircuitState[code.name] for code in StateCode}
 _TO_CODE = {state: code for code, state in _TO_STATE.items()}
 _MANUAL = (Command.ISOLATE, Command.CLOSE)
 
@@ -235,17 +230,14 @@ class SharedCircuitCore(CircuitCore):
                     return None
             transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
             if transition is not None:  # opened by this process (alone, or on its own run of failures): tell the fleet
-                self._send(Command.OPEN, self._break_duration)
+                self._send(Command.OPEN, self.break_duration)
             return transition
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
             self._probe_mine = False
             self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
-            if not handled:
-                return self._close()
-            transition = self._open(now, pending=False)
-            transition.break_duration = self._break_duration  # the fleet's break: no generator
-            return transition
+            # Re-opened for the fleet's break (no generator).
+            return self._open(now, known=self.break_duration) if handled else self._close()
         return super().record(now, ticket, handled=handled, pending_break=pending_break)
 
     # -- manual control --------------------------------------------------------------------------
@@ -298,7 +290,7 @@ class SharedCircuitCore(CircuitCore):
                 return None
             return self._close(manual=manual)
         if target is _ISOLATED:
-            return None if state is _ISOLATED else self._open(now, pending=False, manual=True)
+            return None if state is _ISOLATED else self._open(now, manual=True)
         if target is _HALF_OPEN and granted:
             self._granted_until = now + remaining  # the next call is the fleet's probe
             self._interested = False
@@ -306,10 +298,8 @@ class SharedCircuitCore(CircuitCore):
                 self._probe_mine = True
                 self._probe_until = None
                 return None
-            transition = None if state is _OPEN else self._open(now, pending=False)
+            transition = None if state is _OPEN else self._open(now, known=0.0)  # no break left to report
             self._blocked_until = now + wait
-            if transition is not None:
-                transition.break_duration = 0.0
             return transition
         if target is _HALF_OPEN:
             if state is _HALF_OPEN:
@@ -321,9 +311,8 @@ class SharedCircuitCore(CircuitCore):
         if state is _OPEN:
             self._blocked_until = now + remaining
             return None
-        transition = self._open(now, pending=False, manual=manual)
-        self._blocked_until = now + remaining
-        transition.break_duration = remaining
+        transition = self._open(now, manual=manual, known=remaining)
+        self._blocked_until = now + remaining  # isolated too
         return transition
 
     def _agrees(self, now: float, code: StateCode, remaining: float, *, granted: bool) -> bool:
@@ -357,9 +346,8 @@ class SharedCircuitCore(CircuitCore):
             return None
         if not self.window.tripped(now):
             return None
-        transition = self._open(now, pending=False)
-        transition.break_duration = self._break_duration
-        self._send(Command.OPEN, self._break_duration)
+        transition = self._open(now, known=self.break_duration)
+        self._send(Command.OPEN, self.break_duration)
         return transition
 
     def go_shared(self) -> None:

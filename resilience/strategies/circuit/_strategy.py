@@ -149,16 +149,7 @@ class CircuitBreakerStrategyOptions:
             from resilience.strategies.circuit._fleet import SharedCircuitCore
             from resilience.strategies.circuit._sync import shared_controller
 
-            controller = shared = shared_controller(
-                self,
-                SharedCircuitCore(**parameters),
-                store,
-                self.shared_key(context),
-                to_seconds(self.sync_interval),
-                time_provider=context.time_provider,
-                telemetry=context.telemetry,
-            )
-            context.on_close(shared.sync.close)  # the sync stops with the pipeline
+            controller = shared_controller(self, SharedCircuitCore(**parameters), store, context)
         tags = {} if store is None else {"circuit.key": self.shared_key(context)}
         context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
         if self.state_provider is not None:

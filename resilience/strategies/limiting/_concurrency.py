@@ -151,15 +151,7 @@ class ConcurrencyLimiterStrategy:
         self._wait = to_seconds(options.wait)
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
-        self.carry_key = (
-            context.pipeline_name,
-            context.pipeline_instance,
-            self.name,
-            "concurrency",
-            options.limit,
-            options.queue,
-        )
-        permits = carried(self.carry_key)
+        self.carry_key, permits = carried(context, self.name, "concurrency", options.limit, options.queue)
         if permits is None:
             permits = LocalPermits(options.limit, options.queue, context.time_provider)
             context.telemetry.observe("resilience.limiter.in_use", permits, LocalPermits.in_use)

@@ -54,10 +54,15 @@ built then with the same key takes that state (once) instead of fresh state.
 """
 
 
-def carried(key: tuple[Any, ...]) -> Any:
-    """The state carried over for `key` from the pipeline being reloaded, or None (build fresh)."""
+def carried(context: StrategyBuildContext, *shape: Any) -> tuple[tuple[Any, ...], Any]:
+    """An in-process limiter's carry key, and the state carried over for it from the pipeline being reloaded.
+
+    `shape`: the strategy's name, its kind and the options that shape its state. The state is
+    None when there is none to carry (build fresh).
+    """
+    key = (context.pipeline_name, context.pipeline_instance, *shape)
     states = CARRIED.get()
-    return None if states is None else states.pop(key, None)
+    return key, None if states is None else states.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +241,7 @@ class RateLimiterStrategy:
         self.carry_key: tuple[Any, ...] | None = None  # set when the limits are in process
         store = options.store
         if store is None:
-            self.carry_key = (context.pipeline_name, context.pipeline_instance, self.name, "rate", *self._rate)
-            store = carried(self.carry_key)
+            self.carry_key, store = carried(context, self.name, "rate", *self._rate)
             if store is None:
                 store = MemoryRateLimitStore(context.time_provider)
         self._store: RateLimitStore | AsyncRateLimitStore = store
