@@ -214,6 +214,10 @@ class CircuitCore:
         self._blocked_until: float | None = None  # None while open: the break is still being decided
         self._opened_at = 0.0
         self._probe_until: float | None = None  # half-open: until when the probe holds its slot
+        self._post_init()
+
+    def _post_init(self) -> None:
+        """The state a subclass keeps beside the circuit's (one constructor for every core)."""
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -240,6 +244,12 @@ class CircuitCore:
             break_duration=known,
         )
 
+    def _half_open(self, probe_until: float | None) -> tuple[int, Transition]:
+        """Half-open, the probe holding its slot until `probe_until`: `(ticket, transition)`."""
+        generation = self._move(CircuitState.HALF_OPEN)
+        self._probe_until = probe_until
+        return generation, Transition(CircuitState.HALF_OPEN, generation)
+
     def _close(self, *, manual: bool = False) -> Transition:
         generation = self._move(CircuitState.CLOSED)
         self.window.reset()
@@ -260,9 +270,7 @@ class CircuitCore:
             blocked_until = self._blocked_until
             if blocked_until is None or now < blocked_until:
                 raise BrokenCircuitError(retry_after=None if blocked_until is None else blocked_until - now)
-            generation = self._move(CircuitState.HALF_OPEN)
-            self._probe_until = now + self.break_duration
-            return generation, Transition(CircuitState.HALF_OPEN, generation)
+            return self._half_open(now + self.break_duration)
         probe_until = self._probe_until
         if probe_until is not None and now < probe_until:
             raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=probe_until - now)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 
 from resilience.exceptions import BrokenCircuitError
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
 
 __all__ = ["Command", "SharedCircuitCore", "StateCode"]
 
@@ -89,23 +89,9 @@ class SharedCircuitCore(CircuitCore):
         "unsent_successes",
     )
 
-    def __init__(
-        self,
-        *,
-        failure_ratio: float,
-        minimum_throughput: int,
-        sampling_duration: float,
-        break_duration: float,
-        consecutive_failures: int | None = None,
-    ) -> None:
-        super().__init__(
-            failure_ratio=failure_ratio,
-            minimum_throughput=minimum_throughput,
-            sampling_duration=sampling_duration,
-            break_duration=break_duration,
-            consecutive_failures=consecutive_failures,
-        )
-        self.counts_shared = consecutive_failures is None
+    def _post_init(self) -> None:
+        """The fleet's state beside the local circuit's (the constructor is `CircuitCore`'s)."""
+        self.counts_shared = type(self.window) is RollingWindow
         """A ratio is the fleet's; a run of failures in a row is each process's own (it opens for all)."""
         self.shared = True
         """False while the store is unreachable: the circuit decides alone (a local circuit)."""
@@ -193,10 +179,8 @@ class SharedCircuitCore(CircuitCore):
                 self._interested = True
                 raise BrokenCircuitError(retry_after=blocked_until - now)
             if mine:
-                generation = self._move(_HALF_OPEN)
-                self._probe_until = granted
                 self._probe_mine = True
-                return generation, Transition(_HALF_OPEN, generation)
+                return self._half_open(granted)
             self.probe_wanted = self._interested = True  # the break is over: ask the fleet for the probe
             raise BrokenCircuitError(retry_after=None)
         probe_until = self._probe_until
@@ -305,9 +289,7 @@ class SharedCircuitCore(CircuitCore):
             if state is _HALF_OPEN:
                 self._probe_until = now + remaining
                 return None
-            generation = self._move(_HALF_OPEN)
-            self._probe_until = now + remaining  # someone else's probe, until its lease ends
-            return Transition(_HALF_OPEN, generation)
+            return self._half_open(now + remaining)[1]  # someone else's probe, until its lease ends
         if state is _OPEN:
             self._blocked_until = now + remaining
             return None

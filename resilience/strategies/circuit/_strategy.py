@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies.circuit._sync import CircuitSync
 
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
@@ -341,6 +340,5 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
 
         The first call on a loop waits (bounded) for that loop's first exchange.
         """
-        sync: CircuitSync = self._controller.sync  # type: ignore[attr-defined]
-        await sync.first_exchange()
+        await self._controller.sync.first_exchange()  # type: ignore[attr-defined]
         return await super().execute_async(callback, context)

@@ -223,8 +223,7 @@ class CircuitSync:
         now = controller._time.monotonic()
         self.heard.set()
         with controller.lock:
-            if self._failing or not core.shared:
-                core.go_shared()
+            core.go_shared()  # after an outage: the fleet decides again
             self._failing = 0
             transition = core.apply(
                 now,

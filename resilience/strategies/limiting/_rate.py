@@ -261,17 +261,12 @@ class RateLimiterStrategy:
         return None if self.carry_key is None else (self.carry_key, self._store)
 
     def _take(self, key: str) -> float:
-        decide = self._decide
-        if decide is not None:
-            return decide(key)
+        """Ask a store that is not in process (`_decide` is None)."""
         store = self._store
         assert isinstance(store, RateLimitStore)
         return store.take(key, *self._rate)
 
     async def _take_async(self, key: str) -> float:
-        decide = self._decide
-        if decide is not None:
-            return decide(key)
         store = self._store
         assert isinstance(store, AsyncRateLimitStore)
         return await store.take_async(key, *self._rate)
@@ -294,7 +289,7 @@ class RateLimiterStrategy:
                     raise error
                 if wait(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
-                retry_after = self._take(key)
+                retry_after = decide(key) if decide is not None else self._take(key)
         return callback(context)
 
     async def execute_async(
@@ -317,7 +312,7 @@ class RateLimiterStrategy:
                     raise error
                 if await wait_async(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
-                retry_after = await self._take_async(key)
+                retry_after = decide(key) if decide is not None else await self._take_async(key)
         return await callback(context)
 
     def __repr__(self) -> str:
