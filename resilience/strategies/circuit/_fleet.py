@@ -324,9 +324,7 @@ class SharedCircuitCore(CircuitCore):
         self.probe_wanted = False
         self._granted_until = None
         self._probe_mine = False
-        if self.state is not _CLOSED:
-            return None
-        if not self.window.tripped(now):
+        if self.state is not _CLOSED or not self.window.tripped(now):
             return None
         transition = self._open(now, known=self.break_duration)
         self._send(Command.OPEN, self.break_duration)

@@ -237,8 +237,8 @@ class CircuitSync:
             again = bool(core.outbox)
         if transition is not None:
             _report_remote(controller, transition)
-        if again and self._worker is not None:
-            self._worker.schedule(self, 0.0)
+        if again:
+            self.wake()
 
     def detach(self) -> None:
         """The store was closed: this circuit decides alone from now on."""
