@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "CARRIED",
+    "Limiter",
     "OnRateLimiterRejectedArguments",
     "RateLimiterStrategy",
     "RateLimiterStrategyOptions",
@@ -209,34 +211,47 @@ def rate_limiter_strategy(
     )
 
 
-_Rate: TypeAlias = tuple[int, float, int | None, RateLimitAlgorithm]
+class Limiter:
+    """What the rate and concurrency limiters share: the name, the key, the wait, and the rejection."""
 
+    __slots__ = ("_key", "_on_rejected", "_telemetry", "_wait", "name")
 
-class RateLimiterStrategy:
-    """The built rate limiter (see the module docstring)."""
-
-    __slots__ = (
-        "_decide",
-        "_key",
-        "_on_rejected",
-        "_rate",
-        "_store",
-        "_telemetry",
-        "_time",
-        "_wait",
-        "carry_key",
-        "name",
-        "traits",
-    )
-
-    def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+    def __init__(
+        self, options: RateLimiterStrategyOptions | ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext
+    ) -> None:
         self.name = options.name
-        # `take`'s (limit, per, burst, algorithm), in its order.
-        self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._key = options.key
         self._wait = to_seconds(options.wait)
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
+
+    def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
+        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
+        error, arguments = reject(self._telemetry, context, key, retry_after)
+        if self._on_rejected is not None:
+            call_back(self._on_rejected, arguments)
+        raise error
+
+    async def _reject_async(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
+        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        error, arguments = reject(self._telemetry, context, key, retry_after)
+        if self._on_rejected is not None:
+            await call_back_async(self._on_rejected, arguments)
+        raise error
+
+
+_Rate: TypeAlias = tuple[int, float, int | None, RateLimitAlgorithm]
+
+
+class RateLimiterStrategy(Limiter):
+    """The built rate limiter (see the module docstring)."""
+
+    __slots__ = ("_decide", "_rate", "_store", "_time", "carry_key", "traits")
+
+    def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context)
+        # `take`'s (limit, per, burst, algorithm), in its order.
+        self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._time: TimeProvider = context.time_provider
         self.carry_key: tuple[Any, ...] | None = None  # set when the limits are in process
         store = options.store
@@ -283,10 +298,7 @@ class RateLimiterStrategy:
             deadline = time_provider.monotonic() + self._wait
             while retry_after:
                 if retry_after > deadline - time_provider.monotonic():
-                    error, arguments = reject(self._telemetry, context, key, retry_after)
-                    if self._on_rejected is not None:
-                        call_back(self._on_rejected, arguments)
-                    raise error
+                    self._reject(context, key, retry_after)
                 if wait(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
                 retry_after = decide(key) if decide is not None else self._take(key)
@@ -306,10 +318,7 @@ class RateLimiterStrategy:
             deadline = time_provider.monotonic() + self._wait
             while retry_after:
                 if retry_after > deadline - time_provider.monotonic():
-                    error, arguments = reject(self._telemetry, context, key, retry_after)
-                    if self._on_rejected is not None:
-                        await call_back_async(self._on_rejected, arguments)
-                    raise error
+                    await self._reject_async(context, key, retry_after)
                 if await wait_async(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
                 retry_after = decide(key) if decide is not None else await self._take_async(key)
