@@ -251,11 +251,6 @@ class CircuitController:
 
     # -- outside the lock: reports -------------------------------------------------------------
 
-    def _emit(
-        self, name: str, severity: Severity, context: ResilienceContext, outcome: Outcome[Any] | None, arguments: object
-    ) -> None:
-        self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
-
     def _steps(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
@@ -271,14 +266,12 @@ class CircuitController:
         arguments: Any
         callback: Callable[[Any], object] | None
         misuse = None
-        if transition.state is CircuitState.HALF_OPEN:
+        if transition.state is CircuitState.HALF_OPEN:  # the outcome is None: no call has ended
+            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, options.on_half_opened
             arguments = OnCircuitHalfOpenedArguments(context)
-            self._emit("OnCircuitHalfOpened", Severity.WARNING, context, None, arguments)
-            callback = options.on_half_opened
         elif transition.state is CircuitState.CLOSED:
+            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, options.on_closed
             arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
-            self._emit("OnCircuitClosed", Severity.INFORMATION, context, outcome, arguments)
-            callback = options.on_closed
         else:
             seconds = math.inf if transition.is_manual else transition.break_duration
             if seconds is None and self._generator is not None:
@@ -290,9 +283,9 @@ class CircuitController:
                     seconds, misuse = self.set_break(transition, value)
             if seconds is None:
                 seconds = self.core.break_duration
+            name, severity, callback = "OnCircuitOpened", Severity.ERROR, options.on_opened
             arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
-            self._emit("OnCircuitOpened", Severity.ERROR, context, outcome, arguments)
-            callback = options.on_opened
+        self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
         if callback is not None:
             yield callback, arguments
         if misuse is not None:

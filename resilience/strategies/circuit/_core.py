@@ -185,9 +185,9 @@ class CircuitCore:
 
     __slots__ = (
         "_blocked_until",
-        "_break_duration",
         "_opened_at",
         "_probe_until",
+        "break_duration",
         "generation",
         "state",
         "window",
@@ -202,7 +202,8 @@ class CircuitCore:
         break_duration: float,
         consecutive_failures: int | None = None,
     ) -> None:
-        self._break_duration = break_duration
+        self.break_duration = break_duration
+        """The configured break duration, in seconds."""
         self.window: RollingWindow | ConsecutiveFailures = (
             RollingWindow(sampling_duration, failure_ratio, minimum_throughput)
             if consecutive_failures is None
@@ -213,6 +214,10 @@ class CircuitCore:
         self._blocked_until: float | None = None  # None while open: the break is still being decided
         self._opened_at = 0.0
         self._probe_until: float | None = None  # half-open: until when the probe holds its slot
+        self._post_init()
+
+    def _post_init(self) -> None:
+        """The state a subclass keeps beside the circuit's (one constructor for every core)."""
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -221,11 +226,14 @@ class CircuitCore:
         self.generation += 1
         return self.generation
 
-    def _open(self, now: float, *, pending: bool, manual: bool = False) -> Transition:
+    def _open(
+        self, now: float, *, pending: bool = False, manual: bool = False, known: float | None = None
+    ) -> Transition:
+        """Open (isolate, if `manual`); `known`: the break the fleet decided, which the event reports."""
         total, failures = self.window.health(now)
         generation = self._move(CircuitState.ISOLATED if manual else CircuitState.OPEN)
         self._opened_at = now
-        self._blocked_until = None if pending or manual else now + self._break_duration
+        self._blocked_until = None if pending or manual else now + (self.break_duration if known is None else known)
         self._probe_until = None
         return Transition(
             self.state,
@@ -233,7 +241,14 @@ class CircuitCore:
             is_manual=manual,
             failure_rate=failures / total if total else 0.0,
             failure_count=failures,
+            break_duration=known,
         )
+
+    def _half_open(self, probe_until: float | None) -> tuple[int, Transition]:
+        """Half-open, the probe holding its slot until `probe_until`: `(ticket, transition)`."""
+        generation = self._move(CircuitState.HALF_OPEN)
+        self._probe_until = probe_until
+        return generation, Transition(CircuitState.HALF_OPEN, generation)
 
     def _close(self, *, manual: bool = False) -> Transition:
         generation = self._move(CircuitState.CLOSED)
@@ -255,13 +270,11 @@ class CircuitCore:
             blocked_until = self._blocked_until
             if blocked_until is None or now < blocked_until:
                 raise BrokenCircuitError(retry_after=None if blocked_until is None else blocked_until - now)
-            generation = self._move(CircuitState.HALF_OPEN)
-            self._probe_until = now + self._break_duration
-            return generation, Transition(CircuitState.HALF_OPEN, generation)
+            return self._half_open(now + self.break_duration)
         probe_until = self._probe_until
         if probe_until is not None and now < probe_until:
             raise BrokenCircuitError("the circuit is half-open and its probe is running", retry_after=probe_until - now)
-        self._probe_until = now + self._break_duration
+        self._probe_until = now + self.break_duration
         return self.generation, None
 
     def record(self, now: float, ticket: int, *, handled: bool, pending_break: bool = False) -> Transition | None:
@@ -291,16 +304,11 @@ class CircuitCore:
     def set_break(self, generation: int, duration: float) -> float:
         """Set the break of the opening `generation` to `duration`; return the seconds it lasts."""
         if not math.isfinite(duration):
-            duration = self._break_duration
+            duration = self.break_duration
         duration = max(duration, 0.0)
         if generation == self.generation and self.state is CircuitState.OPEN:
             self._blocked_until = self._opened_at + duration
         return duration
-
-    @property
-    def break_duration(self) -> float:
-        """The configured break duration, in seconds."""
-        return self._break_duration
 
     # -- manual control ------------------------------------------------------------------------
 
@@ -308,7 +316,7 @@ class CircuitCore:
         """Hold the circuit open until `close()`; None if it already was isolated."""
         if self.state is CircuitState.ISOLATED:
             return None
-        return self._open(now, pending=False, manual=True)
+        return self._open(now, manual=True)
 
     def close(self) -> Transition | None:
         """Close the circuit by hand; None if it already was closed."""

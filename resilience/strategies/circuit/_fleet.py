@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 
 from resilience.exceptions import BrokenCircuitError
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
 
 __all__ = ["Command", "SharedCircuitCore", "StateCode"]
 
@@ -66,12 +66,7 @@ class Command(enum.IntEnum):
     """We hold the fleet's probe and have not used it yet: keep it (unless someone else asked)."""
 
 
-_TO_STATE = {
-    StateCode.CLOSED: _CLOSED,
-    StateCode.OPEN: _OPEN,
-    StateCode.HALF_OPEN: _HALF_OPEN,
-    StateCode.ISOLATED: _ISOLATED,
-}
+_TO_STATE = {code: CircuitState[code.name] for code in StateCode}
 _TO_CODE = {state: code for code, state in _TO_STATE.items()}
 _MANUAL = (Command.ISOLATE, Command.CLOSE)
 
@@ -94,23 +89,9 @@ class SharedCircuitCore(CircuitCore):
         "unsent_successes",
     )
 
-    def __init__(
-        self,
-        *,
-        failure_ratio: float,
-        minimum_throughput: int,
-        sampling_duration: float,
-        break_duration: float,
-        consecutive_failures: int | None = None,
-    ) -> None:
-        super().__init__(
-            failure_ratio=failure_ratio,
-            minimum_throughput=minimum_throughput,
-            sampling_duration=sampling_duration,
-            break_duration=break_duration,
-            consecutive_failures=consecutive_failures,
-        )
-        self.counts_shared = consecutive_failures is None
+    def _post_init(self) -> None:
+        """The fleet's state beside the local circuit's (the constructor is `CircuitCore`'s)."""
+        self.counts_shared = type(self.window) is RollingWindow
         """A ratio is the fleet's; a run of failures in a row is each process's own (it opens for all)."""
         self.shared = True
         """False while the store is unreachable: the circuit decides alone (a local circuit)."""
@@ -198,10 +179,8 @@ class SharedCircuitCore(CircuitCore):
                 self._interested = True
                 raise BrokenCircuitError(retry_after=blocked_until - now)
             if mine:
-                generation = self._move(_HALF_OPEN)
-                self._probe_until = granted
                 self._probe_mine = True
-                return generation, Transition(_HALF_OPEN, generation)
+                return self._half_open(granted)
             self.probe_wanted = self._interested = True  # the break is over: ask the fleet for the probe
             raise BrokenCircuitError(retry_after=None)
         probe_until = self._probe_until
@@ -235,17 +214,14 @@ class SharedCircuitCore(CircuitCore):
                     return None
             transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
             if transition is not None:  # opened by this process (alone, or on its own run of failures): tell the fleet
-                self._send(Command.OPEN, self._break_duration)
+                self._send(Command.OPEN, self.break_duration)
             return transition
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
             self._probe_mine = False
             self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
-            if not handled:
-                return self._close()
-            transition = self._open(now, pending=False)
-            transition.break_duration = self._break_duration  # the fleet's break: no generator
-            return transition
+            # Re-opened for the fleet's break (no generator).
+            return self._open(now, known=self.break_duration) if handled else self._close()
         return super().record(now, ticket, handled=handled, pending_break=pending_break)
 
     # -- manual control --------------------------------------------------------------------------
@@ -298,7 +274,7 @@ class SharedCircuitCore(CircuitCore):
                 return None
             return self._close(manual=manual)
         if target is _ISOLATED:
-            return None if state is _ISOLATED else self._open(now, pending=False, manual=True)
+            return None if state is _ISOLATED else self._open(now, manual=True)
         if target is _HALF_OPEN and granted:
             self._granted_until = now + remaining  # the next call is the fleet's probe
             self._interested = False
@@ -306,24 +282,19 @@ class SharedCircuitCore(CircuitCore):
                 self._probe_mine = True
                 self._probe_until = None
                 return None
-            transition = None if state is _OPEN else self._open(now, pending=False)
+            transition = None if state is _OPEN else self._open(now, known=0.0)  # no break left to report
             self._blocked_until = now + wait
-            if transition is not None:
-                transition.break_duration = 0.0
             return transition
         if target is _HALF_OPEN:
             if state is _HALF_OPEN:
                 self._probe_until = now + remaining
                 return None
-            generation = self._move(_HALF_OPEN)
-            self._probe_until = now + remaining  # someone else's probe, until its lease ends
-            return Transition(_HALF_OPEN, generation)
+            return self._half_open(now + remaining)[1]  # someone else's probe, until its lease ends
         if state is _OPEN:
             self._blocked_until = now + remaining
             return None
-        transition = self._open(now, pending=False, manual=manual)
-        self._blocked_until = now + remaining
-        transition.break_duration = remaining
+        transition = self._open(now, manual=manual, known=remaining)
+        self._blocked_until = now + remaining  # isolated too
         return transition
 
     def _agrees(self, now: float, code: StateCode, remaining: float, *, granted: bool) -> bool:
@@ -353,13 +324,10 @@ class SharedCircuitCore(CircuitCore):
         self.probe_wanted = False
         self._granted_until = None
         self._probe_mine = False
-        if self.state is not _CLOSED:
+        if self.state is not _CLOSED or not self.window.tripped(now):
             return None
-        if not self.window.tripped(now):
-            return None
-        transition = self._open(now, pending=False)
-        transition.break_duration = self._break_duration
-        self._send(Command.OPEN, self._break_duration)
+        transition = self._open(now, known=self.break_duration)
+        self._send(Command.OPEN, self.break_duration)
         return transition
 
     def go_shared(self) -> None:

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.stores._redis_circuit import RedisCircuitStateStore
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies.circuit._sync import CircuitSync
 
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
@@ -149,16 +148,7 @@ class CircuitBreakerStrategyOptions:
             from resilience.strategies.circuit._fleet import SharedCircuitCore
             from resilience.strategies.circuit._sync import shared_controller
 
-            controller = shared = shared_controller(
-                self,
-                SharedCircuitCore(**parameters),
-                store,
-                self.shared_key(context),
-                to_seconds(self.sync_interval),
-                time_provider=context.time_provider,
-                telemetry=context.telemetry,
-            )
-            context.on_close(shared.sync.close)  # the sync stops with the pipeline
+            controller = shared_controller(self, SharedCircuitCore(**parameters), store, context)
         tags = {} if store is None else {"circuit.key": self.shared_key(context)}
         context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
         if self.state_provider is not None:
@@ -350,6 +340,5 @@ class _AsyncSharedCircuitBreakerStrategy(CircuitBreakerStrategy):
 
         The first call on a loop waits (bounded) for that loop's first exchange.
         """
-        sync: CircuitSync = self._controller.sync  # type: ignore[attr-defined]
-        await sync.first_exchange()
+        await self._controller.sync.first_exchange()  # type: ignore[attr-defined]
         return await super().execute_async(callback, context)

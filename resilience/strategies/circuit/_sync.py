@@ -47,10 +47,9 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     from resilience._runtime._timers import ThreadTimerHandle
-    from resilience._time import TimeProvider
     from resilience.stores._redis_circuit import CircuitExchange, CircuitReply, RedisCircuitStateStore
+    from resilience.strategies._base import StrategyBuildContext
     from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
-    from resilience.telemetry._source import TelemetrySource
 
 __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]
 
@@ -224,8 +223,7 @@ class CircuitSync:
         now = controller._time.monotonic()
         self.heard.set()
         with controller.lock:
-            if self._failing or not core.shared:
-                core.go_shared()
+            core.go_shared()  # after an outage: the fleet decides again
             self._failing = 0
             transition = core.apply(
                 now,
@@ -239,19 +237,15 @@ class CircuitSync:
             again = bool(core.outbox)
         if transition is not None:
             _report_remote(controller, transition)
-        if again and self._worker is not None:
-            self._worker.schedule(self, 0.0)
-
-    def failed(self, error: Exception) -> None:
-        """The store could not be reached: local state, and say so once per outage."""
-        self._go_local(error)
+        if again:
+            self.wake()
 
     def detach(self) -> None:
         """The store was closed: this circuit decides alone from now on."""
-        self._go_local(None)
+        self.failed(None)
 
-    def _go_local(self, error: Exception | None) -> None:
-        """Put the circuit on local state: the store failed with `error`, or was closed (None)."""
+    def failed(self, error: Exception | None) -> None:
+        """Put the circuit on local state: the store failed with `error` (said once per outage), or closed (None)."""
         controller = self._ref()
         if controller is None:
             return
@@ -283,8 +277,8 @@ class CircuitSync:
             reply = self._store.exchange(self.key, exchange)
         except Exception as exc:  # noqa: BLE001 - any store error means "unreachable"; calls go on
             self.failed(exc)
-            return
-        self.answered(reply)
+        else:
+            self.answered(reply)
 
     async def run_once_async(self) -> None:
         """One exchange through the asyncio client."""
@@ -299,8 +293,8 @@ class CircuitSync:
             if task is not None and task.cancelling():  # a cancellation the client turned into an error
                 raise asyncio.CancelledError from exc
             self.failed(exc)
-            return
-        self.answered(reply)
+        else:
+            self.answered(reply)
 
     # -- asyncio-only stores ---------------------------------------------------------------------
 
@@ -513,15 +507,15 @@ def shared_controller(
     options: CircuitBreakerStrategyOptions,
     core: SharedCircuitCore,
     store: RedisCircuitStateStore,
-    key: str,
-    interval: float,
-    *,
-    time_provider: TimeProvider,
-    telemetry: TelemetrySource,
+    context: StrategyBuildContext,
 ) -> SharedCircuitController:
-    """A shared circuit's controller, its sync already scheduled."""
-    controller = SharedCircuitController(core, options, time_provider=time_provider, telemetry=telemetry)
-    sync = controller.sync = CircuitSync(controller, store, key, interval)
+    """A shared circuit's controller, its sync already scheduled and stopped with the pipeline."""
+    controller = SharedCircuitController(
+        core, options, time_provider=context.time_provider, telemetry=context.telemetry
+    )
+    interval = to_seconds(options.sync_interval)
+    sync = controller.sync = CircuitSync(controller, store, options.shared_key(context), interval)
+    context.on_close(sync.close)
     # The first exchange before the first call; `build()` waits for it a bounded time only
     # (a long sync_interval must not make a build, maybe on an event loop, wait for long).
     if sync._worker is not None and not sync.heard.wait(min(sync.stall_after + 2 * interval, _FIRST_EXCHANGE)):

@@ -11,21 +11,20 @@ after the `OnRateLimiterRejected` event and `on_rejected`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from resilience._validation import Duration, Problems, to_seconds, wrong_store
+from resilience._validation import Duration, Problems, wrong_store
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async
 from resilience.strategies.limiting._leased_permits import LeasedPermits
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
+    Limiter,
     OnRateLimiterRejectedArguments,
     carried,
     check_key,
-    reject,
     resolve_key,
 )
 
@@ -137,29 +136,17 @@ def concurrency_limiter_strategy(
     )
 
 
-class ConcurrencyLimiterStrategy:
+class ConcurrencyLimiterStrategy(Limiter):
     """The built concurrency limiter (see the module docstring)."""
 
     traits = HANDS_ON
 
-    __slots__ = ("_key", "_limit", "_on_rejected", "_permits", "_pool", "_telemetry", "_wait", "carry_key", "name")
+    __slots__ = ("_limit", "_permits", "_pool", "carry_key")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        self.name = options.name
+        super().__init__(options, context)
         self._limit = options.limit
-        self._key = options.key
-        self._wait = to_seconds(options.wait)
-        self._on_rejected = options.on_rejected
-        self._telemetry = context.telemetry
-        self.carry_key = (
-            context.pipeline_name,
-            context.pipeline_instance,
-            self.name,
-            "concurrency",
-            options.limit,
-            options.queue,
-        )
-        permits = carried(self.carry_key)
+        self.carry_key, permits = carried(context, self.name, "concurrency", options.limit, options.queue)
         if permits is None:
             permits = LocalPermits(options.limit, options.queue, context.time_provider)
             context.telemetry.observe("resilience.limiter.in_use", permits, LocalPermits.in_use)
@@ -223,20 +210,6 @@ class ConcurrencyLimiterStrategy:
             return await callback(context)
         finally:
             permits.release(key)
-
-    def _reject(self, context: ResilienceContext, key: str) -> NoReturn:
-        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
-        error, arguments = reject(self._telemetry, context, key, None)
-        if self._on_rejected is not None:
-            call_back(self._on_rejected, arguments)
-        raise error
-
-    async def _reject_async(self, context: ResilienceContext, key: str) -> NoReturn:
-        """Reject an execution (async: an async `on_rejected` is awaited)."""
-        error, arguments = reject(self._telemetry, context, key, None)
-        if self._on_rejected is not None:
-            await call_back_async(self._on_rejected, arguments)
-        raise error
 
     def __repr__(self) -> str:
         return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self._limit} key={self._key!r}>"

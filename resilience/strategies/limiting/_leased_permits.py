@@ -12,9 +12,10 @@ rejection is the limiter's (`RateLimiterRejectedError`, `OnRateLimiterRejected`,
 from __future__ import annotations
 
 import contextvars
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
-from resilience._lease import LeaseParams, LockEvents, SemaphoreOps
+from resilience._lease import LockEvents, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.strategies._common import call_back, call_back_async, store_traits
 from resilience.strategies.limiting._rate import reject
@@ -53,20 +54,9 @@ class LeasedPermits(LockStrategy):
         store = options.store
         self._ops = SemaphoreOps(store, options.limit)  # type: ignore[assignment] # the engine drives any StoreOps
         self._own_store(store)
-        self._params = LeaseParams(
-            ttl=self._ttl,
-            renew_interval=self._ttl / 3,
-            error_type=SemaphoreLeaseLostError,
-            on_lost=self._lost,
-            on_renew_error=self._renew_failed,
-        )
-        self._async_params = LeaseParams(
-            ttl=self._ttl,
-            renew_interval=self._ttl / 3,
-            error_type=SemaphoreLeaseLostError,
-            on_lost=self._lost_async,
-            on_renew_error=self._renew_failed,
-        )
+        # The lock's lease parameters, losing with the semaphore's error.
+        self._params = replace(self._params, error_type=SemaphoreLeaseLostError)
+        self._async_params = replace(self._async_params, error_type=SemaphoreLeaseLostError)
         self.limit = options.limit
         self.on_rejected = options.on_rejected
         self.limiter_telemetry = context.telemetry

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "CARRIED",
+    "Limiter",
     "OnRateLimiterRejectedArguments",
     "RateLimiterStrategy",
     "RateLimiterStrategyOptions",
@@ -54,10 +56,15 @@ built then with the same key takes that state (once) instead of fresh state.
 """
 
 
-def carried(key: tuple[Any, ...]) -> Any:
-    """The state carried over for `key` from the pipeline being reloaded, or None (build fresh)."""
+def carried(context: StrategyBuildContext, *shape: Any) -> tuple[tuple[Any, ...], Any]:
+    """An in-process limiter's carry key, and the state carried over for it from the pipeline being reloaded.
+
+    `shape`: the strategy's name, its kind and the options that shape its state. The state is
+    None when there is none to carry (build fresh).
+    """
+    key = (context.pipeline_name, context.pipeline_instance, *shape)
     states = CARRIED.get()
-    return None if states is None else states.pop(key, None)
+    return key, None if states is None else states.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,40 +211,52 @@ def rate_limiter_strategy(
     )
 
 
-_Rate: TypeAlias = tuple[int, float, int | None, RateLimitAlgorithm]
+class Limiter:
+    """What the rate and concurrency limiters share: the name, the key, the wait, and the rejection."""
 
+    __slots__ = ("_key", "_on_rejected", "_telemetry", "_wait", "name")
 
-class RateLimiterStrategy:
-    """The built rate limiter (see the module docstring)."""
-
-    __slots__ = (
-        "_decide",
-        "_key",
-        "_on_rejected",
-        "_rate",
-        "_store",
-        "_telemetry",
-        "_time",
-        "_wait",
-        "carry_key",
-        "name",
-        "traits",
-    )
-
-    def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+    def __init__(
+        self, options: RateLimiterStrategyOptions | ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext
+    ) -> None:
         self.name = options.name
-        # `take`'s (limit, per, burst, algorithm), in its order.
-        self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._key = options.key
         self._wait = to_seconds(options.wait)
         self._on_rejected = options.on_rejected
         self._telemetry = context.telemetry
+
+    def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
+        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
+        error, arguments = reject(self._telemetry, context, key, retry_after)
+        if self._on_rejected is not None:
+            call_back(self._on_rejected, arguments)
+        raise error
+
+    async def _reject_async(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
+        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        error, arguments = reject(self._telemetry, context, key, retry_after)
+        if self._on_rejected is not None:
+            await call_back_async(self._on_rejected, arguments)
+        raise error
+
+
+_Rate: TypeAlias = tuple[int, float, int | None, RateLimitAlgorithm]
+
+
+class RateLimiterStrategy(Limiter):
+    """The built rate limiter (see the module docstring)."""
+
+    __slots__ = ("_decide", "_rate", "_store", "_time", "carry_key", "traits")
+
+    def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        super().__init__(options, context)
+        # `take`'s (limit, per, burst, algorithm), in its order.
+        self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._time: TimeProvider = context.time_provider
         self.carry_key: tuple[Any, ...] | None = None  # set when the limits are in process
         store = options.store
         if store is None:
-            self.carry_key = (context.pipeline_name, context.pipeline_instance, self.name, "rate", *self._rate)
-            store = carried(self.carry_key)
+            self.carry_key, store = carried(context, self.name, "rate", *self._rate)
             if store is None:
                 store = MemoryRateLimitStore(context.time_provider)
         self._store: RateLimitStore | AsyncRateLimitStore = store
@@ -257,17 +276,12 @@ class RateLimiterStrategy:
         return None if self.carry_key is None else (self.carry_key, self._store)
 
     def _take(self, key: str) -> float:
-        decide = self._decide
-        if decide is not None:
-            return decide(key)
+        """Ask a store that is not in process (`_decide` is None)."""
         store = self._store
         assert isinstance(store, RateLimitStore)
         return store.take(key, *self._rate)
 
     async def _take_async(self, key: str) -> float:
-        decide = self._decide
-        if decide is not None:
-            return decide(key)
         store = self._store
         assert isinstance(store, AsyncRateLimitStore)
         return await store.take_async(key, *self._rate)
@@ -284,13 +298,10 @@ class RateLimiterStrategy:
             deadline = time_provider.monotonic() + self._wait
             while retry_after:
                 if retry_after > deadline - time_provider.monotonic():
-                    error, arguments = reject(self._telemetry, context, key, retry_after)
-                    if self._on_rejected is not None:
-                        call_back(self._on_rejected, arguments)
-                    raise error
+                    self._reject(context, key, retry_after)
                 if wait(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
-                retry_after = self._take(key)
+                retry_after = decide(key) if decide is not None else self._take(key)
         return callback(context)
 
     async def execute_async(
@@ -307,13 +318,10 @@ class RateLimiterStrategy:
             deadline = time_provider.monotonic() + self._wait
             while retry_after:
                 if retry_after > deadline - time_provider.monotonic():
-                    error, arguments = reject(self._telemetry, context, key, retry_after)
-                    if self._on_rejected is not None:
-                        await call_back_async(self._on_rejected, arguments)
-                    raise error
+                    await self._reject_async(context, key, retry_after)
                 if await wait_async(time_provider, retry_after, context.signal):
                     context.signal.raise_if_aborted()
-                retry_after = await self._take_async(key)
+                retry_after = decide(key) if decide is not None else await self._take_async(key)
         return await callback(context)
 
     def __repr__(self) -> str:
