@@ -17,7 +17,7 @@ from resilience import (
     ResiliencePipelineBuilder,
     ValidationError,
 )
-from resilience.stores import MemoryLockStore
+from resilience.stores import MemoryLockStore, MemorySemaphoreStore
 from resilience.strategies import CircuitBreakerManualControl
 from resilience.strategies.lock import _key as _lock_key
 
@@ -145,10 +145,11 @@ def test_the_default_store_is_logged_once_at_build_at_info(
 
 
 def test_a_given_store_logs_nothing(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a store, nothing is said."""
+    """With a store, nothing is said: a lock's, or a store-backed concurrency limiter's."""
     monkeypatch.setattr(_lock_key, "_noted_default_store", False)
     with caplog.at_level(logging.DEBUG, logger="resilience"):
         ResiliencePipelineBuilder().add_lock("c", store=MemoryLockStore()).build()
+        ResiliencePipelineBuilder().add_concurrency_limiter(2, key="k", store=MemorySemaphoreStore()).build()
     assert not [r for r in caplog.records if "no store= given" in r.getMessage()]
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from resilience._lease import LockEvents, SemaphoreOps
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
-from resilience.strategies._common import call_back, call_back_async, store_traits
+from resilience.strategies._common import call_back, call_back_async
 from resilience.strategies.limiting._rate import reject
 from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
 from resilience.telemetry._source import Tally
@@ -46,26 +46,19 @@ class LeasedPermits(LockStrategy):
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         lock_options = LockStrategyOptions(options.key, ttl=options.ttl, wait=options.wait, name=options.name)
-        LockStrategy.__init__(self, lock_options, context)
+        self._setup(lock_options, context)
         self._events = LockEvents(context.telemetry, self._time_provider, "semaphore")
         self._callers = Tally()  # executions inside: waiting for a permit, or holding one
         context.telemetry.observe("resilience.limiter.in_use", self, _in_use)
         context.telemetry.observe("resilience.limiter.queued", self, _queued)
         store = options.store
-        self._ops = SemaphoreOps(store, options.limit)  # type: ignore[assignment] # the engine drives any StoreOps
-        self._own_store(store)
+        self._bind(SemaphoreOps(store, options.limit), f"the semaphore store {store!r}", "RedisSemaphoreStore")
         # The lock's lease parameters, losing with the semaphore's error.
         self._params = replace(self._params, error_type=SemaphoreLeaseLostError)
         self._async_params = replace(self._async_params, error_type=SemaphoreLeaseLostError)
         self.limit = options.limit
         self.on_rejected = options.on_rejected
         self.limiter_telemetry = context.telemetry
-        self.traits = store_traits(
-            f"{self.name}: the semaphore store {store!r}",
-            has_sync=self._ops.has_sync,
-            has_async=self._ops.has_async,
-            example="RedisSemaphoreStore",
-        )
 
     def _reject(  # type: ignore[override]
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool

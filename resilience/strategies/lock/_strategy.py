@@ -40,7 +40,7 @@ from resilience.strategies.lock._key import check_key, check_store_kind, note_de
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from resilience._lease import LeaseBase
+    from resilience._lease import LeaseBase, StoreOps
     from resilience._time import TimeProvider
     from resilience._validation import Duration
     from resilience.strategies._base import StrategyBuildContext
@@ -253,6 +253,17 @@ class LockStrategy:
     )
 
     def __init__(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
+        self._setup(options, context)
+        store = options.store
+        if store is None:
+            note_default_store(self.name)
+            store = default_lock_store(context.time_provider)
+        shared = " (shared holds)" if options.shared else ""
+        ops = SharedLockOps(store) if options.shared else LockOps(store)
+        self._bind(ops, f"the lock store {store!r}{shared}", "RedisLockStore")
+
+    def _setup(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
+        """Everything but the store: names, durations, the clock, events and lease parameters."""
         self.name = options.name
         self._key = options.key
         self._ttl = to_seconds(options.ttl)
@@ -265,16 +276,13 @@ class LockStrategy:
             ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
         )
         self._async_params = replace(self._params, on_lost=self._lost_async)
-        if options.store is None:
-            note_default_store(self.name)
-        store: object = options.store if options.store is not None else default_lock_store(context.time_provider)
-        self._ops = SharedLockOps(store) if options.shared else LockOps(store)
-        self._own_store(store)
+
+    def _bind(self, ops: StoreOps, described: str, example: str) -> None:
+        """Take leases through `ops`; `described` names its store in a refusal of a flavour it lacks."""
+        self._ops = ops
+        self._own_store(ops.store)
         self.traits = store_traits(
-            f"{self.name}: the lock store {store!r}{' (shared holds)' if options.shared else ''}",
-            has_sync=self._ops.has_sync,
-            has_async=self._ops.has_async,
-            example="RedisLockStore",
+            f"{self.name}: {described}", has_sync=ops.has_sync, has_async=ops.has_async, example=example
         )
 
     def _own_store(self, store: object) -> None:
