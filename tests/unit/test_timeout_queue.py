@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from resilience import ResiliencePipelineBuilder, TimeoutRejectedError, get_context
+from resilience import ResiliencePipelineBuilder, Signal, TimeoutRejectedError, get_context, use_context
 
 if TYPE_CHECKING:
     from resilience import ResiliencePipeline
@@ -170,3 +170,29 @@ def test_a_forked_child_arms_its_own_timer() -> None:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_an_execution_leaves_nothing_in_the_callers_signal(clock: FakeTimeProvider) -> None:
+    """The child is adopted on entry and detached at the end: the caller's signal keeps no callback."""
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_timeout(5.0).build()
+    caller = Signal()
+    seen: list[Signal] = []
+
+    async def body() -> None:
+        context = get_context()
+        assert context is not None
+        seen.append(context.signal)
+        assert caller._callbacks == {context.signal: context.signal.abort}  # adopted while it runs
+
+    async def fails() -> None:
+        await body()
+        raise ConnectionError
+
+    with use_context(signal=caller):
+        await pipeline.execute_async(body)
+        with pytest.raises(ConnectionError):
+            await pipeline.execute_async(fails)
+    assert not caller._callbacks
+    assert all(child._parent is None and not child._callbacks for child in seen)
+    caller.abort()
+    assert not any(child.aborted for child in seen)  # detached: the caller's abort no longer reaches them

@@ -422,14 +422,13 @@ class TimeoutStrategy:
             if timeout is None:
                 return await callback(context)
             deadlines = _Deadlines(timeout, deadlines.clock)
-        signal = context.signal.child()
+        signal, scope = context.signal._scoped_child()  # the child and its scope, adopted on entry
         deadline = deadlines.add(signal)
         try:
-            async with signal.cancel_scope():
+            async with scope:
                 result = await callback(context.derive(signal=signal))
         except BaseException as exc:
             deadlines.end(deadline, disarm=True)
-            signal.detach()
             if not isinstance(exc, Exception) or not deadline.fired:
                 raise
             reason = signal.reason
@@ -442,7 +441,6 @@ class TimeoutStrategy:
                 raise
             raise reason from exc
         deadlines.end(deadline, disarm=deadlines is not self._deadlines)
-        signal.detach()
         return result
 
     def __repr__(self) -> str:
