@@ -3,7 +3,8 @@
 Both modes run the inner part under a derived context with a child signal that a timer on the
 time provider aborts at the deadline with a fresh `TimeoutRejectedError` (in a sync execution
 the child, and the timer, are made only when something reads the signal or the deadline is
-found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`).
+found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`; the async
+executions of one strategy share one timer: `_Deadlines`).
 
 - **Async**: the callable runs in the caller's task under `child_signal.cancel_scope()`, so the
   deadline cancels it; only this strategy's own deadline becomes `TimeoutRejectedError`, while
@@ -155,15 +156,6 @@ class _Deadline:
 
 
 _FIRING = threading.Lock()
-
-
-def _new_firing_lock_after_fork() -> None:
-    # A thread of the parent may have been firing at fork time; the child has no such thread.
-    global _FIRING  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
-    _FIRING = threading.Lock()
-
-
-on_fork_in_child(_new_firing_lock_after_fork)
 
 
 class _LazyDeadline(_Deadline):
@@ -335,8 +327,11 @@ _ALL_DEADLINES: weakref.WeakSet[_Deadlines] = weakref.WeakSet()
 
 
 @on_fork_in_child
-def _rearm_after_fork() -> None:
-    # The parent's timers do not exist in a child; the executions carried over do.
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have been firing at fork time; the child has no such thread.
+    global _FIRING  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
+    _FIRING = threading.Lock()
+    # The parent's timers do not exist in a child either; the executions carried over do.
     for deadlines in list(_ALL_DEADLINES):
         deadlines._lock = threading.Lock()
         deadlines._alarm = None
@@ -399,10 +394,9 @@ class TimeoutStrategy:
                 raise
             reason = inner.signal.reason
             assert isinstance(reason, TimeoutRejectedError)
+            arguments = self._timed_out(context, deadline.timeout)
             if self._on_timeout is not None:
-                call_back(self._on_timeout, self._timed_out(context, deadline.timeout))
-            else:
-                self._timed_out(context, deadline.timeout)
+                call_back(self._on_timeout, arguments)
             if exc is reason:
                 raise
             raise reason from exc
@@ -433,10 +427,9 @@ class TimeoutStrategy:
                 raise
             reason = signal.reason
             assert isinstance(reason, TimeoutRejectedError)
+            arguments = self._timed_out(context, deadline.timeout)
             if self._on_timeout is not None:
-                await call_back_async(self._on_timeout, self._timed_out(context, deadline.timeout))
-            else:
-                self._timed_out(context, deadline.timeout)
+                await call_back_async(self._on_timeout, arguments)
             if exc is reason:
                 raise
             raise reason from exc
