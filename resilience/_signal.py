@@ -323,7 +323,7 @@ class CancelScope:
         parent = self._parent
         if parent is None:
             reason = signal._register(self, self._on_abort)
-        else:  # a child nobody sees before its adoption: watched without the lock
+        else:  # a child nobody else holds before its adoption: watched without the lock
             signal._callbacks = {self: self._on_abort}
             reason = parent._adopt(signal)
         if reason is not None:

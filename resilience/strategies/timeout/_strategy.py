@@ -244,7 +244,7 @@ class _Deadlines:
     it when it ends (a `deque`'s append and remove are atomic: no lock on the way); the one
     timer is armed for the head's due time. When it fires it aborts every deadline due, as a
     timer of each would, and arms itself for the new head. A timer armed and cancelled per
-    execution cost about a fifth of the async timeout's success path (docs/decisions.md).
+    execution cost nearly a quarter of the async timeout's success path (docs/decisions.md).
 
     A success leaves the timer armed for the executions that follow (firing with nothing
     due, it stops); an execution that ends in an exception or a cancellation disarms it when
@@ -417,11 +417,15 @@ class TimeoutStrategy:
                 return await callback(context)
             deadlines = _Deadlines(timeout, deadlines.clock)
         signal, scope = context.signal._scoped_child()  # the child and its scope, adopted on entry
-        deadline = deadlines.add(signal)
+        deadline: _Queued | None = None  # added once the child is adopted: nothing aborts it before
         try:
             async with scope:
+                deadline = deadlines.add(signal)
                 result = await callback(context.derive(signal=signal))
+                deadlines.end(deadline, disarm=deadlines is not self._deadlines)
         except BaseException as exc:
+            if deadline is None:  # the caller's signal had aborted: its reason, as it is
+                raise
             deadlines.end(deadline, disarm=True)
             if not isinstance(exc, Exception) or not deadline.fired:
                 raise
@@ -433,7 +437,6 @@ class TimeoutStrategy:
             if exc is reason:
                 raise
             raise reason from exc
-        deadlines.end(deadline, disarm=deadlines is not self._deadlines)
         return result
 
     def __repr__(self) -> str:
