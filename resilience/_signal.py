@@ -211,17 +211,30 @@ class Signal:
 
     def child(self) -> Signal:
         """A new signal that aborts, with the same reason, when this one does."""
-        return self._adopt(Signal())
+        child = Signal()
+        self._adopt(child)
+        return child
 
-    def _adopt(self, child: Signal) -> Signal:
-        """Make `child` (a fresh signal, possibly of a subclass) a child of this one."""
+    def _adopt(self, child: Signal) -> BaseException | None:
+        """Make `child` (a fresh signal) a child of this one; this one's reason if it had aborted."""
         # On every strategy's hot path: one lock round trip, no closure, no id counter.
         child._parent = self  # before it is registered: nobody else sees the child yet
         reason = self._register(child, child.abort)
         if reason is not None:
             child._parent = None
             child._reason = reason
-        return child
+        return reason
+
+    def _scoped_child(self) -> tuple[Signal, CancelScope]:
+        """A new child and its `cancel_scope()`, which adopts it on entry and detaches it at the end.
+
+        What `child()`, `cancel_scope()` and `detach()` do together, with one lock round trip at
+        each end instead of two: the async timeout makes one per execution.
+        """
+        child = Signal()
+        scope = CancelScope(child)
+        scope._parent = self
+        return child, scope
 
     def _unlink(self) -> None:
         # Under _LOCK: forget the parent, and the parent's callback to this child.
@@ -286,10 +299,11 @@ class Signal:
 class CancelScope:
     """What `Signal.cancel_scope()` returns: an async context manager bound to the current task."""
 
-    __slots__ = ("_active", "_baseline", "_loop", "_requested", "_signal", "_task", "_thread")
+    __slots__ = ("_active", "_baseline", "_loop", "_parent", "_requested", "_signal", "_task", "_thread")
 
     def __init__(self, signal: Signal) -> None:
         self._signal = signal
+        self._parent: Signal | None = None  # set by `Signal._scoped_child`: adopt the signal on entry
         self._active = False
         self._requested = False
 
@@ -306,7 +320,12 @@ class CancelScope:
         self._active = True  # before registering: an abort right after it must cancel
         # Registered under the scope itself (no id, no removal closure): the async timeout
         # and hedging enter one per execution.
-        reason = signal._register(self, self._on_abort)
+        parent = self._parent
+        if parent is None:
+            reason = signal._register(self, self._on_abort)
+        else:  # a child nobody else holds before its adoption: watched without the lock
+            signal._callbacks = {self: self._on_abort}
+            reason = parent._adopt(signal)
         if reason is not None:
             self._active = False
             raise reason
@@ -329,8 +348,14 @@ class CancelScope:
     ) -> bool:
         self._active = False
         signal = self._signal
-        if signal._callbacks:  # unset once the signal aborted: nothing to remove then
-            signal._remove(self)
+        if self._parent is None:
+            if signal._callbacks:  # unset once the signal aborted: nothing to remove then
+                signal._remove(self)
+        elif signal._callbacks or signal._parent is not None:  # forgotten and detached at once
+            with _LOCK:
+                if signal._callbacks:
+                    signal._callbacks.pop(self, None)
+                signal._unlink()
         if not self._requested:
             return False
         task = self._task

@@ -3,7 +3,8 @@
 Both modes run the inner part under a derived context with a child signal that a timer on the
 time provider aborts at the deadline with a fresh `TimeoutRejectedError` (in a sync execution
 the child, and the timer, are made only when something reads the signal or the deadline is
-found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`).
+found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`; the async
+executions of one strategy share one timer: `_Deadlines`).
 
 - **Async**: the callable runs in the caller's task under `child_signal.cancel_scope()`, so the
   deadline cancels it; only this strategy's own deadline becomes `TimeoutRejectedError`, while
@@ -17,13 +18,20 @@ found passed: `ResilienceContext.derive_scope(deadline=...)` and `_LazyDeadline`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import math
 import threading
+import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from resilience._lease._workers import off_timer_thread
 from resilience._runtime._threads import on_fork_in_child
+from resilience._runtime._timers import TIMER_THREAD
+from resilience._time import lease_clock
 from resilience._validation import Duration, Problems, generated_seconds, to_seconds
 from resilience.exceptions import TimeoutRejectedError
 from resilience.strategies._base import HANDS_ON
@@ -150,15 +158,6 @@ class _Deadline:
 _FIRING = threading.Lock()
 
 
-def _new_firing_lock_after_fork() -> None:
-    # A thread of the parent may have been firing at fork time; the child has no such thread.
-    global _FIRING  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
-    _FIRING = threading.Lock()
-
-
-on_fork_in_child(_new_firing_lock_after_fork)
-
-
 class _LazyDeadline(_Deadline):
     """The sync timeout's `LazyDeadline`: no timer until the scope's signal is made.
 
@@ -229,6 +228,116 @@ class _LazyDeadline(_Deadline):
             timer.cancel()
 
 
+class _Queued(_Deadline):
+    """An async execution's deadline, waiting in a `_Deadlines` queue (which fires it when due)."""
+
+    __slots__ = ("due", "loop")
+    due: float
+    loop: asyncio.AbstractEventLoop
+
+
+class _Deadlines:
+    """The pending deadlines of a strategy's async executions, in the order they fall due, and one timer.
+
+    With one timeout for every execution, deadlines fall due in the order the executions
+    started: a FIFO whose head is the earliest. An execution appends its deadline and removes
+    it when it ends (a `deque`'s append and remove are atomic: no lock on the way); the one
+    timer is armed for the head's due time. When it fires it aborts every deadline due, as a
+    timer of each would, and arms itself for the new head. A timer armed and cancelled per
+    execution cost nearly a quarter of the async timeout's success path (docs/decisions.md).
+
+    A success leaves the timer armed for the executions that follow (firing with nothing
+    due, it stops); an execution that ends in an exception or a cancellation disarms it when
+    nothing else waits, so no timer outlives a failure. With the system clock the timer is
+    the shared timer thread's, on the real clock (one strategy serves every thread and event
+    loop), which hands each abort to the execution's loop: there it runs, callbacks included,
+    as it did under a timer of that loop. A generated timeout gets a queue of its own (`disarm` at its end).
+    """
+
+    __slots__ = ("__weakref__", "_alarm", "_lock", "clock", "pending", "timeout")
+
+    def __init__(self, timeout: float, clock: TimeProvider) -> None:
+        self.timeout = timeout
+        self.clock = clock
+        self.pending: deque[_Queued] = deque()
+        self._lock = threading.Lock()
+        self._alarm: list[TimerHandle] | None = None  # the armed timer (None: none), its own token
+        _ALL_DEADLINES.add(self)
+
+    def add(self, signal: Signal) -> _Queued:
+        """A deadline `timeout` from now that aborts `signal`, armed."""
+        deadline = _Queued(signal, self.timeout)
+        deadline.due = self.clock.monotonic() + self.timeout
+        deadline.loop = asyncio.get_running_loop()
+        self.pending.append(deadline)
+        if self._alarm is None:
+            with self._lock:
+                if self._alarm is None:
+                    self._arm()
+        return deadline
+
+    def end(self, deadline: _Queued, *, disarm: bool) -> None:
+        """`deadline`'s execution ended; with `disarm`, no timer stays if nothing else waits."""
+        try:  # noqa: SIM105 - the hot path: no context manager per execution
+            self.pending.remove(deadline)
+        except ValueError:  # the timer took it
+            pass
+        if disarm and not self.pending:
+            with self._lock:
+                alarm, self._alarm = self._alarm, None  # cleared first: `add` arms when it reads None
+                if self.pending:
+                    self._alarm = alarm
+                elif alarm:
+                    alarm[0].cancel()
+
+    def _arm(self) -> None:
+        # Under the lock, with no timer armed: arm one for the head's due time, if any (an
+        # execution ending on another thread may take the head meanwhile).
+        with contextlib.suppress(IndexError):
+            delay = self.pending[0].due - self.clock.monotonic()
+            alarm: list[TimerHandle] = []
+            alarm.append(self.clock.call_later(delay, functools.partial(self._fire, alarm)))
+            self._alarm = alarm
+
+    def _fire(self, alarm: list[TimerHandle]) -> None:
+        due: list[_Queued] = []
+        with self._lock:
+            if alarm is not self._alarm:
+                return  # disarmed, or replaced
+            self._alarm = None
+            now = self.clock.monotonic()
+            pending = self.pending
+            # Executions that end meanwhile remove their deadlines on other threads.
+            with contextlib.suppress(IndexError):
+                while (head := pending[0]).due <= now:
+                    with contextlib.suppress(ValueError):
+                        pending.remove(head)
+                        due.append(head)
+            self._arm()
+        on_timer_thread = TIMER_THREAD.is_current()
+        for deadline in due:
+            if on_timer_thread:  # the abort and its callbacks run on the execution's loop
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to abort
+                    deadline.loop.call_soon_threadsafe(deadline)
+            else:
+                deadline()
+
+
+_ALL_DEADLINES: weakref.WeakSet[_Deadlines] = weakref.WeakSet()
+
+
+@on_fork_in_child
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have been firing at fork time; the child has no such thread.
+    global _FIRING  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
+    _FIRING = threading.Lock()
+    # The parent's timers do not exist in a child either; the executions carried over do.
+    for deadlines in list(_ALL_DEADLINES):
+        deadlines._lock = threading.Lock()
+        deadlines._alarm = None
+        deadlines._arm()
+
+
 def _generated_timeout(value: object, default: float) -> float | None:
     """The timeout for one execution from the generator's `value` (None: no timeout)."""
     seconds = generated_seconds(value, default, "timeout_generator", "seconds (float), a timedelta, or None")
@@ -242,7 +351,7 @@ class TimeoutStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_generator", "_on_timeout", "_telemetry", "_time", "timeout")
+    __slots__ = ("_deadlines", "_generator", "_on_timeout", "_telemetry", "_time", "timeout")
 
     def __init__(
         self,
@@ -258,6 +367,7 @@ class TimeoutStrategy:
         self._telemetry = telemetry
         self._generator = timeout_generator
         self._on_timeout = on_timeout
+        self._deadlines = _Deadlines(timeout, lease_clock(time_provider))
 
     def _timed_out(self, context: ResilienceContext, timeout: float) -> OnTimeoutArguments:
         arguments = OnTimeoutArguments(context, timeout)
@@ -284,10 +394,9 @@ class TimeoutStrategy:
                 raise
             reason = inner.signal.reason
             assert isinstance(reason, TimeoutRejectedError)
+            arguments = self._timed_out(context, deadline.timeout)
             if self._on_timeout is not None:
-                call_back(self._on_timeout, self._timed_out(context, deadline.timeout))
-            else:
-                self._timed_out(context, deadline.timeout)
+                call_back(self._on_timeout, arguments)
             if exc is reason:
                 raise
             raise reason from exc
@@ -300,32 +409,34 @@ class TimeoutStrategy:
     ) -> T:
         """Await `callback` in the caller's task, cancelling it at the deadline (async)."""
         timeout: float | None = self.timeout
+        deadlines = self._deadlines
         if self._generator is not None:
             generated = await call_back_async(self._generator, TimeoutGeneratorArguments(context))
             timeout = _generated_timeout(generated, self.timeout)
             if timeout is None:
                 return await callback(context)
-        signal = context.signal.child()
-        deadline = _Deadline(signal, timeout)  # type: ignore[arg-type]
-        timer = self._time.call_later(deadline.timeout, deadline)
+            deadlines = _Deadlines(timeout, deadlines.clock)
+        signal, scope = context.signal._scoped_child()  # the child and its scope, adopted on entry
+        deadline: _Queued | None = None  # added once the child is adopted: nothing aborts it before
         try:
-            async with signal.cancel_scope():
+            async with scope:
+                deadline = deadlines.add(signal)
                 result = await callback(context.derive(signal=signal))
-        except Exception as exc:
-            if not deadline.fired:
+                deadlines.end(deadline, disarm=deadlines is not self._deadlines)
+        except BaseException as exc:
+            if deadline is None:  # the caller's signal had aborted: its reason, as it is
+                raise
+            deadlines.end(deadline, disarm=True)
+            if not isinstance(exc, Exception) or not deadline.fired:
                 raise
             reason = signal.reason
             assert isinstance(reason, TimeoutRejectedError)
+            arguments = self._timed_out(context, deadline.timeout)
             if self._on_timeout is not None:
-                await call_back_async(self._on_timeout, self._timed_out(context, deadline.timeout))
-            else:
-                self._timed_out(context, deadline.timeout)
+                await call_back_async(self._on_timeout, arguments)
             if exc is reason:
                 raise
             raise reason from exc
-        finally:
-            timer.cancel()
-            signal.detach()
         return result
 
     def __repr__(self) -> str:
