@@ -225,16 +225,17 @@ class Signal:
             child._reason = reason
         return reason
 
-    def _scoped_child(self) -> tuple[Signal, CancelScope]:
-        """A new child and its `cancel_scope()`, which adopts it on entry and detaches it at the end.
+    def child_scope(self) -> CancelScope:
+        """`async with signal.child_scope() as child:` watches a new child of this signal.
 
-        What `child()`, `cancel_scope()` and `detach()` do together, with one lock round trip at
-        each end instead of two: the async timeout makes one per execution.
+        The child is made a child of this signal as the block starts and detached as it ends,
+        and the block is cancelled when the child aborts (its own abort, or this signal's):
+        `child()`, `child.cancel_scope()` and `child.detach()` together, with one lock round
+        trip at each end instead of two (the async timeout enters one per execution).
         """
-        child = Signal()
-        scope = CancelScope(child)
+        scope = CancelScope(Signal())
         scope._parent = self
-        return child, scope
+        return scope
 
     def _unlink(self) -> None:
         # Under _LOCK: forget the parent, and the parent's callback to this child.
@@ -303,7 +304,7 @@ class CancelScope:
 
     def __init__(self, signal: Signal) -> None:
         self._signal = signal
-        self._parent: Signal | None = None  # set by `Signal._scoped_child`: adopt the signal on entry
+        self._parent: Signal | None = None  # set by `Signal.child_scope`: adopt the signal on entry
         self._active = False
         self._requested = False
 

@@ -238,3 +238,47 @@ async def test_wait_takes_any_duration() -> None:
     signal = Signal()
     assert signal.wait(dt.timedelta(milliseconds=5)) is False
     assert await signal.wait_async(dt.timedelta(milliseconds=5)) is False
+
+
+def test_a_child_scope_watches_a_new_child_and_lets_it_go_at_the_end() -> None:
+    """`child_scope()`: the parent's abort cancels the block with its reason; a child's own abort
+    stays in the child; after the block the child no longer follows the parent."""
+    children: list[Signal] = []
+
+    async def block(parent: Signal, then: str) -> None:
+        async with parent.child_scope() as child:
+            children.append(child)
+            assert parent._callbacks  # adopted while the block runs
+            if then == "parent aborts":
+                asyncio.get_running_loop().call_soon(parent.abort, ValueError("gone"))
+            elif then == "child aborts":
+                child.abort(TimeoutError("own"))
+            else:
+                return
+            await asyncio.sleep(10)
+
+    async def scenario() -> None:
+        parent = Signal()
+        await block(parent, "ends")
+        assert not parent._callbacks  # detached at the end
+        parent.abort(ValueError("later"))
+        assert not children[-1].aborted
+
+        parent = Signal()
+        with pytest.raises(ValueError, match="gone"):
+            await block(parent, "parent aborts")
+        assert isinstance(children[-1].reason, ValueError)
+
+        parent = Signal()
+        with pytest.raises(TimeoutError, match="own"):
+            await block(parent, "child aborts")
+        assert not parent.aborted
+        assert not parent._callbacks
+
+        aborted = Signal()
+        aborted.abort(ValueError("before"))
+        with pytest.raises(ValueError, match="before"):
+            await block(aborted, "ends")
+        assert len(children) == 3  # the block never started
+
+    asyncio.run(scenario())

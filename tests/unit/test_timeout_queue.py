@@ -58,7 +58,8 @@ async def test_deadlines_started_apart_each_fire_at_their_own_time(clock: FakeTi
 
 
 async def test_a_finished_execution_leaves_no_deadline_behind(clock: FakeTimeProvider) -> None:
-    """Successes behind a running execution leave only its deadline; one timer serves them all."""
+    """Successes behind a running execution leave at most a few done deadlines (swept when they
+    outnumber the live one), and one timer serves them all."""
     pipeline = ResiliencePipelineBuilder(time_provider=clock).add_timeout(5.0).build()
     release = asyncio.Event()
 
@@ -74,7 +75,9 @@ async def test_a_finished_execution_leaves_no_deadline_behind(clock: FakeTimePro
     for _ in range(1000):
         assert await pipeline.execute_async(quick) == "quick"
     queue = queue_of(pipeline)
-    assert len(queue.pending) == 1
+    assert queue.pending[0].signal is not None
+    assert not queue.pending[0].done  # the running one heads the queue
+    assert 1 <= len(queue.pending) <= 18  # done deadlines behind it are swept, not kept by the thousand
     assert clock.pending_timers == 1
     release.set()
     assert await first == "slow"
@@ -196,3 +199,29 @@ async def test_an_execution_leaves_nothing_in_the_callers_signal(clock: FakeTime
     assert all(child._parent is None and not child._callbacks for child in seen)
     caller.abort()
     assert not any(child.aborted for child in seen)  # detached: the caller's abort no longer reaches them
+
+
+async def test_executions_ending_out_of_order_time_out_at_their_own_deadlines(clock: FakeTimeProvider) -> None:
+    """Many executions at once, ending in no particular order: each that outlives its deadline
+    times out, each that ends first does not, and nothing stays queued."""
+    pipeline = ResiliencePipelineBuilder(time_provider=clock).add_timeout(10.0).build()
+    gates = [asyncio.Event() for _ in range(200)]
+
+    async def wait(gate: asyncio.Event) -> str:
+        await gate.wait()
+        return "done"
+
+    executions = []
+    for gate in gates:
+        executions.append(asyncio.ensure_future(pipeline.execute_async(wait, gate)))
+        await asyncio.sleep(0)
+        clock.advance(0.01)  # started 10 ms apart: due from 10.0 to 11.99
+    for index in range(0, 200, 3):  # every third one ends, the latest first
+        gates[198 - index].set()
+    await asyncio.sleep(0)
+    clock.advance(10.0)  # 12.0 since the first start: every other deadline passed
+    outcomes = await asyncio.gather(*executions, return_exceptions=True)
+    ended = {198 - index for index in range(0, 200, 3)}
+    assert [index for index, outcome in enumerate(outcomes) if outcome == "done"] == sorted(ended)
+    assert all(isinstance(outcomes[i], TimeoutRejectedError) for i in range(200) if i not in ended)
+    assert not queue_of(pipeline).pending
