@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._signal import Signal
     from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
@@ -221,7 +220,7 @@ class HedgingStrategy:
         result: Any = None
         failure: Err | None = None
         try:
-            # `_attempt`, inlined: one coroutine less on the path every execution takes.
+            # As `_AsyncRun.run_from` runs an attempt, without the run's bookkeeping.
             async with start.scope.cancel_scope():
                 result = await callback(start.inner)
         except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
@@ -244,16 +243,15 @@ class HedgingStrategy:
     def _report(
         self, context: ResilienceContext, attempt: int, outcome: Outcome[Any], started: float, severity: Severity
     ) -> None:
-        """`ExecutionAttempt` of an attempt that ended (handled unless Information); built only if heard."""
-        if self._telemetry.enabled(severity):
-            duration = self._time.monotonic() - started
-            self._telemetry.emit(
-                "ExecutionAttempt",
-                severity,
-                operation_key=context.operation_key,
-                outcome=outcome,
-                arguments=ExecutionAttemptArguments(attempt, duration, handled=severity is not Severity.INFORMATION),
-            )
+        """`ExecutionAttempt` of an attempt that ended (handled unless Information); the caller checks it is heard."""
+        duration = self._time.monotonic() - started
+        self._telemetry.emit(
+            "ExecutionAttempt",
+            severity,
+            operation_key=context.operation_key,
+            outcome=outcome,
+            arguments=ExecutionAttemptArguments(attempt, duration, handled=severity is not Severity.INFORMATION),
+        )
 
     def __repr__(self) -> str:
         return f"<HedgingStrategy max_hedged_attempts={self._max} delay={self._delay:g}>"
@@ -330,7 +328,8 @@ class _Run:
             due = state.take_due()
             settled = state.settled
         severity = (Severity.ERROR if finished else Severity.WARNING) if handled else Severity.INFORMATION
-        self.strategy._report(self.context, attempt, outcome, self.starts.get(attempt, 0.0), severity)
+        if self.strategy._telemetry.enabled(severity):  # else build nothing
+            self.strategy._report(self.context, attempt, outcome, self.starts.get(attempt, 0.0), severity)
         self.settle(finished=finished, settled=settled, winner=attempt)
         return due
 
@@ -616,7 +615,7 @@ class _AsyncRun(_Run):
             context = self.begin(attempt)
             if context is None:
                 return
-            scope = context.signal  # the attempt's own: aborting it cancels the attempt's task (`_attempt`)
+            scope = context.signal  # the attempt's own: aborting it cancels the attempt
             try:
                 hook, substitute = next(steps := self.starting(attempt, context))
                 while hook is not None:
@@ -626,7 +625,10 @@ class _AsyncRun(_Run):
                 self.ended_fatally(attempt, exc)
                 return
             try:
-                outcome = await _attempt(scope, self.callback, _calling(context, substitute))
+                async with scope.cancel_scope():  # an abort cancels the attempt and raises the reason
+                    outcome: Outcome[Any] = Ok(await self.callback(_calling(context, substitute)))
+            except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
+                outcome = Err(exc)
             except BaseException as exc:
                 self.ended_fatally(attempt, exc)
                 raise
@@ -664,18 +666,6 @@ def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-async def _attempt(
-    scope: Signal, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
-) -> Outcome[Any]:
-    """Await one attempt under its signal's cancel scope: an abort cancels it and raises the reason."""
-    try:
-        async with scope.cancel_scope():
-            result = await callback(context)
-    except Exception as exc:  # noqa: BLE001 - BaseExceptions propagate to the runner
-        return Err(exc)
-    return Ok(result)
 
 
 class _AsyncStart:
@@ -747,7 +737,8 @@ class _AsyncStart:
         handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
         if run is None:
             if not handled:  # attempt 0 won alone
-                strategy._report(self.context, 0, outcome, self.started, Severity.INFORMATION)
+                if strategy._telemetry.enabled(Severity.INFORMATION):
+                    strategy._report(self.context, 0, outcome, self.started, Severity.INFORMATION)
                 return outcome
             run = self.promote()
         return run, (0, outcome, handled)
