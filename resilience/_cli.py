@@ -19,13 +19,13 @@ import math
 import sys
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO
 
-    from resilience.stores import LockInfo, SupportsInspection
+    from resilience.stores import LockInfo
 
 __all__ = ["main"]
 
@@ -42,20 +42,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
-
-
-class Inspector(Protocol):
-    """Finds the held keys of one store; the store itself tells who holds them and breaks them."""
-
-    @property
-    def store(self) -> SupportsInspection: ...
-    @property
-    def errors(self) -> tuple[type[Exception], ...]:
-        """What the store's client raises when the server fails: reported in one line, exit code 1."""
-        ...
-
-    def held_keys(self) -> list[str]: ...
-    def close(self) -> None: ...
 
 
 class RedisInspector:
@@ -148,6 +134,12 @@ class PostgresInspector:
         self.store.close()
 
 
+# An inspector finds the held keys of one store (`held_keys`); its `store` tells who holds them
+# and breaks them; its `errors` are what the store's client raises when the server fails
+# (reported in one line, exit code 1).
+Inspector: TypeAlias = "RedisInspector | PostgresInspector"
+
+
 def _held(inspector: Inspector) -> list[LockInfo]:
     """Every held lock, as its store tells it."""
     return [info for key in inspector.held_keys() if (info := inspector.store.info(key)) is not None]
@@ -174,10 +166,6 @@ def _suffix(owner: str) -> str:
     return _printable(owner if len(owner) <= 12 else "…" + owner[-11:])
 
 
-def _count(waiters: int | None) -> str:
-    return "?" if waiters is None else str(waiters)
-
-
 def _redact(url: str) -> str:
     """`url` without its password (error messages end up in logs)."""
     parts = urllib.parse.urlsplit(url)
@@ -199,7 +187,7 @@ def _table(found: Sequence[LockInfo]) -> str:
             str(holder.token),
             _suffix(holder.owner),
             _seconds(holder.expires_in),
-            _count(info.waiters),
+            "?" if info.waiters is None else str(info.waiters),
         )
         for info in found
         for holder in info.holders

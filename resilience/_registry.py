@@ -12,6 +12,7 @@ permits, its rate buckets: `CARRIED`), so that old and new executions share one 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,21 @@ class ResiliencePipelineRegistry:
         pipeline = self._pipelines.get(key)
         if pipeline is not None:
             return pipeline
-        return self._add(key, configure)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+        with _building(entry, key):
+            pipeline = self._pipelines.get(key)
+            if pipeline is not None:  # built by whoever held the lock before us
+                return pipeline
+            pipeline = self._build(key, configure)
+            entry.configure = configure
+            with self._lock:
+                # Cleared meanwhile and built again by someone else: theirs is the one in use.
+                published = self._pipelines.setdefault(key, pipeline)  # published last, complete
+                self._entries.setdefault(key, entry)
+        return published
 
     def get(self, key: Hashable) -> ResiliencePipeline:
         """The pipeline for `key`; `KeyError` if it was never added (or the registry was cleared)."""
@@ -114,7 +129,7 @@ class ResiliencePipelineRegistry:
         """
         pipeline = self._pipelines[key]
         entry = self._entries[key]
-        with self._building(entry, key):
+        with _building(entry, key):
             configure = entry.configure
             assert configure is not None
             token = CARRIED.set(_limiter_states(pipeline))
@@ -146,26 +161,6 @@ class ResiliencePipelineRegistry:
         for pipeline in pipelines:
             pipeline.close()
 
-    def _add(self, key: Hashable, configure: Callable[[ResiliencePipelineBuilder, Any], object]) -> ResiliencePipeline:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = _Entry()
-        with self._building(entry, key):
-            pipeline = self._pipelines.get(key)
-            if pipeline is not None:  # built by whoever held the lock before us
-                return pipeline
-            pipeline = self._build(key, configure)
-            entry.configure = configure
-            with self._lock:
-                # Cleared meanwhile and built again by someone else: theirs is the one in use.
-                published = self._pipelines.setdefault(key, pipeline)  # published last, complete
-                self._entries.setdefault(key, entry)
-        return published
-
-    def _building(self, entry: _Entry, key: Hashable) -> _Building:
-        return _Building(entry, key)
-
     def _build(
         self, key: Hashable, configure: Callable[[ResiliencePipelineBuilder, Any], object]
     ) -> ResiliencePipeline:
@@ -190,24 +185,15 @@ def _limiter_states(pipeline: ResiliencePipeline) -> dict[tuple[Any, ...], Any]:
     return states
 
 
-class _Building:
-    """Holds a key's build lock; refuses a `configure` that asks for its own key (it would deadlock)."""
-
-    __slots__ = ("_entry", "_key")
-
-    def __init__(self, entry: _Entry, key: Hashable) -> None:
-        self._entry = entry
-        self._key = key
-
-    def __enter__(self) -> None:
-        entry = self._entry
-        if entry.builder_thread == threading.get_ident():
-            key = self._key
-            msg = f"configure for {key!r} asked the registry for {key!r} again: it cannot use its own pipeline"
-            raise ValidationError(msg)
-        entry.lock.acquire()
+@contextlib.contextmanager
+def _building(entry: _Entry, key: Hashable) -> Iterator[None]:
+    """Hold a key's build lock; refuse a `configure` that asks for its own key (it would deadlock)."""
+    if entry.builder_thread == threading.get_ident():
+        msg = f"configure for {key!r} asked the registry for {key!r} again: it cannot use its own pipeline"
+        raise ValidationError(msg)
+    with entry.lock:
         entry.builder_thread = threading.get_ident()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._entry.builder_thread = None
-        self._entry.lock.release()
+        try:
+            yield
+        finally:
+            entry.builder_thread = None

@@ -171,6 +171,13 @@ class Problems:
             return None
         return value
 
+    def boolean(self, option: str, value: object) -> bool:
+        """Check a `bool` (an int or a string is a mistake there); whether it is one."""
+        if isinstance(value, bool):
+            return True
+        self.add(option, f"must be a bool, got {value!r}")
+        return False
+
     def callable(self, option: str, value: object, *, allow_none: bool = True) -> Callable[..., object] | None:
         """Check an optional callable."""
         if value is None:

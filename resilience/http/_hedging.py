@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from resilience._validation import Problems
 from resilience.exceptions import BrokenCircuitError, RateLimiterRejectedError
 from resilience.http._classify import current_request, is_transient, retry_allowed
-from resilience.http._strategies import check_bool
 from resilience.http._transport import ABORTABLE
 from resilience.strategies.hedging._strategy import HedgingStrategyOptions
 
@@ -73,7 +72,7 @@ class HttpHedgingStrategyOptions:
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()
-        check_bool(problems, "hedge_unsafe_methods", self.hedge_unsafe_methods)
+        problems.boolean("hedge_unsafe_methods", self.hedge_unsafe_methods)
         return [*self._hedging().validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> HttpHedging:

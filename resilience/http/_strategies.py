@@ -57,19 +57,12 @@ __all__ = [
     "HttpCircuitBreakerStrategyOptions",
     "HttpRetryStrategyOptions",
     "HttpTimeoutStrategyOptions",
-    "check_bool",
     "http_circuit_breaker_strategy",
     "http_retry_strategy",
     "http_timeout_strategy",
 ]
 
 T = TypeVar("T")
-
-
-def check_bool(problems: Problems, option: str, value: object) -> None:
-    """Report `option` unless `value` is a bool (an int or a string is a mistake here)."""
-    if not isinstance(value, bool):
-        problems.add(option, f"must be a bool, got {value!r}")
 
 
 # -- retry ------------------------------------------------------------------------------------
@@ -117,8 +110,8 @@ class HttpRetryStrategyOptions:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()
         problems.callable("handle", self.handle)
-        check_bool(problems, "use_retry_after", self.use_retry_after)
-        check_bool(problems, "retry_unsafe_methods", self.retry_unsafe_methods)
+        problems.boolean("use_retry_after", self.use_retry_after)
+        problems.boolean("retry_unsafe_methods", self.retry_unsafe_methods)
         return [*self._retry(context.time_provider).validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
@@ -322,7 +315,7 @@ class HttpCircuitBreakerStrategyOptions:
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
         problems = Problems()  # `handle` is checked by the circuit breaker's own options
-        check_bool(problems, "per_authority", self.per_authority)
+        problems.boolean("per_authority", self.per_authority)
         return [*self._circuit().validate(context), *problems.items]
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:

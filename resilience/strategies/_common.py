@@ -29,6 +29,7 @@ __all__ = [
     "Handler",
     "call_back",
     "call_back_async",
+    "called_back",
     "check_handle",
     "store_traits",
     "wait",
@@ -119,7 +120,11 @@ def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) ->
 
 def call_back(callback: Callable[[Any], object], arguments: object) -> object:
     """Run a user callback in a sync execution and return its result (an awaitable is refused)."""
-    result = callback(arguments)
+    return called_back(callback, callback(arguments))
+
+
+def called_back(callback: Callable[[Any], object], result: object) -> object:
+    """What a user callback returned in a sync execution: `result`, unless it is an awaitable (refused)."""
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
         if callable(close):

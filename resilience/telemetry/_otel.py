@@ -200,7 +200,8 @@ class Batch:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards the buffer; held for a few operations only
         self._flush_lock = threading.Lock()  # held by a flush from its swap to its last record
-        self._counts: dict[_Key, list[Any]] = {}  # key -> [counter, tags, total]
+        # key -> (instrument, tags, values): a counter's values are ones, added up when flushed
+        self._counts: dict[_Key, tuple[Counter, dict[str, Any], list[float]]] = {}
         self._durations: dict[_Key, tuple[Histogram, dict[str, Any], list[float]]] = {}
         self._pending = 0
         self._flushing = False
@@ -208,23 +209,19 @@ class Batch:
 
     def count(self, key: _Key, counter: Counter, tags: Callable[[], dict[str, Any]]) -> None:
         """Add one to `counter` under the tags `key` stands for (`tags()` is called once per key)."""
-        with self._lock:
-            entry = self._counts.get(key)
-            if entry is None:
-                self._counts[key] = [counter, tags(), 1]
-            else:
-                entry[2] += 1
-            self._pending += 1
-            full = self._pending >= self.limit
-        if full:
-            self._overflow()
+        self._add(self._counts, key, counter, tags, 1)
 
     def record(self, key: _Key, histogram: Histogram, tags: Callable[[], dict[str, Any]], value: float) -> None:
         """Record `value` in `histogram` under the tags `key` stands for."""
+        self._add(self._durations, key, histogram, tags, value)
+
+    def _add(
+        self, entries: dict[_Key, Any], key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float
+    ) -> None:
         with self._lock:
-            entry = self._durations.get(key)
+            entry = entries.get(key)
             if entry is None:
-                self._durations[key] = (histogram, tags(), [value])
+                entries[key] = (instrument, tags(), [value])
             else:
                 entry[2].append(value)
             self._pending += 1
@@ -270,8 +267,8 @@ class Batch:
                 counts, self._counts = self._counts, {}
                 durations, self._durations = self._durations, {}
                 self._pending = 0
-            for counter, attributes, total in counts.values():
-                counter.add(total, attributes)
+            for counter, attributes, ones in counts.values():
+                counter.add(len(ones), attributes)
             for histogram, attributes, values in durations.values():
                 record = histogram.record
                 for value in values:

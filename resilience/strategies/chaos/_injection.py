@@ -25,7 +25,7 @@ from resilience._outcome import Outcome
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
-from resilience.strategies._common import call_back, call_back_async, wait, wait_async
+from resilience.strategies._common import call_back, call_back_async, called_back, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -98,9 +98,7 @@ def chaos_problems(options: Any) -> Problems:
     elif not 0 <= rate <= 1:  # NaN fails this too
         problems.add("injection_rate", f"must be from 0 to 1, got {rate!r}")
     problems.callable("injection_rate_generator", options.injection_rate_generator)
-    enabled: object = options.enabled
-    if not isinstance(enabled, bool):
-        problems.add("enabled", f"must be a bool, got {enabled!r}")
+    problems.boolean("enabled", options.enabled)
     problems.callable("enabled_generator", options.enabled_generator)
     problems.name("name", options.name)
     return problems
@@ -137,18 +135,6 @@ def coerce_rate(value: object) -> float:
     if math.isnan(value):
         return 0.0
     return min(max(float(value), 0.0), 1.0)
-
-
-def _plain(generator: Callable[[Any], object], value: object) -> object:
-    """A sync generator's return value; an awaitable is misuse in a sync execution."""
-    if inspect.isawaitable(value):
-        close = getattr(value, "close", None)
-        if callable(close):
-            close()
-        name = getattr(generator, "__qualname__", generator)
-        msg = f"{name!r} returned an awaitable in a sync execution: use a plain function, or execute_async"
-        raise ValidationError(msg)
-    return value
 
 
 class ChaosStrategyBase:
@@ -204,7 +190,7 @@ class ChaosStrategyBase:
         else:
             context.raise_if_aborted()  # no generator runs for an execution that is over
             on = generator(_enabled_arguments(context))
-            if on is not True and (on is False or not _plain(generator, on)):
+            if on is not True and (on is False or not called_back(generator, on)):
                 return False
         rate_generator = self._rate_generator
         if rate_generator is None:
@@ -212,7 +198,7 @@ class ChaosStrategyBase:
         context.raise_if_aborted()
         rate = rate_generator(_rate_arguments(context))
         if type(rate) is not float:
-            rate = _plain(rate_generator, rate)
+            rate = called_back(rate_generator, rate)
         return self._draw() < coerce_rate(rate)
 
     async def _decide_async(self, context: ResilienceContext) -> bool:

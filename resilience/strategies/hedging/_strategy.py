@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._signal import Signal
     from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
@@ -174,7 +173,6 @@ class HedgingStrategy:
         "_delay",
         "_delay_generator",
         "_handler",
-        "_heard",
         "_last_wins",
         "_max",
         "_on_hedging",
@@ -191,8 +189,6 @@ class HedgingStrategy:
         self._on_hedging = options.on_hedging
         self._time: TimeProvider = context.time_provider
         self._telemetry: TelemetrySource = context.telemetry
-        options_ = context.telemetry.options
-        self._heard = bool(options_.listeners or options_.severity_provider)
         self._last_wins = False
 
     def last_outcome_wins(self) -> HedgingStrategy:
@@ -224,7 +220,7 @@ class HedgingStrategy:
         result: Any = None
         failure: Err | None = None
         try:
-            # `_attempt`, inlined: one coroutine less on the path every execution takes.
+            # As `_AsyncRun.run_from` runs an attempt, without the run's bookkeeping.
             async with start.scope.cancel_scope():
                 result = await callback(start.inner)
         except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
@@ -243,6 +239,19 @@ class HedgingStrategy:
         if error is not None:
             return self._handler.error(error, outcome)
         return self._handler.result(outcome.value, outcome)
+
+    def _report(
+        self, context: ResilienceContext, attempt: int, outcome: Outcome[Any], started: float, severity: Severity
+    ) -> None:
+        """`ExecutionAttempt` of an attempt that ended (handled unless Information); the caller checks it is heard."""
+        duration = self._time.monotonic() - started
+        self._telemetry.emit(
+            "ExecutionAttempt",
+            severity,
+            operation_key=context.operation_key,
+            outcome=outcome,
+            arguments=ExecutionAttemptArguments(attempt, duration, handled=severity is not Severity.INFORMATION),
+        )
 
     def __repr__(self) -> str:
         return f"<HedgingStrategy max_hedged_attempts={self._max} delay={self._delay:g}>"
@@ -318,17 +327,9 @@ class _Run:
             finished = state.ended(attempt, outcome, handled=handled, aborted=self.aborted)
             due = state.take_due()
             settled = state.settled
-        started = self.starts.get(attempt, 0.0)
         severity = (Severity.ERROR if finished else Severity.WARNING) if handled else Severity.INFORMATION
-        telemetry = self.strategy._telemetry
-        if self.strategy._heard or telemetry.enabled(severity):  # else build nothing
-            telemetry.emit(
-                "ExecutionAttempt",
-                severity,
-                operation_key=self.context.operation_key,
-                outcome=outcome,
-                arguments=ExecutionAttemptArguments(attempt, self.strategy._time.monotonic() - started, handled),
-            )
+        if self.strategy._telemetry.enabled(severity):  # else build nothing
+            self.strategy._report(self.context, attempt, outcome, self.starts.get(attempt, 0.0), severity)
         self.settle(finished=finished, settled=settled, winner=attempt)
         return due
 
@@ -382,14 +383,14 @@ class _Run:
 
     def begin(self, attempt: int) -> ResilienceContext | None:
         """The context `attempt` runs under, or None if the execution finished before it started."""
-        context = self.new_context(attempt)
+        context = self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
         with self._lock:  # atomic with abort_others' snapshot: either it sees us, or we see it
             if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
             finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
             settled = self.state.settled
-        self.end_scope(context)
+        context.end_scope()
         self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
         return None
 
@@ -399,12 +400,6 @@ class _Run:
             finished = self.state.abandoned(attempt)
             settled = self.state.settled
         self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
-
-    def new_context(self, attempt: int) -> ResilienceContext:
-        raise NotImplementedError  # pragma: no cover - each shell makes its own
-
-    def end_scope(self, context: ResilienceContext) -> None:
-        raise NotImplementedError  # pragma: no cover - each shell ends its own
 
     def withdraw(self, attempt: int) -> None:
         """`attempt` was launched but has not started: make sure it never does."""
@@ -498,12 +493,6 @@ class _SyncRun(_Run):
                 self.abandon(queued[0])  # launched before the abort: it never starts
             else:
                 queued[1]()  # here, as a pool thread would run it (in the run's contextvars)
-
-    def new_context(self, attempt: int) -> ResilienceContext:
-        return self.context.derive_scope(attempt=attempt)  # its signal is made when read or aborted
-
-    def end_scope(self, context: ResilienceContext) -> None:
-        context.end_scope()
 
     def run_from(self, attempt: int | None) -> None:
         """Run `attempt`, then every attempt its handled end makes due, on this thread."""
@@ -620,20 +609,13 @@ class _AsyncRun(_Run):
         if cancelled:
             raise asyncio.CancelledError
 
-    def new_context(self, attempt: int) -> ResilienceContext:
-        # The attempt's own child signal: aborting it cancels the attempt's task (`_attempt`).
-        return self.context.derive(signal=self.context.signal.child(), attempt=attempt)
-
-    def end_scope(self, context: ResilienceContext) -> None:
-        context.signal.detach()
-
     async def run_from(self, attempt: int | None) -> None:
         """Run `attempt`, then every attempt its handled end makes due, in this task."""
         while attempt is not None:
             context = self.begin(attempt)
             if context is None:
                 return
-            scope = context.signal
+            scope = context.signal  # the attempt's own: aborting it cancels the attempt
             try:
                 hook, substitute = next(steps := self.starting(attempt, context))
                 while hook is not None:
@@ -643,7 +625,10 @@ class _AsyncRun(_Run):
                 self.ended_fatally(attempt, exc)
                 return
             try:
-                outcome = await _attempt(scope, self.callback, _calling(context, substitute))
+                async with scope.cancel_scope():  # an abort cancels the attempt and raises the reason
+                    outcome: Outcome[Any] = Ok(await self.callback(_calling(context, substitute)))
+            except Exception as exc:  # noqa: BLE001 - BaseExceptions end the execution below
+                outcome = Err(exc)
             except BaseException as exc:
                 self.ended_fatally(attempt, exc)
                 raise
@@ -681,18 +666,6 @@ def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-async def _attempt(
-    scope: Signal, callback: Callable[[ResilienceContext], Awaitable[Any]], context: ResilienceContext
-) -> Outcome[Any]:
-    """Await one attempt under its signal's cancel scope: an abort cancels it and raises the reason."""
-    try:
-        async with scope.cancel_scope():
-            result = await callback(context)
-    except Exception as exc:  # noqa: BLE001 - BaseExceptions propagate to the runner
-        return Err(exc)
-    return Ok(result)
 
 
 class _AsyncStart:
@@ -763,24 +736,12 @@ class _AsyncStart:
         run = self.run
         handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
         if run is None:
-            if not handled:
-                if strategy._heard or strategy._telemetry.enabled(Severity.INFORMATION):
-                    self.report(outcome)
+            if not handled:  # attempt 0 won alone
+                if strategy._telemetry.enabled(Severity.INFORMATION):
+                    strategy._report(self.context, 0, outcome, self.started, Severity.INFORMATION)
                 return outcome
             run = self.promote()
         return run, (0, outcome, handled)
-
-    def report(self, outcome: Outcome[Any]) -> None:
-        """`ExecutionAttempt` of attempt 0 when it won alone."""
-        strategy = self.strategy
-        duration = strategy._time.monotonic() - self.started
-        strategy._telemetry.emit(
-            "ExecutionAttempt",
-            Severity.INFORMATION,
-            operation_key=self.context.operation_key,
-            outcome=outcome,
-            arguments=ExecutionAttemptArguments(0, duration, handled=False),
-        )
 
     def promote(self) -> _AsyncRun:
         """The full run, with attempt 0 running (or just ended) in the caller's task."""

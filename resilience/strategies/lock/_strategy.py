@@ -99,19 +99,19 @@ class LockStrategyOptions:
                     "a MemoryLockStore must use the pipeline's time provider (leases expire on its clock): "
                     "create it with MemoryLockStore(time_provider) or leave store=None",
                 )
-        shared: object = self.shared
-        if not isinstance(shared, bool):
-            problems.add("shared", f"must be a bool, got {shared!r}")
-        elif shared and serves(store, LockStore, AsyncLockStore) and not SharedLockOps.supported(store):
+        if (
+            problems.boolean("shared", self.shared)
+            and self.shared
+            and serves(store, LockStore, AsyncLockStore)
+            and not SharedLockOps.supported(store)
+        ):
             problems.add(
                 "shared",
                 f"the store {store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
                 "use MemoryLockStore, PostgresLockStore or RedisLockStore, or shared=False",
             )
         problems.callable("on_lock_lost", self.on_lock_lost)
-        cancel_on_lost: object = self.cancel_on_lost
-        if not isinstance(cancel_on_lost, bool):
-            problems.add("cancel_on_lost", f"must be a bool, got {cancel_on_lost!r}")
+        problems.boolean("cancel_on_lost", self.cancel_on_lost)
         problems.name("name", self.name)
         return problems.items
 

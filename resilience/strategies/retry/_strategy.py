@@ -108,9 +108,7 @@ class RetryStrategyOptions:
         backoff: object = self.backoff
         if not isinstance(backoff, str) or backoff not in _BACKOFFS:
             problems.add("backoff", f"must be one of {', '.join(map(repr, _BACKOFFS))}, got {backoff!r}")
-        jitter: object = self.jitter
-        if not isinstance(jitter, bool):
-            problems.add("jitter", f"must be a bool, got {jitter!r}")
+        problems.boolean("jitter", self.jitter)
         check_handle(problems, self.handle)
         problems.callable("handle_result", self.handle_result)
         problems.callable("delay_generator", self.delay_generator)
