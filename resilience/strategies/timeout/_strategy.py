@@ -241,13 +241,14 @@ class _Deadlines:
     """The pending deadlines of a strategy's async executions, in the order they fall due, and one timer.
 
     With one timeout for every execution, deadlines fall due in the order the executions
-    started: a FIFO whose head is the earliest. An execution appends its deadline and marks it
-    done when it ends; done deadlines leave from the head, and all at once when they outnumber
-    the live ones, so an end costs the same however many executions run (a `deque.remove`
-    would scan: 15 µs with 1,000 running). The one timer is armed for the head's due time; when
-    it fires it aborts every deadline due, as a timer of each would, and arms itself for the
-    new head. A timer armed and cancelled per execution cost nearly a quarter of the async
-    timeout's success path (docs/decisions.md).
+    started: a FIFO whose head is the earliest. An execution appends its deadline under the
+    queue's lock (its clock read too, so the queue stays in due order) and marks it done when
+    it ends, without the lock; done deadlines are dropped from the head, and swept from behind
+    a long-running head, once the queue has grown by a sweep's worth, so an end costs the same
+    however many executions run (a `deque.remove` would scan: 15 µs with 1,000 running). The
+    one timer is armed for the head's due time; when it fires it aborts every deadline due, as
+    a timer of each would, and arms itself for the new head. A timer armed and cancelled per
+    execution cost nearly a quarter of the async timeout's success path (docs/decisions.md).
 
     A success leaves the timer armed for the executions that follow (firing with nothing
     due, it stops); an execution that ends in an exception or a cancellation disarms it when
@@ -257,13 +258,13 @@ class _Deadlines:
     as it did under a timer of that loop. A generated timeout gets a queue of its own (`disarm` at its end).
     """
 
-    __slots__ = ("__weakref__", "_alarm", "_live", "_lock", "clock", "pending", "timeout")
+    __slots__ = ("__weakref__", "_alarm", "_lock", "_sweep_at", "clock", "pending", "timeout")
 
     def __init__(self, timeout: float, clock: TimeProvider) -> None:
         self.timeout = timeout
         self.clock = clock
-        self.pending: deque[_Queued] = deque()  # the head is live (not done) when there is one
-        self._live = 0  # deadlines in `pending` not done
+        self.pending: deque[_Queued] = deque()
+        self._sweep_at = _SWEEP  # the length at which an end drops the done deadlines
         self._lock = threading.Lock()
         self._alarm: list[TimerHandle] | None = None  # the armed timer (None: none), its own token
         _ALL_DEADLINES.add(self)
@@ -273,31 +274,31 @@ class _Deadlines:
         deadline = _Queued(signal, self.timeout)
         deadline.done = False
         deadline.loop = asyncio.get_running_loop()
-        with self._lock:  # the clock read under it: the queue stays in due order
+        with self._lock:
             deadline.due = self.clock.monotonic() + self.timeout
             self.pending.append(deadline)
-            self._live += 1
             if self._alarm is None:
                 self._arm()
         return deadline
 
     def end(self, deadline: _Queued, *, disarm: bool) -> None:
         """`deadline`'s execution ended; with `disarm`, no timer stays if nothing else waits."""
-        with self._lock:
-            pending = self.pending
-            if not deadline.done:  # else the timer took it (or this execution ended it already)
-                deadline.done = True
-                self._live -= 1
+        deadline.done = True  # one store: the timer skips it from now on
+        if disarm or len(self.pending) > self._sweep_at:
+            with self._lock:
+                pending = self.pending
                 while pending and pending[0].done:
                     pending.popleft()
-                if len(pending) > 2 * self._live + 16:  # mostly done behind a long-running head
+                if len(pending) > self._sweep_at:  # done ones behind a long-running head
                     self.pending = pending = deque(queued for queued in pending if not queued.done)
-            if disarm and not pending and self._alarm is not None:
-                self._alarm[0].cancel()
-                self._alarm = None  # `add` arms again when it reads None
+                    self._sweep_at = 2 * len(pending) + _SWEEP  # amortised: a sweep per as many ends
+                if disarm and not pending and self._alarm is not None:
+                    self._alarm[0].cancel()
+                    self._alarm = None  # `add` arms again when it reads None
 
     def _arm(self) -> None:
-        # Under the lock, with no timer armed: arm one for the head's due time, if any.
+        # Under the lock, with no timer armed: arm one for the first due time, if any (the
+        # head may be done: it fires then with nothing due, and arms for the next).
         if self.pending:
             delay = self.pending[0].due - self.clock.monotonic()
             alarm: list[TimerHandle] = []
@@ -316,7 +317,6 @@ class _Deadlines:
                 head = pending.popleft()
                 if not head.done:
                     head.done = True
-                    self._live -= 1
                     due.append(head)
             self._arm()
         on_timer_thread = TIMER_THREAD.is_current()
@@ -327,6 +327,9 @@ class _Deadlines:
             else:
                 deadline()
 
+
+_SWEEP = 64
+"""Done deadlines a queue keeps at most beyond twice its live ones before an end sweeps them."""
 
 _ALL_DEADLINES: weakref.WeakSet[_Deadlines] = weakref.WeakSet()
 
