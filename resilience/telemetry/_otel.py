@@ -209,16 +209,17 @@ class Batch:
 
     def count(self, key: _Key, counter: Counter, tags: Callable[[], dict[str, Any]]) -> None:
         """Add one to `counter` under the tags `key` stands for (`tags()` is called once per key)."""
-        self._add(self._counts, key, counter, tags, 1)
+        self._add(key, counter, tags, 1, counted=True)
 
     def record(self, key: _Key, histogram: Histogram, tags: Callable[[], dict[str, Any]], value: float) -> None:
         """Record `value` in `histogram` under the tags `key` stands for."""
-        self._add(self._durations, key, histogram, tags, value)
+        self._add(key, histogram, tags, value, counted=False)
 
     def _add(
-        self, entries: dict[_Key, Any], key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float
+        self, key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float, *, counted: bool
     ) -> None:
-        with self._lock:
+        with self._lock:  # the buffer is read under it: a flush swaps it for an empty one
+            entries: dict[_Key, Any] = self._counts if counted else self._durations
             entry = entries.get(key)
             if entry is None:
                 entries[key] = (instrument, tags(), [value])

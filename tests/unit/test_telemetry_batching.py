@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -155,3 +156,46 @@ def test_a_collection_does_not_wait_forever_for_a_stuck_flush() -> None:
     background.join()
     batch.flush()
     assert slow.totals == [1, 1]
+
+
+class Tally:
+    """An instrument that adds up what it is handed (a counter's amounts, a histogram's values)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def add(self, amount: int, attributes: dict[str, Any]) -> None:
+        with self._lock:
+            self.total += amount
+
+    def record(self, value: float, attributes: dict[str, Any]) -> None:
+        with self._lock:
+            self.total += 1
+
+
+def test_no_measurement_falls_between_a_flush_and_the_buffer_it_empties() -> None:
+    """Flushes swap the buffer for an empty one while eight threads add to it, thread switches
+    as often as the interpreter allows: a measurement added to the buffer a flush already took
+    would be lost."""
+    counter, histogram = Tally(), Tally()
+    batch = Batch()
+    batch.limit = 2  # a flush every other measurement
+
+    def work() -> None:
+        for _ in range(4000):
+            batch.count(("c",), counter, dict)  # type: ignore[arg-type]
+            batch.record(("h",), histogram, dict, 1.0)  # type: ignore[arg-type]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    batch.flush()
+    assert (counter.total, histogram.total) == (32_000, 32_000)
