@@ -416,49 +416,43 @@ class _PostgresStore(Closing):
         for a connection says nothing of why; one direct connection attempt finds the real
         cause (refused, bad password, no such database): a note, and the error's cause.
         """
-        if not self._timed_out(exc):
-            return
-        if self._diagnosis_due():
-            conninfo, kwargs = self._conninfo_of(pool)
+        if (target := self._diagnosis(exc, pool)) is not None:
             try:
-                self._psycopg.connect(conninfo, **kwargs).close()
+                self._psycopg.connect(target[0], **target[1]).close()
             except self._psycopg.Error as cause:
                 self._cause = cause
         self._noted(exc)
 
     async def _explain_async(self, exc: Exception, pool: Any) -> None:
         """See `_explain`."""
-        if not self._timed_out(exc):
-            return
-        if self._diagnosis_due():
-            conninfo, kwargs = self._conninfo_of(pool)
+        if (target := self._diagnosis(exc, pool)) is not None:
             try:
-                await (await self._psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
+                await (await self._psycopg.AsyncConnection.connect(target[0], **target[1])).close()
             except self._psycopg.Error as cause:
                 self._cause = cause
         self._noted(exc)
 
-    def _timed_out(self, exc: Exception) -> bool:
-        """Whether `exc` is a pool timeout (worth a connection attempt); notes a missing table."""
+    def _diagnosis(self, exc: Exception, pool: Any) -> tuple[str, dict[str, Any]] | None:
+        """Where to try one direct connection, when `exc` is a pool timeout; notes a missing table.
+
+        One attempt per `_DIAGNOSE_EVERY` at most (an outage is no connection storm); None
+        meanwhile, and the last attempt's finding is reused.
+        """
         psycopg, psycopg_pool = _psycopg()
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
             exc.add_note(
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
-        return isinstance(exc, psycopg_pool.PoolTimeout)
-
-    def _diagnosis_due(self) -> bool:
-        """One direct connection attempt per `_DIAGNOSE_EVERY` at most: an outage is no connection storm."""
         now = time.monotonic()
-        if now - self._diagnosed_at < _DIAGNOSE_EVERY:
-            return False
+        if not isinstance(exc, psycopg_pool.PoolTimeout) or now - self._diagnosed_at < _DIAGNOSE_EVERY:
+            return None
         self._diagnosed_at, self._cause = now, None
-        return True
+        return self._conninfo_of(pool)
 
     def _noted(self, exc: Exception) -> None:
-        """A timed-out error told what the last diagnosis found: a note, and its cause."""
-        if self._cause is not None:
+        """A pool timeout told what the last diagnosis found: a note, and its cause."""
+        if self._cause is not None and isinstance(exc, _psycopg()[1].PoolTimeout):
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
             exc.__cause__ = self._cause
 
