@@ -58,11 +58,9 @@ def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]
     events = waiters.get(name)
     if not events:
         return []
-    if owner:
-        woken = [event for event, waiting in events.items() if waiting == owner]
-    else:
-        woken = [next((event for event, waiting in events.items() if waiting is None), None)]
-    woken = [event for event in woken if event is not None]
+    woken = [event for event, waiting in events.items() if waiting == (owner or None)]
+    if not owner:
+        del woken[1:]
     for event in woken:
         del events[event]
     if not events:
