@@ -120,17 +120,15 @@ def _acquired(rows: list[Any]) -> tuple[int | None, float | None]:
     return None, (-value / 1000 if value < 0 else None)
 
 
+@dataclass(slots=True, eq=False)
 class _Kept:
     """The connection a store keeps between statements (`_PostgresStore._take_kept`), with where it came from."""
 
-    __slots__ = ("busy", "conn", "pid", "pool", "since")
-
-    def __init__(self) -> None:
-        self.busy = False  # an asyncio caller runs on it (the sync side has a lock)
-        self.conn: Any = None
-        self.pool: Any = None  # the pool it came from
-        self.since = 0.0
-        self.pid = 0  # the process that took it
+    busy: bool = False  # an asyncio caller runs on it (the sync side has a lock)
+    conn: Any = None
+    pool: Any = None  # the pool it came from
+    since: float = 0.0
+    pid: int = 0  # the process that took it
 
 
 class _PostgresStore(Closing):
@@ -148,23 +146,22 @@ class _PostgresStore(Closing):
         self._own_pool = False
         self._async_pool: Any = async_pool
         self._async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-        source = conninfo_or_pool
-        if isinstance(source, str):
-            self._conninfo = source
-        elif isinstance(source, psycopg_pool.AsyncConnectionPool):
+        if isinstance(conninfo_or_pool, str):
+            self._conninfo = conninfo_or_pool
+        elif isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
             if async_pool is not None:
                 msg = f"{self._kind}: two async pools given; pass the sync one first or only async_pool="
                 raise ValidationError(msg)
-            self._async_pool = source
-        elif isinstance(source, psycopg_pool.ConnectionPool):
-            self._pool = source
-        elif source is not None:
-            msg = f"{self._kind}: the first argument must be {_SYNC_HINT}, got {source!r}"
+            self._async_pool = conninfo_or_pool
+        elif isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool):
+            self._pool = conninfo_or_pool
+        elif conninfo_or_pool is not None:
+            msg = f"{self._kind}: the first argument must be {_SYNC_HINT}, got {conninfo_or_pool!r}"
             raise ValidationError(msg)
         if self._async_pool is not None and not isinstance(self._async_pool, psycopg_pool.AsyncConnectionPool):
             msg = f"{self._kind}: async_pool= must be a psycopg_pool.AsyncConnectionPool, got {async_pool!r}"
             raise ValidationError(msg)
-        if source is None and self._async_pool is None:
+        if conninfo_or_pool is None and self._async_pool is None:
             msg = f"{self._kind}: pass {_SYNC_HINT}, and/or {_ASYNC_HINT}"
             raise ValidationError(msg)
         self._pool_lock = threading.Lock()
@@ -416,58 +413,53 @@ class _PostgresStore(Closing):
         for a connection says nothing of why; one direct connection attempt finds the real
         cause (refused, bad password, no such database): a note, and the error's cause.
         """
-        if not self._timed_out(exc):
-            return
-        if self._diagnosis_due():
-            conninfo, kwargs = self._conninfo_of(pool)
+        if self._diagnosis_due(exc):
             try:
-                self._psycopg.connect(conninfo, **kwargs).close()
+                self._connector(pool, self._psycopg.connect)().close()
             except self._psycopg.Error as cause:
                 self._cause = cause
         self._noted(exc)
 
     async def _explain_async(self, exc: Exception, pool: Any) -> None:
         """See `_explain`."""
-        if not self._timed_out(exc):
-            return
-        if self._diagnosis_due():
-            conninfo, kwargs = self._conninfo_of(pool)
+        if self._diagnosis_due(exc):
             try:
-                await (await self._psycopg.AsyncConnection.connect(conninfo, **kwargs)).close()
+                await (await self._connector(pool, self._psycopg.AsyncConnection.connect)()).close()
             except self._psycopg.Error as cause:
                 self._cause = cause
         self._noted(exc)
 
-    def _timed_out(self, exc: Exception) -> bool:
-        """Whether `exc` is a pool timeout (worth a connection attempt); notes a missing table."""
+    def _diagnosis_due(self, exc: Exception) -> bool:
+        """Whether to try one direct connection: `exc` is a pool timeout; notes a missing table.
+
+        One attempt per `_DIAGNOSE_EVERY` at most (an outage is no connection storm); False
+        meanwhile, and the last attempt's finding is reused.
+        """
         psycopg, psycopg_pool = _psycopg()
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
             exc.add_note(
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
-        return isinstance(exc, psycopg_pool.PoolTimeout)
-
-    def _diagnosis_due(self) -> bool:
-        """One direct connection attempt per `_DIAGNOSE_EVERY` at most: an outage is no connection storm."""
         now = time.monotonic()
-        if now - self._diagnosed_at < _DIAGNOSE_EVERY:
+        if not isinstance(exc, psycopg_pool.PoolTimeout) or now - self._diagnosed_at < _DIAGNOSE_EVERY:
             return False
         self._diagnosed_at, self._cause = now, None
         return True
 
     def _noted(self, exc: Exception) -> None:
-        """A timed-out error told what the last diagnosis found: a note, and its cause."""
-        if self._cause is not None:
+        """A pool timeout told what the last diagnosis found: a note, and its cause."""
+        if self._cause is not None and isinstance(exc, _psycopg()[1].PoolTimeout):
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
             exc.__cause__ = self._cause
 
-    def _conninfo_of(self, pool: Any) -> tuple[str, dict[str, Any]]:
+    def _connector(self, pool: Any, connect: Callable[..., Any]) -> Callable[[], Any]:
+        """`connect` (psycopg's, sync or async) bound to `pool`'s database: a direct connection."""
         if self._conninfo is not None:
             conninfo, kwargs = self._conninfo, self._connect_kwargs()
         else:
             conninfo, kwargs = pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
-        return conninfo, {**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT}
+        return partial(connect, conninfo, **{**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT})
 
     def _due_purge(self) -> _Statement[int] | None:
         """The purge of long-ended rows, when one is due (once per `_PURGE_EVERY`)."""
@@ -522,11 +514,8 @@ class _PostgresStore(Closing):
         pool = self._sync_pool("wait_released")
         with self._pool_lock:
             if self._listener is None:
-                conninfo, kwargs = self._conninfo_of(pool)
-                psycopg = self._psycopg
-                self._listener = SyncReleaseListener(
-                    lambda: psycopg.Connection.connect(conninfo, **kwargs), self._sql.channel
-                )
+                connect = self._connector(pool, self._psycopg.Connection.connect)
+                self._listener = SyncReleaseListener(connect, self._sql.channel)
             listener = self._listener
         return listener.wait(key, timeout, lambda: self._execute("wait_released", is_free), owner=owner)
 
@@ -541,12 +530,7 @@ class _PostgresStore(Closing):
         loop = asyncio.get_running_loop()
         listener = self._async_listeners.get(loop)
         if listener is None:
-            conninfo, kwargs = self._conninfo_of(pool)
-            psycopg = self._psycopg
-
-            async def connect() -> Any:
-                return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
-
+            connect = self._connector(pool, self._psycopg.AsyncConnection.connect)
             listener = self._async_listeners[loop] = AsyncReleaseListener(connect, self._sql.channel)
         return await listener.wait(
             key, timeout, lambda: self._execute_async("wait_released_async", is_free), owner=owner

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from resilience._runtime._threads import start_thread
 
@@ -36,6 +36,9 @@ _POLL = 0.2
 """How long one read of the notifications blocks: bounds how late the listener sees a close."""
 _RETRY_AFTER = 1.0
 """After the listening connection failed, waits poll for this long before it is tried again."""
+
+
+_E = TypeVar("_E", threading.Event, asyncio.Event)
 
 
 def digest(key: str) -> str:
@@ -55,11 +58,9 @@ def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]
     events = waiters.get(name)
     if not events:
         return []
-    if owner:
-        woken = [event for event, waiting in events.items() if waiting == owner]
-    else:
-        woken = [next((event for event, waiting in events.items() if waiting is None), None)]
-    woken = [event for event in woken if event is not None]
+    woken = [event for event, waiting in events.items() if waiting == (owner or None)]
+    if not owner:
+        del woken[1:]
     for event in woken:
         del events[event]
     if not events:
@@ -92,18 +93,30 @@ async def _checked_async(is_free: Callable[[], Awaitable[bool]]) -> bool:
         return False
 
 
-class SyncReleaseListener:
+class _Listener(Generic[_E]):
+    """What the sync and the async listener keep alike: their waiters and their connection's state."""
+
+    def __init__(self, connect: Callable[[], Any], channel: str, ready: _E) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._waiters: dict[str, dict[_E, str | None]] = {}  # per key, in arrival order: owner
+        self._ready: _E = ready
+        self._listening = False
+        self._failed_at = -_RETRY_AFTER
+
+    def _stopped(self) -> list[_E]:
+        """The connection ended: every waiter, when it was listening (it may have lost a release: try again now)."""
+        was_listening, self._listening = self._listening, False
+        return [event for events in self._waiters.values() for event in events] if was_listening else []
+
+
+class SyncReleaseListener(_Listener[threading.Event]):
     """Wakes sync waiters: a daemon thread reads one `LISTEN` connection."""
 
     def __init__(self, connect: Callable[[], Any], channel: str) -> None:
-        self._connect = connect
-        self._channel = channel
+        super().__init__(connect, channel, threading.Event())
         self._lock = threading.Lock()
-        self._waiters: dict[str, dict[threading.Event, str | None]] = {}  # per key, in arrival order: owner
         self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._listening = False
-        self._failed_at = -_RETRY_AFTER
         self._closed = False
 
     def wait(self, key: str, timeout: float, is_free: Callable[[], bool], *, owner: str | None = None) -> bool:
@@ -156,12 +169,10 @@ class SyncReleaseListener:
         finally:
             with self._lock:
                 self._thread = None
-                was_listening, self._listening = self._listening, False
-                woken = [event for events in self._waiters.values() for event in events]
+                woken = self._stopped()
             ready.set()
-            if was_listening:  # the broken connection may have lost a release: try again now
-                for event in woken:
-                    event.set()
+            for event in woken:
+                event.set()
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
@@ -181,17 +192,12 @@ class SyncReleaseListener:
             thread.join(timeout=5 * _POLL)
 
 
-class AsyncReleaseListener:
+class AsyncReleaseListener(_Listener[asyncio.Event]):
     """Wakes async waiters of one event loop: a task reads one `LISTEN` connection."""
 
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str) -> None:
-        self._connect = connect
-        self._channel = channel
-        self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # per key, in arrival order: owner
+        super().__init__(connect, channel, asyncio.Event())
         self._task: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
-        self._listening = False
-        self._failed_at = -_RETRY_AFTER
 
     async def wait(
         self, key: str, timeout: float, is_free: Callable[[], Awaitable[bool]], *, owner: str | None = None
@@ -242,12 +248,10 @@ class AsyncReleaseListener:
             self._failed_at = time.monotonic()
         finally:
             self._task = None
-            was_listening, self._listening = self._listening, False
+            woken = self._stopped()
             ready.set()
-            if was_listening:  # the broken connection may have lost a release: try again now
-                for events in self._waiters.values():
-                    for event in events:
-                        event.set()
+            for event in woken:
+                event.set()
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(conn.close())

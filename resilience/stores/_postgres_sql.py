@@ -33,6 +33,8 @@ PURGE_AFTER_S = 60
 """How long (s) a released or expired row is kept before a purge may delete it."""
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?")
+# The condition of `owner`'s live lease on `key`.
+_LIVE = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
 
 
 def check_table(owner: str, table: object) -> str:
@@ -199,10 +201,9 @@ $fn$;"""
     def renew(self) -> str:
         """(key, owner, ttl ms): one row when `owner` holds the live lease (either mode), pushed out."""
         t = self.table
-        live = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
         until = "clock_timestamp() + %(ttl)s * interval '1 millisecond'"
-        return f"""WITH x AS (UPDATE {t} SET expires_at = {until} WHERE {live} RETURNING 1),
-s AS (UPDATE {t}_shared SET expires_at = {until} WHERE {live} RETURNING 1)
+        return f"""WITH x AS (UPDATE {t} SET expires_at = {until} WHERE {_LIVE} RETURNING 1),
+s AS (UPDATE {t}_shared SET expires_at = {until} WHERE {_LIVE} RETURNING 1)
 SELECT 1 FROM x UNION ALL SELECT 1 FROM s"""
 
     @property
@@ -214,17 +215,13 @@ SELECT 1 FROM x UNION ALL SELECT 1 FROM s"""
         waiter whose turn it may be now (the head; the shared requests at the head together).
         """
         t = self.table
-        live = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
-        return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp() WHERE {live}
+        return f"""WITH x AS (UPDATE {t} SET owner = NULL, expires_at = clock_timestamp() WHERE {_LIVE}
     RETURNING 1 AS held),
-s AS (DELETE FROM {t}_shared WHERE {live} RETURNING 1 AS held),
+s AS (DELETE FROM {t}_shared WHERE {_LIVE} RETURNING 1 AS held),
 q AS (DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING 0 AS held),
 changed AS (SELECT held FROM x UNION ALL SELECT held FROM s UNION ALL SELECT held FROM q),
 {self._turns}
-SELECT max(held) FROM changed, LATERAL (
-    SELECT pg_notify('{self.channel}', md5(%(key)s))
-    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
-) notified HAVING count(*) > 0"""
+SELECT max(held) FROM changed, {self._notified} HAVING count(*) > 0"""
 
     @property
     def _turns(self) -> str:
@@ -234,6 +231,14 @@ SELECT max(held) FROM changed, LATERAL (
     WHERE key = %(key)s AND owner IS DISTINCT FROM %(owner)s AND expires_at > clock_timestamp()),
 turns AS (SELECT owner FROM waiting WHERE ticket = (SELECT min(ticket) FROM waiting)
     OR (shared AND ticket < coalesce((SELECT min(ticket) FROM waiting WHERE NOT shared), {TOKEN_MAX})))"""
+
+    @property
+    def _notified(self) -> str:
+        """Per changed row (once), the NOTIFYs of a release: the key's digest, and `<digest> <owner>` per turn."""
+        return f"""LATERAL (
+    SELECT pg_notify('{self.channel}', md5(%(key)s))
+    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
+) notified"""
 
     @property
     def holders(self) -> str:
@@ -286,10 +291,7 @@ UNION ALL SELECT 1 FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_ti
 s AS (DELETE FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp() RETURNING 1),
 freed AS (SELECT 1 FROM x UNION ALL SELECT 1 FROM s),
 {self._turns}
-SELECT count(*) FROM freed, LATERAL (
-    SELECT pg_notify('{self.channel}', md5(%(key)s))
-    UNION ALL SELECT pg_notify('{self.channel}', md5(%(key)s) || ' ' || owner) FROM turns
-) notified"""
+SELECT count(*) FROM freed, {self._notified}"""
 
     @property
     def purge(self) -> str:
@@ -394,7 +396,7 @@ $fn$;"""
     def renew(self) -> str:
         """(key, owner, ttl ms): one row when `owner` holds a live slot, pushed out."""
         return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %(ttl)s * interval '1 millisecond'
-WHERE key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp() RETURNING 1"""
+WHERE {_LIVE} RETURNING 1"""
 
     @property
     def release(self) -> str:
@@ -405,7 +407,7 @@ WHERE key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp() RET
         """
         t = self.table
         return f"""WITH released AS (
-    DELETE FROM {t} WHERE key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp() RETURNING key
+    DELETE FROM {t} WHERE {_LIVE} RETURNING key
 ), gone AS (
     DELETE FROM {self.queue} WHERE key = %(key)s AND owner = %(owner)s RETURNING key
 ), told AS (
