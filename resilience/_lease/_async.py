@@ -315,20 +315,6 @@ async def _release_bounded(
         return True
 
 
-async def _wait(
-    ops: StoreOps, key: str, seconds: float, time_provider: TimeProvider, signal: Signal | None, *, owner: str | None
-) -> bool:
-    """Wait up to `seconds` for a release notification (for a queued `owner`: its turn), or just sleep.
-
-    True when a release ended the wait; the signal aborting raises its reason.
-    """
-    async with contextlib.nullcontext() if signal is None else signal.cancel_scope():
-        if ops.notify_async:
-            return await ops.wait_released_async(key, seconds, owner)
-        await time_provider.sleep_async(seconds)
-    return False
-
-
 async def acquire_lease_async(
     ops: StoreOps,
     key: str,
@@ -386,14 +372,21 @@ async def _wait_turn(
     owner: str,
     cancel: tuple[asyncio.Task[Any] | None, int],
 ) -> None:
-    """Wait before the next attempt; tell `schedule` when a release ended the wait.
+    """Wait up to `wait` before the next attempt; tell `schedule` when a release ended the wait.
 
-    A queued waiter (`ops.fair`) that is interrupted leaves the queue in the background.
+    The wait is for a release notification (for a queued waiter: its turn), or just a sleep;
+    the signal aborting raises its reason. A queued waiter (`ops.fair`) that is interrupted
+    leaves the queue in the background.
     """
     queued = ops.fair
     task, baseline = cancel
+    released = False
     try:
-        released = await _wait(ops, key, wait, time_provider, signal, owner=owner if queued else None)
+        async with contextlib.nullcontext() if signal is None else signal.cancel_scope():
+            if ops.notify_async:
+                released = await ops.wait_released_async(key, wait, owner if queued else None)
+            else:
+                await time_provider.sleep_async(wait)
         _raise_if_cancelling(task, baseline)
     except BaseException as exc:
         if queued:

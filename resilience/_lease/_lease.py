@@ -778,49 +778,6 @@ class _Wake:
         self.event.clear()
 
 
-def _sync_wait(
-    ops: StoreOps,
-    key: str,
-    seconds: float,
-    time_provider: TimeProvider,
-    signal: Signal,
-    *,
-    owner: str | None = None,
-    wake: _Wake | None = None,
-) -> bool:
-    """Wait up to `seconds`, woken early by a release or the signal (then raise its reason).
-
-    True when a release ended the wait. A queued waiter (`owner`) passes the `wake` its
-    listener was registered with for the whole acquire, so that a turn announced between its
-    refused attempt and this wait is not missed.
-    """
-    if ops.listen is None and ops.notify:
-        end = time_provider.monotonic() + seconds
-        released = False
-        while not signal.aborted:
-            left = end - time_provider.monotonic()
-            if left <= 0:
-                break
-            if ops.wait_released(key, min(left, _NOTIFY_SLICE), owner):
-                released = True
-                break
-        signal.raise_if_aborted()
-        return released
-    registered = wake is not None
-    wake = wake or _Wake()
-    woken = wake.event
-    remove_signal = signal._add_wakeup(lambda _reason: woken.set())
-    remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
-    try:
-        clock_wait(time_provider, woken, seconds)
-    finally:
-        remove_signal()
-        if remove_listener is not None:
-            remove_listener()
-    signal.raise_if_aborted()
-    return wake.released
-
-
 def acquire_lease(
     ops: StoreOps,
     key: str,
@@ -844,7 +801,7 @@ def acquire_lease(
     owner = owner or new_owner()
     queued = ops.fair and schedule is not None
     # A queued waiter listens for its turn during its whole acquire, from before its first
-    # attempt (see `_sync_wait`): a turn announced between a refused attempt and the wait is
+    # attempt (see `_wait_turn`): a turn announced between a refused attempt and the wait is
     # never missed. On Redis that costs no round trip: the listener's SUBSCRIBE is sent on its
     # own connection without waiting for the reply, and only for a key not already subscribed.
     wake = _Wake() if queued and ops.listen is not None else None
@@ -886,16 +843,42 @@ def _wait_turn(
     owner: str,
     wake: _Wake | None,
 ) -> None:
-    """Wait before the next attempt; tell `schedule` when a release ended the wait.
+    """Wait up to `wait` before the next attempt, woken early by a release or the signal (then raise its reason).
 
-    A queued waiter (`ops.fair`) that is interrupted leaves the queue in the background.
+    Tells `schedule` when a release ended the wait. A queued waiter (`ops.fair`) passes the
+    `wake` its listener was registered with for the whole acquire, so that a turn announced
+    between its refused attempt and this wait is not missed; interrupted, it leaves the queue
+    in the background.
     """
-    queued = ops.fair
+    waiter = owner if ops.fair else None
+    signal = signal or Signal()
     try:
-        waiter = owner if queued else None
-        released = _sync_wait(ops, key, wait, time_provider, signal or Signal(), owner=waiter, wake=wake)
+        if ops.listen is None and ops.notify:
+            end = time_provider.monotonic() + wait
+            released = False
+            while not signal.aborted:
+                left = end - time_provider.monotonic()
+                if left <= 0:
+                    break
+                if ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter):
+                    released = True
+                    break
+        else:
+            registered = wake is not None
+            wake = wake or _Wake()
+            woken = wake.event
+            remove_signal = signal._add_wakeup(lambda _reason: woken.set())
+            remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
+            try:
+                clock_wait(time_provider, woken, wait)
+            finally:
+                remove_signal()
+                if remove_listener is not None:
+                    remove_listener()
+            released = wake.released
+        signal.raise_if_aborted()
     except BaseException:
-        if queued:
+        if waiter is not None:
             _release_in_background(ops, key, owner)
         raise
     if released:

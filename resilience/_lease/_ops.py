@@ -92,13 +92,19 @@ class StoreOps:
         # arrival order.
         self.fair = capabilities.fair_queue
 
+    def _extra(self) -> tuple[int, ...]:
+        """The arguments a store's queue calls take after the lock store's (a semaphore's limit)."""
+        return ()
+
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
-        raise NotImplementedError
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self._extra())
+        return token, held_for
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `queue`."""
-        raise NotImplementedError
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self._extra())
+        return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left."""
@@ -153,15 +159,18 @@ class StoreOps:
         return bool(await self.store.release_async(key, owner))
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn."""
+        """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn.
+
+        A semaphore's turn: its slots are free for it.
+        """
         if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner))
+            return bool(self.store.wait_released(key, timeout, owner, *self._extra()))
         return bool(self.store.wait_released(key, timeout))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """`store.wait_released_async` (only when `notify_async`); for a queued `owner`, until its turn."""
         if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner))
+            return bool(await self.store.wait_released_async(key, timeout, owner, *self._extra()))
         return bool(await self.store.wait_released_async(key, timeout))
 
 
@@ -172,16 +181,6 @@ class LockOps(StoreOps):
 
     def __init__(self, store: Any) -> None:
         super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
-
-    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl)
-        return token, held_for
-
-    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl)
-        return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
@@ -284,29 +283,8 @@ class SemaphoreOps(StoreOps):
         return ops
 
     def _extra(self) -> tuple[int, ...]:
+        """The limit, and the permits when more than one (`acquire_or_queue`, `wait_released`, `acquire`)."""
         return (self.limit,) if self.permits == 1 else (self.limit, self.permits)
-
-    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue` (`acquire_or_queue` with the limit, and the permits when more than one)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self._extra())
-        return token, held_for
-
-    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self._extra())
-        return token, held_for
-
-    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """See `StoreOps.wait_released`: for a queued `owner`, until its slots are free for it."""
-        if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner, *self._extra()))
-        return bool(self.store.wait_released(key, timeout))
-
-    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """See `wait_released`."""
-        if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner, *self._extra()))
-        return bool(await self.store.wait_released_async(key, timeout))
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
