@@ -140,22 +140,24 @@ def test_every_accepted_limit_runs_its_script_cleanly(
 def test_a_full_sliding_window_trims_and_fills_within_10_ms(client: Any) -> None:
     """The worst case of the log: 100,000 grants expire at once and 1,000 new ones are written.
 
-    Measured twice at most, on two keys: SLOWLOG counts wall time, so a server descheduled on
-    a loaded machine logs once what its work never costs; work that is slow is slow twice.
+    Measured up to three times, on fresh keys: SLOWLOG counts wall time, so a server
+    descheduled on a loaded machine (two test suites beside this one on two cores) logs what
+    its work never costs; work that is slow is slow every time. The window is a second, so
+    that the hundred calls that fill it fit in it on such a machine too.
     """
     store = RedisRateLimitStore(client)
 
     def trim_and_fill(key: str) -> list[Any]:
         for _ in range(100):
-            assert store.take(key, 100_000, 0.5, None, "sliding_window", 1_000) == 0.0
+            assert store.take(key, 100_000, 1.0, None, "sliding_window", 1_000) == 0.0
         assert client.llen(store.key(key, "sliding_window")) == 100_000
-        time.sleep(0.55)  # every grant has left the window: the next call trims all of them
+        time.sleep(1.05)  # every grant has left the window: the next call trims all of them
         client.slowlog_reset()
-        assert store.take(key, 100_000, 0.5, None, "sliding_window", 1_000) == 0.0
+        assert store.take(key, 100_000, 1.0, None, "sliding_window", 1_000) == 0.0
         assert client.llen(store.key(key, "sliding_window")) == 1_000
         return _slow_calls(client)
 
-    assert trim_and_fill("log") == [] or trim_and_fill("log-again") == []
+    assert any(trim_and_fill(f"log-{attempt}") == [] for attempt in range(3))
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
