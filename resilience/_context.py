@@ -467,8 +467,7 @@ def use_context(
     if context is None:
         context = ResilienceContext(operation_key=operation_key, properties=properties, signal=signal)
     elif operation_key is not None or properties is not None or signal is not None:
-        base = context
-        context = base.derive(signal=signal)
+        context = context.derive(signal=signal)
         if operation_key is not None:
             context._operation_key = operation_key
         if properties:

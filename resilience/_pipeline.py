@@ -512,7 +512,8 @@ class ResiliencePipeline(Closing):
             or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
-                return self._execute_observed(plan, context, fn)
+                with self._span(context):
+                    return self._observe(plan, context, fn)
             return self._observe(plan, context, fn)
         if plan.strategies:
             context._quiet = True
@@ -540,9 +541,7 @@ class ResiliencePipeline(Closing):
         return result
 
     def _span(self, context: ResilienceContext) -> Any:
-        """The execution span's context manager when `trace_executions` is on and a tracer records."""
-        if not self._source.options.trace_executions:
-            return contextlib.nullcontext()
+        """The execution span's context manager (`trace_executions`): a null one when no tracer records."""
         facts = {
             "pipeline.name": self.name,
             "pipeline.instance": self.instance_name,
@@ -550,10 +549,6 @@ class ResiliencePipeline(Closing):
         }
         span = self._source.execution_span({name: value for name, value in facts.items() if value is not None})
         return contextlib.nullcontext() if span is None else span
-
-    def _execute_observed(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
-        with self._span(context):
-            return self._observe(plan, context, fn)
 
     def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         started = self._executing(context)
@@ -618,7 +613,8 @@ class ResiliencePipeline(Closing):
             or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
             if self._source.options.trace_executions:
-                return await self._execute_observed_async(plan, context, fn)
+                with self._span(context):
+                    return await self._observe_async(plan, context, fn)
             return await self._observe_async(plan, context, fn)
         if plan.strategies:
             context._quiet = True
@@ -644,12 +640,6 @@ class ResiliencePipeline(Closing):
             return await awaitable
         finally:
             reset_context(token)
-
-    async def _execute_observed_async(
-        self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]
-    ) -> T:
-        with self._span(context):
-            return await self._observe_async(plan, context, fn)
 
     async def _observe_async(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> T:
         started = self._executing(context)

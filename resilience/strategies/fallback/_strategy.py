@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "FallbackArguments",
@@ -75,12 +74,7 @@ class FallbackStrategyOptions:
 
     def create(self, context: StrategyBuildContext, /) -> FallbackStrategy:
         """A fallback strategy for one built pipeline."""
-        return FallbackStrategy(
-            self.fallback,
-            Handler(self.handle, self.handle_result),
-            telemetry=context.telemetry,
-            on_fallback=self.on_fallback,
-        )
+        return FallbackStrategy(self, context)
 
 
 def fallback_strategy(
@@ -113,19 +107,12 @@ class FallbackStrategy:
 
     __slots__ = ("_checks_results", "_fallback", "_handler", "_on_fallback", "_telemetry")
 
-    def __init__(
-        self,
-        fallback: Callable[[FallbackArguments], Any],
-        handler: Handler,
-        *,
-        telemetry: TelemetrySource,
-        on_fallback: Callable[[OnFallbackArguments], object] | None,
-    ) -> None:
-        self._fallback = fallback
-        self._handler = handler
+    def __init__(self, options: FallbackStrategyOptions, context: StrategyBuildContext) -> None:
+        self._fallback = options.fallback
+        self._handler = handler = Handler(options.handle, options.handle_result)
         self._checks_results = handler.checks_results  # False: every result passes through
-        self._telemetry = telemetry
-        self._on_fallback = on_fallback
+        self._telemetry = context.telemetry
+        self._on_fallback = options.on_fallback
 
     def _handles(self, outcome: Outcome[Any], context: ResilienceContext) -> bool:
         """Whether to fall back from `outcome`: handled, and the caller has not aborted us."""

@@ -8,6 +8,7 @@ outcome is returned or re-raised).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterable
 
     from resilience._context import ResilienceContext
-    from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
 
@@ -120,23 +120,7 @@ class RetryStrategyOptions:
         self, context: StrategyBuildContext, /, *, time_left: Callable[[], float | None] | None = None
     ) -> RetryStrategy:
         """A retry strategy for one built pipeline (`time_left`: see `RetryStrategy`)."""
-        core = RetryCore(
-            max_retries=self.max_retries,
-            delay=to_seconds(self.delay),
-            backoff=self.backoff,
-            jitter=self.jitter,
-            max_delay=None if self.max_delay is None else to_seconds(self.max_delay),
-            handler=Handler(self.handle, self.handle_result),
-            random=context.time_provider.random(),
-        )
-        return RetryStrategy(
-            core,
-            time_provider=context.time_provider,
-            telemetry=context.telemetry,
-            delay_generator=self.delay_generator,
-            on_retry=self.on_retry,
-            time_left=time_left,
-        )
+        return RetryStrategy(self, context, time_left)
 
 
 def retry_strategy(
@@ -192,12 +176,8 @@ class RetryStrategy:
 
     def __init__(
         self,
-        core: RetryCore,
-        *,
-        time_provider: TimeProvider,
-        telemetry: TelemetrySource,
-        delay_generator: Callable[[RetryDelayArguments], object] | None,
-        on_retry: Callable[[OnRetryArguments], object] | None,
+        options: RetryStrategyOptions,
+        context: StrategyBuildContext,
         time_left: Callable[[], float | None] | None = None,
     ) -> None:
         """`time_left()`: seconds before a deadline no wait may reach (None: none).
@@ -205,16 +185,24 @@ class RetryStrategy:
         A delay that reaches it ends the retries at once with the last outcome, untouched by
         `on_retry`.
         """
-        self._core = core
-        self._time = time_provider
-        self._telemetry = telemetry
-        self._delay_generator = delay_generator
-        self._on_retry = on_retry
+        self._core = RetryCore(
+            max_retries=options.max_retries,
+            delay=to_seconds(options.delay),
+            backoff=options.backoff,
+            jitter=options.jitter,
+            max_delay=None if options.max_delay is None else to_seconds(options.max_delay),
+            handler=Handler(options.handle, options.handle_result),
+            random=context.time_provider.random(),
+        )
+        self._time = context.time_provider
+        self._telemetry = context.telemetry
+        self._delay_generator = options.delay_generator
+        self._on_retry = options.on_retry
         self._time_left = time_left
-        options = telemetry.options
+        telemetry = context.telemetry.options
         # Attempt durations are measured only when someone may read them.
-        self._measured = bool(options.listeners or options.severity_provider or on_retry)
-        self._traced = options.trace_executions
+        self._measured = bool(telemetry.listeners or telemetry.severity_provider or options.on_retry)
+        self._traced = telemetry.trace_executions
 
     def _succeeded(self, context: ResilienceContext, result: object, attempt: int, duration: float) -> None:
         """Report a successful attempt (its signal is not read: nothing is retried)."""
@@ -341,9 +329,7 @@ class RetryStrategy:
 def _in_span(telemetry: TelemetrySource, callback: Callable[[ResilienceContext], T], inner: ResilienceContext) -> T:
     """Run one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
     span = telemetry.span("resilience.attempt", inner.attempt)
-    if span is None:
-        return callback(inner)
-    with span:
+    with contextlib.nullcontext() if span is None else span:
         return callback(inner)
 
 
@@ -352,7 +338,5 @@ async def _in_span_async(
 ) -> T:
     """Await one attempt in a child span (`TelemetryOptions(trace_executions=True)`)."""
     span = telemetry.span("resilience.attempt", inner.attempt)
-    if span is None:
-        return await callback(inner)
-    with span:
+    with contextlib.nullcontext() if span is None else span:
         return await callback(inner)
