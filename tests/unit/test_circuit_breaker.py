@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gc
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from resilience.strategies import (
     OnCircuitOpenedArguments,
 )
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
+from tests.threads_support import race
 from tests.unit.modes import MODES, run
 
 if TYPE_CHECKING:
@@ -402,16 +402,7 @@ def test_successes_from_many_threads_are_all_counted(clock: FakeTimeProvider) ->
         for _ in range(calls):
             pipeline.execute(lambda: None)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
-    try:
-        workers = [threading.Thread(target=worker) for _ in range(threads_count)]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(worker, threads_count)
     with pytest.raises(ConnectionError):
         pipeline.execute(fail)
     assert provider.state is CircuitState.CLOSED

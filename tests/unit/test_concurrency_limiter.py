@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import signal as signal_module
-import sys
 import threading
 import time
 from typing import Any
@@ -29,6 +28,7 @@ from resilience.strategies import (
 )
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.testing import FakeTimeProvider, capture_events
+from tests.threads_support import race
 
 
 def _problems(limit: object = 2, **options: object) -> list[str]:
@@ -132,16 +132,7 @@ def test_a_constant_key_without_queue_never_admits_more_than_the_limit() -> None
             with contextlib.suppress(RateLimiterRejectedError):
                 pipeline.execute(body)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(worker)
     assert 1 <= most[0] <= 3
     assert admitted[0] >= 500
     assert (permits.in_use(), len(permits)) == (0, 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from typing import Any
@@ -16,6 +15,7 @@ from resilience import ResiliencePipeline, ResiliencePipelineBuilder
 from resilience.telemetry import TelemetryOptions
 from resilience.telemetry._otel import INSTRUMENTS, Batch
 from resilience.testing import FakeTimeProvider
+from tests.threads_support import race
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
@@ -187,15 +187,6 @@ def test_no_measurement_falls_between_a_flush_and_the_buffer_it_empties() -> Non
             batch.count(("c",), counter, dict)  # type: ignore[arg-type]
             batch.record(("h",), histogram, dict, 1.0)  # type: ignore[arg-type]
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(work)
     batch.flush()
     assert (counter.total, histogram.total) == (32_000, 32_000)
