@@ -132,6 +132,10 @@ def test_the_tutorial_runs_end_to_end(tmp_path: Path, redis_server: RedisServer)
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # `python` is ours
         "PYTHONUNBUFFERED": "1",
     }
+    # A command that runs to its end buffers its output: two processes of one command
+    # (`python nightly.py & ...; python nightly.py`) then each write theirs in one piece at
+    # exit, where unbuffered `print`s (the text, then the newline) interleave mid-line.
+    buffered = {name: value for name, value in env.items() if name != "PYTHONUNBUFFERED"}
     background: list[Background] = []
     ran: list[str] = []
     try:
@@ -152,7 +156,7 @@ def test_the_tutorial_runs_end_to_end(tmp_path: Path, redis_server: RedisServer)
                     shell=True,
                     executable="/bin/bash",
                     cwd=tmp_path,
-                    env=env,
+                    env=buffered,
                     capture_output=True,
                     text=True,
                     timeout=DEADLINE,
