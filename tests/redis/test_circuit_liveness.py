@@ -24,6 +24,7 @@ from resilience import BrokenCircuitError, ResiliencePipeline
 from resilience.stores import RedisCircuitStateStore
 from resilience.stores._redis_circuit import CircuitExchange
 from resilience.strategies import CircuitBreakerManualControl, CircuitBreakerStateProvider, CircuitState
+from resilience.strategies.circuit._fleet import SharedCircuitCore
 from resilience.testing import capture_events
 from tests.redis.test_circuit_sync import fail, shared, until
 
@@ -151,6 +152,26 @@ def test_a_circuit_built_while_the_fleet_is_open_rejects_its_first_call(client: 
         newcomer = shared(RedisCircuitStateStore(client), key, brk=30)
         with pytest.raises(BrokenCircuitError):
             newcomer.execute(lambda: "passed an open circuit")
+
+
+def test_build_returns_only_once_the_first_answer_is_applied(
+    client: Any, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first answer is applied before `build()` returns, however long applying it takes (a
+    loaded machine can pause the sync's thread between hearing the answer and applying it)."""
+    provider = CircuitBreakerStateProvider()
+    opener = shared(RedisCircuitStateStore(client), key, provider=provider, brk=30)
+    open_it(opener, provider)
+    apply = SharedCircuitCore.apply
+
+    def slow_apply(core: SharedCircuitCore, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)  # the pause, made long
+        return apply(core, *args, **kwargs)
+
+    monkeypatch.setattr(SharedCircuitCore, "apply", slow_apply)
+    newcomer = shared(RedisCircuitStateStore(client), key, brk=30)
+    with pytest.raises(BrokenCircuitError):
+        newcomer.execute(lambda: "passed an open circuit")
 
 
 @pytest.mark.parametrize("loss", ["flushall", "restart"])

@@ -221,7 +221,6 @@ class CircuitSync:
             return
         core = controller.core
         now = controller._time.monotonic()
-        self.heard.set()
         with controller.lock:
             core.go_shared()  # after an outage: the fleet decides again
             self._failing = 0
@@ -235,6 +234,7 @@ class CircuitSync:
                 wait=reply.wait,
             )
             again = bool(core.outbox)
+        self.heard.set()  # once applied: a `build()` waiting for it lets no call past an open fleet
         if transition is not None:
             _report_remote(controller, transition)
         if again:
