@@ -11,6 +11,7 @@
 How a caller uses it (the strategy does this; the primitives will too)::
 
     ops = LockOps(store)  # or SharedLockOps(store) (shared holds), SemaphoreOps(store, limit)
+    # A primitive's: LockOps(store, "lock:"): the store holds "lock:<key>" (`lease.store_key`).
     params = LeaseParams(
         ttl=ttl, renew_interval=ttl / 3, on_lost=lambda lease: ..., on_renew_error=lambda lease, exc: ...
     )

@@ -188,7 +188,7 @@ class AsyncLease(LeaseBase):
         return _scheduler_for(loop, time_provider)
 
     def _abandon(self) -> None:
-        _release_in_background(self._ops, self.key, self.owner, self._tp)
+        _release_in_background(self._ops, self.store_key, self.owner, self._tp)
 
     async def _renew_once(self) -> None:
         # A task of its own on the lease's loop: a store call may enter `asyncio.timeout`
@@ -199,7 +199,7 @@ class AsyncLease(LeaseBase):
         answer: bool | Exception = False
         if not self._machine.expired(sent):
             try:
-                answer = await self._ops.renew_async(self.key, self.owner, self._machine.renew_ttl)
+                answer = await self._ops.renew_async(self.store_key, self.owner, self._machine.renew_ttl)
             except asyncio.CancelledError:
                 self._renew_task = None
                 if not self.lost and not self.ended:  # pragma: no cover - the loop is shutting down
@@ -252,11 +252,11 @@ class AsyncLease(LeaseBase):
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, await _uncancelled(self._ops.renew_async(self.key, self.owner, ttl)))
+        return self._extended(sent, ttl, await _uncancelled(self._ops.renew_async(self.store_key, self.owner, ttl)))
 
     async def release_async(self) -> bool:
         """See `Lease.release`; a cancellation the store swallowed is raised."""
-        return self._holder_releases() and await _uncancelled(self._ops.release_async(self.key, self.owner))
+        return self._holder_releases() and await _uncancelled(self._ops.release_async(self.store_key, self.owner))
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
@@ -266,9 +266,9 @@ class AsyncLease(LeaseBase):
         if self._ending():
             ops = self._ops
             if ops.inline:  # an in-process store answers at once, here: no coroutine (`_release_bounded`)
-                released = _lease._release_quietly(ops, self.key, self.owner)
+                released = _lease._release_quietly(ops, self.store_key, self.owner)
             else:
-                released = await _release_bounded(ops, self.key, self.owner, self._tp, self._release_bound())
+                released = await _release_bounded(ops, self.store_key, self.owner, self._tp, self._release_bound())
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         told = self._told
@@ -328,6 +328,7 @@ async def acquire_lease_async(
 ) -> tuple[AsyncLease | None, float | None]:
     """See `acquire_lease`; an interrupted acquire releases its owner id in the background."""
     owner = owner or new_owner()
+    named, key = key, ops.prefix + key  # the lease reports `named`; the store holds `key`
     queued = ops.fair and schedule is not None
     inline = ops.inline
     # Only an await lets a cancellation in: an acquire that never waits on an in-process store needs no baseline.
@@ -350,7 +351,7 @@ async def acquire_lease_async(
             raise
         if token is not None:
             grant = (owner, token, sent, tag)
-            return AsyncLease(ops, key, grant, params=params, time_provider=time_provider, parent=signal), None
+            return AsyncLease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
         wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
         if wait is None or schedule is None:
             if queued:  # leave the queue: the turn passes on

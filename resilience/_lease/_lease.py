@@ -256,7 +256,7 @@ class Batch:
         leases = self.leases
         sent = leases[0]._tp.monotonic()
         todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
-        return sent, todo, [(leases[n].key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
+        return sent, todo, [(leases[n].store_key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
 
     def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
         """Settle the answers `got` for the leases at `todo` (the others were not sent: False)."""
@@ -299,7 +299,7 @@ def _group(lease: LeaseBase) -> Hashable:
     if group is None:
         return None
     try:
-        return group(lease.key)
+        return group(lease.store_key)
     except Exception:  # noqa: BLE001 - a store that cannot tell (a Cluster without this slot): one group
         return None
 
@@ -411,6 +411,7 @@ class LeaseBase:
         "key",
         "owner",
         "signal",
+        "store_key",
         "tag",
         "token",
     )
@@ -419,6 +420,7 @@ class LeaseBase:
         self,
         ops: StoreOps,
         key: str,
+        store_key: str,
         grant: tuple[str, int, float, object],
         *,
         params: LeaseParams,
@@ -427,12 +429,15 @@ class LeaseBase:
     ) -> None:
         """Start watching the lease the store granted: `grant` is (owner, token, the acquire's send time, tag).
 
-        Granted while `parent` aborted (the acquire raced the caller's cancellation), the lease
-        is given back at once (`_abandon`) and the signal's reason raised.
+        `key` is the key as the caller named it (its errors carry it), `store_key` the one the
+        store holds (`ops.prefix + key`). Granted while `parent` aborted (the acquire raced the
+        caller's cancellation), the lease is given back at once (`_abandon`) and the signal's
+        reason raised.
         """
         owner, token, sent, tag = grant
         self._ops = ops
         self.key = key
+        self.store_key = store_key
         self.owner = owner
         self._tp = time_provider
         if parent is not None and parent.aborted:
@@ -677,7 +682,7 @@ class Lease(LeaseBase):
     _bind = staticmethod(scheduler_for)  # the function itself: one call per lease, not two
 
     def _abandon(self) -> None:
-        _release_quietly(self._ops, self.key, self.owner)  # the store just answered: no reason to wait
+        _release_quietly(self._ops, self.store_key, self.owner)  # the store just answered: no reason to wait
 
     def _callbacks(self) -> Strand:
         strand = self._strand
@@ -727,7 +732,7 @@ class Lease(LeaseBase):
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, self._ops.renew(self.key, self.owner, ttl))
+        return self._extended(sent, ttl, self._ops.renew(self.store_key, self.owner, ttl))
 
     def release(self) -> bool:
         """Stop renewal and free the key if this owner still holds it (True only then).
@@ -735,7 +740,7 @@ class Lease(LeaseBase):
         Called by the holder itself (a primitive handle); the final `finish` then sends no
         second release. Store errors propagate.
         """
-        return self._holder_releases() and self._ops.release(self.key, self.owner)
+        return self._holder_releases() and self._ops.release(self.store_key, self.owner)
 
     def finish(self) -> LockLostError | None:
         """End the lease when the body ends; the loss error, if the lease was lost.
@@ -748,10 +753,10 @@ class Lease(LeaseBase):
         if self._ending():
             ops = self._ops
             if ops.inline:  # an in-process store answers at once, here
-                released = _release_quietly(ops, self.key, self.owner)
+                released = _release_quietly(ops, self.store_key, self.owner)
             else:
                 bound = self._release_bound()
-                released = _release_within(ops, self.key, self.owner, self._tp, bound=bound, group=_group(self))
+                released = _release_within(ops, self.store_key, self.owner, self._tp, bound=bound, group=_group(self))
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
@@ -799,6 +804,7 @@ def acquire_lease(
     interrupted) leaves it with that same release.
     """
     owner = owner or new_owner()
+    named, key = key, ops.prefix + key  # the lease reports `named`; the store holds `key`
     queued = ops.fair and schedule is not None
     # A queued waiter listens for its turn during its whole acquire, from before its first
     # attempt (see `_wait_turn`): a turn announced between a refused attempt and the wait is
@@ -820,7 +826,7 @@ def acquire_lease(
                 raise
             if token is not None:
                 grant = (owner, token, sent, tag)
-                return Lease(ops, key, grant, params=params, time_provider=time_provider, parent=signal), None
+                return Lease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
             wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
             if wait is None or schedule is None:
                 if queued:

@@ -2,7 +2,9 @@
 
 The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew`, `release` and the
 optional release notification without knowing which kind of store it drives; a semaphore
-store's `limit` is bound into `SemaphoreOps`.
+store's `limit` is bound into `SemaphoreOps`. An adapter's `prefix` (the primitives':
+`<prefix>:`) is what the engine puts before each key once, when it binds the key to a lease:
+the adapter's calls take that store key.
 """
 
 from __future__ import annotations
@@ -50,16 +52,18 @@ class StoreOps:
         "notify",
         "notify_async",
         "pool_owner",
+        "prefix",
         "renews_many",
         "renews_many_async",
         "renews_on_timer",
         "store",
     )
 
-    def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type) -> None:
+    def __init__(self, store: Any, *, sync_protocol: type, async_protocol: type, prefix: str) -> None:
         self.store = store
+        self.prefix = prefix
         # Whose thread pool runs the background calls: the store itself, or the key it
-        # declares (its client's connection pool, the store a primitive's prefixing view wraps).
+        # declares (its client's connection pool).
         capabilities = capabilities_of(store)
         self.pool_owner: object = store if capabilities.pool_key is None else capabilities.pool_key
         self.has_sync = serves(store, sync_protocol)
@@ -179,8 +183,8 @@ class LockOps(StoreOps):
 
     __slots__ = ()
 
-    def __init__(self, store: Any) -> None:
-        super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore)
+    def __init__(self, store: Any, prefix: str = "") -> None:
+        super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore, prefix=prefix)
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
@@ -208,8 +212,8 @@ class SharedLockOps(LockOps):
 
     __slots__ = ()
 
-    def __init__(self, store: Any) -> None:
-        super().__init__(store)
+    def __init__(self, store: Any, prefix: str = "") -> None:
+        super().__init__(store, prefix)
         self.has_sync = self.has_sync and serves(store, SupportsSharedHolds)
         self.has_async = self.has_async and serves(store, AsyncSupportsSharedHolds)
 
@@ -253,23 +257,12 @@ class SemaphoreOps(StoreOps):
 
     __slots__ = ("limit", "permits", "takes_permits", "takes_permits_async")
 
-    def __init__(
-        self,
-        store: Any,
-        limit: int,
-        *,
-        takes_permits: bool | None = None,
-        takes_permits_async: bool | None = None,
-    ) -> None:
-        super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore)
+    def __init__(self, store: Any, limit: int, prefix: str = "") -> None:
+        super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore, prefix=prefix)
         self.limit = limit
         self.permits = 1
-        # Whether the store takes `permits` (`SupportsPermits`): as it declares, or as the
-        # caller says for a store it wraps.
-        self.takes_permits = serves(store, SupportsPermits) if takes_permits is None else takes_permits
-        self.takes_permits_async = (
-            serves(store, AsyncSupportsPermits) if takes_permits_async is None else takes_permits_async
-        )
+        self.takes_permits = serves(store, SupportsPermits)  # several slots per holder
+        self.takes_permits_async = serves(store, AsyncSupportsPermits)
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
         if not capabilities_of(store).lease_info_takes_limit:
             self.lease_info = self.lease_info_async = False

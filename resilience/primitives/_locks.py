@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack, cast
 
 from resilience._context import LOCK_TOKEN, current_context, new_context, reset_context, set_context
 from resilience._lease import (
@@ -54,14 +54,12 @@ from resilience.stores import (
     AsyncLockStore,
     AsyncSemaphoreStore,
     AsyncSupportsInspection,
-    AsyncSupportsPermits,
     LockStore,
     SemaphoreStore,
     SupportsInspection,
-    SupportsPermits,
 )
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
-from resilience.stores._protocols import capabilities_of, serves
+from resilience.stores._protocols import serves
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
 from resilience.telemetry._source import TelemetrySource
 
@@ -82,72 +80,8 @@ __all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
 
 T = TypeVar("T")
 
-_KEYED: Final = (
-    "acquire",
-    "acquire_or_ttl",
-    "acquire_or_queue",
-    "acquire_shared",
-    "renew",
-    "release",
-    "wait_released",
-    "info",
-    "force_release",
-)
-"""The store methods that take the key first and have an `_async` twin."""
-
 
 # -- stores -----------------------------------------------------------------------------------
-
-
-class _PrefixedStore:
-    """A caller's store seen through the primitive's prefix: every key becomes `<prefix>:<key>`.
-
-    It offers exactly the key-taking methods (and so the protocols) of the store it wraps: the
-    variant class made for that store has a forwarder for each method the store has, and no
-    other. It declares what the wrapped store declares (`capabilities`: its kind, its flavours).
-    The engine thus works on the caller's keys, and errors carry them.
-    """
-
-    def __init__(self, inner: Any, prefix: str) -> None:
-        self.inner = inner
-        self.prefix = prefix + ":"
-        # What the wrapped store declares, its pool included (leases through the view share it).
-        own = capabilities_of(inner)
-        self.capabilities = dataclasses.replace(own, pool_key=inner if own.pool_key is None else own.pool_key)
-
-    def __repr__(self) -> str:
-        return f"<{self.prefix}* of {self.inner!r}>"
-
-
-def _forwarder(name: str) -> Callable[..., Any]:
-    """The view's method `name`: the wrapped store's, called with the key prefixed (a coroutine for `_async`)."""
-    if name.endswith("_async"):
-
-        async def forward_async(self: _PrefixedStore, key: str, *args: Any, **kwargs: Any) -> Any:
-            return await getattr(self.inner, name)(self.prefix + key, *args, **kwargs)
-
-        return forward_async
-
-    def forward(self: _PrefixedStore, key: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.inner, name)(self.prefix + key, *args, **kwargs)
-
-    return forward
-
-
-_FORWARDERS: Final = {
-    name: _forwarder(name)
-    for name in (*_KEYED, *(f"{keyed}_async" for keyed in _KEYED), "add_release_listener", "renewal_group")
-}
-
-
-@functools.cache
-def _prefixed_variant(offered: tuple[str, ...]) -> type[_PrefixedStore]:
-    return type("_PrefixedStore", (_PrefixedStore,), {name: _FORWARDERS[name] for name in offered})
-
-
-def _prefixed(store: object, prefix: str) -> _PrefixedStore:
-    offered = tuple(name for name in _FORWARDERS if callable(getattr(store, name, None)))
-    return _prefixed_variant(offered)(store, prefix)
 
 
 def _is_async_source(client: object) -> bool:
@@ -452,7 +386,7 @@ class Locks(Closing):
     _error_type: type[LockLostError] = LockLostError
     _redis_type: type[RedisLockStore | RedisSemaphoreStore] = RedisLockStore  # the store made from a client
 
-    __slots__ = ("_events", "_key_prefix", "_ops", "_owns_store", "_shared", "_tp", "store", "ttl")
+    __slots__ = ("_events", "_ops", "_owns_store", "_shared", "_tp", "store", "ttl")
 
     def __init__(self, client: object, *, prefix: str, ttl: Duration, time_provider: TimeProvider | None) -> None:
         problems = Problems()
@@ -468,18 +402,16 @@ class Locks(Closing):
         assert seconds is not None
         self.ttl: float = seconds
         """The default lease length (seconds)."""
-        store: object
         if _is_store(client):
             self._check_store_kind(client)
-            store = _prefixed(client, prefix)
             self.store: object = client
             """The store the leases live in (made from the client, or the one passed)."""
             self._owns_store = False
-            self._key_prefix = f"{prefix}:"
+            key_prefix = f"{prefix}:"  # the adapter puts it before each key
         else:
-            store = self.store = self._store_from_client(client, prefix)
+            self.store = self._store_from_client(client, prefix)
             self._owns_store = True
-            self._key_prefix = ""  # the store made from the client applies the prefix itself
+            key_prefix = ""  # the store made from the client applies the prefix itself
         if time_provider is None:
             time_provider = (
                 client.time_provider if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else SYSTEM_TIME
@@ -491,7 +423,7 @@ class Locks(Closing):
             )
             raise ValidationError(msg)
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
-        self._ops: StoreOps = self._make_ops(store)
+        self._ops: StoreOps = self._make_ops(self.store, key_prefix)
         self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
         self._shared: tuple[StoreOps, LockEvents] | None = None  # made on the first shared hold
 
@@ -505,8 +437,8 @@ class Locks(Closing):
             msg = f"client: {store!r} is a semaphore store: use semaphore(...) or pass a lock store"
             raise ValidationError(msg)
 
-    def _make_ops(self, store: object) -> StoreOps:
-        return LockOps(store)
+    def _make_ops(self, store: object, prefix: str) -> StoreOps:
+        return LockOps(store, prefix)
 
     def _store_from_client(self, client: object, prefix: str) -> object:
         if kind := redis_client_kind(client):
@@ -635,7 +567,7 @@ class Locks(Closing):
         mode = self._shared
         if mode is None:
             events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, "shared")
-            mode = self._shared = (SharedLockOps(self._ops.store), events)
+            mode = self._shared = (SharedLockOps(self._ops.store, self._ops.prefix), events)
         return mode
 
     # -- engine -----------------------------------------------------------------------------
@@ -666,7 +598,7 @@ class Locks(Closing):
 
     def _held_id(self, key: str) -> tuple[int, str] | None:
         """The key as the lock strategy records held keys (store, key in it); None: reentry is allowed."""
-        return (id(self.store), self._key_prefix + key)
+        return (id(self.store), self._ops.prefix + key)
 
     def _owner(self) -> str | None:
         """The owner id of the next acquisition (None: a random one, `new_owner`)."""
@@ -897,8 +829,8 @@ class Locks(Closing):
 
     # -- inspection -------------------------------------------------------------------------
 
-    def _inspector(self, key: object, method: str, *, is_async: bool) -> Any:
-        """The store, once `method`'s flavour, its `key` and the store's inspection capability are checked."""
+    def _inspect(self, key: object, method: str, *, is_async: bool) -> Any:
+        """The store's `method` on `key` under the prefix, once the flavour, `key` and the capability are checked."""
         self._need(method, is_async=is_async)
         if not isinstance(key, str) or not key:
             msg = f"key: must be a non-empty str, got {key!r}"
@@ -908,7 +840,7 @@ class Locks(Closing):
             capability = "AsyncSupportsInspection" if is_async else "SupportsInspection"
             msg = f"{self._kind}(...).{method}: the store {self.store!r} cannot inspect its keys (no {capability})"
             raise ValidationError(msg)
-        return store
+        return getattr(store, method)(self._ops.prefix + key)
 
     def info(self, key: str, /) -> LockInfo | None:
         """Who holds `key` now: None when it is free, else a `LockInfo` (`key` as you named it).
@@ -918,12 +850,12 @@ class Locks(Closing):
         clock and permits; `waiters` is the length of the key's queue (None when the store
         does not record waiters: PostgreSQL).
         """
-        found = self._inspector(key, "info", is_async=False).info(key)
+        found = self._inspect(key, "info", is_async=False)
         return None if found is None else dataclasses.replace(found, key=key)
 
     async def info_async(self, key: str, /) -> LockInfo | None:
         """See `info`."""
-        found = await self._inspector(key, "info_async", is_async=True).info_async(key)
+        found = await self._inspect(key, "info_async", is_async=True)
         return None if found is None else dataclasses.replace(found, key=key)
 
     def force_release(self, key: str, /) -> bool:
@@ -934,11 +866,11 @@ class Locks(Closing):
         as by a release. What keeps a holder that is still running from doing harm is fencing:
         the next holder's token is larger.
         """
-        return bool(self._inspector(key, "force_release", is_async=False).force_release(key))
+        return bool(self._inspect(key, "force_release", is_async=False))
 
     async def force_release_async(self, key: str, /) -> bool:
         """See `force_release`."""
-        return bool(await self._inspector(key, "force_release_async", is_async=True).force_release_async(key))
+        return bool(await self._inspect(key, "force_release_async", is_async=True))
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -991,15 +923,8 @@ class Semaphores(Locks):
             msg = f"client: {store!r} is a lock store: use lock(...) or pass a semaphore store"
             raise ValidationError(msg)
 
-    def _make_ops(self, store: object) -> StoreOps:
-        # Whether permits reach the store is what the caller's store declares (the prefixing
-        # view passes every argument on, whatever its target takes).
-        return SemaphoreOps(
-            store,
-            self.limit,
-            takes_permits=serves(self.store, SupportsPermits),
-            takes_permits_async=serves(self.store, AsyncSupportsPermits),
-        )
+    def _make_ops(self, store: object, prefix: str) -> StoreOps:
+        return SemaphoreOps(store, self.limit, prefix)
 
     def _permits(self, permits: object) -> int:
         """`permits` when an int between 1 and the limit; else `ValidationError` naming it."""

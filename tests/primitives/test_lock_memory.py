@@ -562,7 +562,6 @@ class TestStoreShapes:
         assert inner.acquire("p:k", "other", 1) is None
         assert locks.acquire("k", retries=1, retry_delay=0.01) is None
         assert holder.release()
-        assert "p:*" in repr(locks._ops.store)
 
     async def test_a_plain_async_store(self, clock: FakeTimeProvider) -> None:
         """An async store without lease info or notification: acquire_async through the prefix."""
@@ -636,16 +635,17 @@ def test_locks_are_not_reentrant_across_the_primitive_and_the_strategy() -> None
     assert locks.run("other", lambda _h: locks.run("k", lambda _h2: "different keys nest")) == "different keys nest"
 
 
-def test_the_prefixed_store_forwards_renewal_groups() -> None:
+def test_a_renewal_group_is_asked_about_the_prefixed_key() -> None:
     """A store that groups its keys by server (a Cluster) keeps doing so behind the primitive's prefix."""
-    from resilience.primitives._locks import _prefixed
-    from resilience.stores import MemoryLockStore, SupportsRenewalGroups
+    from resilience._lease._lease import _group
+    from resilience.stores import MemoryLockStore
 
     class Grouped(MemoryLockStore):
         def renewal_group(self, key: str) -> object:
             return f"node-of-{key}"
 
-    wrapped = _prefixed(Grouped(), "app")
-    assert isinstance(wrapped, SupportsRenewalGroups)
-    assert wrapped.renewal_group("job") == "node-of-app:job"
-    assert not isinstance(_prefixed(MemoryLockStore(), "app"), SupportsRenewalGroups)
+    handle = lock(Grouped(), prefix="app").acquire("job")
+    assert handle is not None
+    assert (handle.key, handle._lease.store_key) == ("job", "app:job")
+    assert _group(handle._lease) == "node-of-app:job"
+    assert handle.release()

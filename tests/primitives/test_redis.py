@@ -23,7 +23,7 @@ from resilience.primitives import lock, semaphore
 from resilience.stores import RedisLockStore
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Iterator, Sequence
 
     from resilience.primitives import LockHandle
     from tests.redis_support import RedisServer
@@ -191,18 +191,18 @@ class TestLeasePolicy:
         assert caught.value is reasons[0]
 
     def test_on_renew_error_on_a_failing_renewal(self, client: redis.Redis, key: str) -> None:
-        """A store whose renew raises once: on_renew_error is told, the lease survives."""
+        """A store whose renewal raises once: on_renew_error is told, the lease survives."""
         errors: list[Exception] = []
 
         class FlakyOnce(RedisLockStore):
             failed = False
 
-            def renew(self, key: str, owner: str, ttl: float) -> bool:
-                if not self.failed:
+            def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+                if not self.failed:  # the engine renews through renew_many, as for the lock strategy
                     self.failed = True
                     msg = "blip"
                     raise ConnectionError(msg)
-                return super().renew(key, owner, ttl)
+                return super().renew_many(items)
 
         store = FlakyOnce(client)
         locks = lock(store, ttl=0.6)

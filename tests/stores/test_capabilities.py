@@ -87,14 +87,12 @@ def test_the_database_stores_queue_and_only_the_semaphores_pass_the_limit() -> N
     assert RedisSemaphoreStore.capabilities == semaphore
 
 
-def test_the_prefixing_view_forwards_what_the_store_declares_and_its_pool() -> None:
-    """Leases through a primitive's view use the wrapped store's capabilities and share its pool."""
+def test_a_primitive_drives_the_callers_store_under_its_prefix() -> None:
+    """A primitive's leases use the caller's store (its capabilities, its pool), the prefix held by the adapter."""
     clock = FakeTimeProvider()
     store = MemoryLockStore(clock)
     ops = lock(store, prefix="jobs", time_provider=clock)._ops
-    assert ops.store is not store  # the prefixing view
-    assert ops.store.capabilities == StoreCapabilities(
-        kind="lock", fair_queue=True, answers_inline=True, renews_on_timer=True, pool_key=store
-    )
-    assert (ops.fair, ops.inline) == (True, True)
+    assert ops.store is store
+    assert ops.prefix == "jobs:"
+    assert (ops.fair, ops.inline, ops.renews_on_timer) == (True, True, True)
     assert ops.pool_owner is store
