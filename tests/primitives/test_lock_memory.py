@@ -129,6 +129,18 @@ class TestHeartbeat:
         lock(store, ttl=TTL).run("k", lambda h: step(clock, 3.05), heartbeat=1)
         assert kinds(store).count("renew") == 3
 
+    def test_leases_under_two_prefixes_on_one_store_renew_each_under_its_key(self, clock: FakeTimeProvider) -> None:
+        """Two primitives on one store: their renewals share batches, each lease renewed under its own prefix."""
+        store = MemoryLockStore(clock)
+        with lock(store, prefix="a", ttl=TTL).hold("k") as first, lock(store, prefix="b", ttl=TTL).hold("k") as second:
+            step(clock, 3 * TTL, dt=0.1)
+            for key, handle in (("a:k", first), ("b:k", second)):
+                assert not handle.lost
+                found = store.info(key)
+                assert found is not None
+                assert [holder.token for holder in found.holders] == [handle.token]
+                assert found.holders[0].expires_in > TTL / 2
+
     def test_a_short_body_costs_no_renewal(self, clock: FakeTimeProvider) -> None:
         """A body that ends inside the first interval sends acquire and release only."""
         store = FaultyStore(clock)
