@@ -151,16 +151,7 @@ def hedging_strategy(
     original call's outcome is returned or raised (as in Polly). Sync executions run hedged attempts on a small shared
     thread pool: see `docs/hedging.md`.
     """
-    return HedgingStrategyOptions(
-        max_hedged_attempts=max_hedged_attempts,
-        delay=delay,
-        delay_generator=delay_generator,
-        action_generator=action_generator,
-        handle=handle,
-        handle_result=handle_result,
-        on_hedging=on_hedging,
-        name=name,
-    )
+    return HedgingStrategyOptions(**locals())
 
 
 class HedgingStrategy:
