@@ -379,10 +379,8 @@ class _Run:
             if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
-            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
-            settled = self.state.settled
         context.end_scope()
-        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
+        self.abandon(attempt)  # a hedge launched before the caller's abort never starts
         return None
 
     def abandon(self, attempt: int) -> None:
