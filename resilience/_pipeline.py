@@ -511,9 +511,6 @@ class ResiliencePipeline(Closing):
             or CAPTURES.listeners
             or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
-            if self._source.options.trace_executions:
-                with self._span(context):
-                    return self._observe(plan, context, fn)
             return self._observe(plan, context, fn)
         if plan.strategies:
             context._quiet = True
@@ -542,6 +539,8 @@ class ResiliencePipeline(Closing):
 
     def _span(self, context: ResilienceContext) -> Any:
         """The execution span's context manager (`trace_executions`): a null one when no tracer records."""
+        if not self._source.options.trace_executions:
+            return contextlib.nullcontext()
         facts = {
             "pipeline.name": self.name,
             "pipeline.instance": self.instance_name,
@@ -551,14 +550,15 @@ class ResiliencePipeline(Closing):
         return contextlib.nullcontext() if span is None else span
 
     def _observe(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
-        started = self._executing(context)
-        try:
-            result = self._run(plan, context, fn)
-        except Exception as exc:
-            self._executed(context, started, Err(exc))
-            raise
-        self._executed(context, started, Ok(result))
-        return result
+        with self._span(context):
+            started = self._executing(context)
+            try:
+                result = self._run(plan, context, fn)
+            except Exception as exc:
+                self._executed(context, started, Err(exc))
+                raise
+            self._executed(context, started, Ok(result))
+            return result
 
     def _run(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., T]) -> T:
         """The strategies' chain over `context` (the ambient context while they run, if the plan says so)."""
@@ -612,9 +612,6 @@ class ResiliencePipeline(Closing):
             or CAPTURES.listeners
             or (_OTEL in _MODULES and otel_active(self._source.options))
         ):
-            if self._source.options.trace_executions:
-                with self._span(context):
-                    return await self._observe_async(plan, context, fn)
             return await self._observe_async(plan, context, fn)
         if plan.strategies:
             context._quiet = True
@@ -642,19 +639,20 @@ class ResiliencePipeline(Closing):
             reset_context(token)
 
     async def _observe_async(self, plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> T:
-        started = self._executing(context)
-        token = set_context(context) if plan.ambient else None  # see `_run`
-        try:
-            result = await _chain_async(plan, context, fn)
-        except Exception as exc:
-            self._executed(context, started, Err(exc))
-            raise
-        finally:
-            if token is not None:
-                reset_context(token)
-            context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
-        self._executed(context, started, Ok(result))
-        return result
+        with self._span(context):
+            started = self._executing(context)
+            token = set_context(context) if plan.ambient else None  # see `_run`
+            try:
+                result = await _chain_async(plan, context, fn)
+            except Exception as exc:
+                self._executed(context, started, Err(exc))
+                raise
+            finally:
+                if token is not None:
+                    reset_context(token)
+                context._call.clear()  # type: ignore[union-attr]  # a kept context keeps no argument alive
+            self._executed(context, started, Ok(result))
+            return result
 
     async def settle_async(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Ok[T] | Err:
         """Like `execute_async`, but return an `Outcome` instead of raising an `Exception`."""

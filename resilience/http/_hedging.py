@@ -135,12 +135,4 @@ def http_hedging_strategy(
     The losers' responses are closed; a sync loser is abandoned at once (its response is
     closed when it arrives) so the winner is returned without waiting for it.
     """
-    return HttpHedgingStrategyOptions(
-        max_hedged_attempts=max_hedged_attempts,
-        delay=delay,
-        delay_generator=delay_generator,
-        handle=handle,
-        hedge_unsafe_methods=hedge_unsafe_methods,
-        on_hedging=on_hedging,
-        name=name,
-    )
+    return HttpHedgingStrategyOptions(**locals())

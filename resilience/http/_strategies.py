@@ -181,18 +181,7 @@ def http_retry_strategy(
     delay, after `on_retry` ran (a small body read into it, so that it stays readable if the
     wait is cut short; a large one closed).
     """
-    return HttpRetryStrategyOptions(
-        max_retries=max_retries,
-        delay=delay,
-        backoff=backoff,
-        jitter=jitter,
-        max_delay=max_delay,
-        handle=handle,
-        use_retry_after=use_retry_after,
-        retry_unsafe_methods=retry_unsafe_methods,
-        on_retry=on_retry,
-        name=name,
-    )
+    return HttpRetryStrategyOptions(**locals())
 
 
 # -- timeout ----------------------------------------------------------------------------------
@@ -274,7 +263,7 @@ def http_timeout_strategy(
     (or less, if the client's own timeout is shorter) as httpx's connect, read, write and
     pool timeouts, so that a sync request blocked on the network is really cut.
     """
-    return HttpTimeoutStrategyOptions(timeout=timeout, on_timeout=on_timeout, name=name)
+    return HttpTimeoutStrategyOptions(**locals())
 
 
 # -- circuit breaker --------------------------------------------------------------------------
@@ -416,16 +405,4 @@ def http_circuit_breaker_strategy(
     scheme-host-port gets its own circuit, so one failing host does not cut the others off;
     `manual_control` drives every one of them.
     """
-    return HttpCircuitBreakerStrategyOptions(
-        failure_ratio=failure_ratio,
-        minimum_throughput=minimum_throughput,
-        sampling_duration=sampling_duration,
-        break_duration=break_duration,
-        handle=handle,
-        per_authority=per_authority,
-        manual_control=manual_control,
-        on_opened=on_opened,
-        on_closed=on_closed,
-        on_half_opened=on_half_opened,
-        name=name,
-    )
+    return HttpCircuitBreakerStrategyOptions(**locals())

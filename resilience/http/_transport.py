@@ -57,6 +57,7 @@ __all__ = [
     "DEADLINE",
     "AsyncResilientTransport",
     "ResilientTransport",
+    "attempt",
     "discard",
     "discard_async",
     "release",
@@ -374,27 +375,40 @@ def send_abortable(send: Callable[[], R]) -> R:
     return answer  # type: ignore[no-any-return]
 
 
-def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
-    """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
+def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception], *, abortable: bool) -> R:
+    """One sync attempt of either client: `send()` (its timeout error `timeouts`) between the discards.
+
+    The responses this flow produced before are discarded first; a response that answers after
+    the execution ended is discarded too.
+    """
     flow = threading.get_ident()
     for discarded in exchange.take_earlier(flow):
         discard(discarded)
-    abortable = ABORTABLE.get()
-    request = exchange.prepare(own_copy=abortable)
     try:
-        if abortable:
-            response = send_abortable(functools.partial(transport.handle_request, request))
-        else:
-            response = transport.handle_request(request)
-    except httpx.TimeoutException:
+        # Under HTTP hedging, sent from a sender thread so that a loser is abandoned at once.
+        response = send_abortable(send) if abortable else send()
+    except timeouts:
         if exchange.deadline_passed():
-            # httpx's timeout, set to our deadline, beat the strategy's timer by a hair: let
+            # The client's timeout, set to our deadline, beat the strategy's timer by a hair: let
             # the timer fire, so the timeout strategy reports it and a retry sees the abort.
             _signal().wait(_GRACE)
         raise
-    response.request = request
     if not exchange.add(flow, response):
         discard(response)  # a hedged attempt that lost, answered after the execution ended
+    return response
+
+
+def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
+    """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
+    abortable = ABORTABLE.get()
+    request = exchange.prepare(own_copy=abortable)
+    send = functools.partial(_handle, transport, request)
+    return attempt(exchange, send, httpx.TimeoutException, abortable=abortable)
+
+
+def _handle(transport: httpx.BaseTransport, request: httpx.Request) -> httpx.Response:
+    response = transport.handle_request(request)
+    response.request = request
     return response
 
 
@@ -410,11 +424,11 @@ async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchang
         response = await transport.handle_async_request(request)
     except httpx.TimeoutException:
         if exchange.deadline_passed():
-            await _signal().wait_async(_GRACE)  # see _attempt
+            await _signal().wait_async(_GRACE)  # see `attempt`
         raise
     response.request = request
     if not exchange.add(flow, response):
-        await discard_async(response)  # see _attempt
+        await discard_async(response)  # see `attempt`
     return response
 
 

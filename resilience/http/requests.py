@@ -19,7 +19,6 @@ becomes the attempt's `timeout=`. Importing this module teaches the HTTP rules r
 from __future__ import annotations
 
 import functools
-import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -29,12 +28,9 @@ from requests.adapters import HTTPAdapter
 from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
 from resilience.http._transport import (
-    _GRACE,
     ABORTABLE,
     _Exchange,
-    _signal,
-    discard,
-    send_abortable,
+    attempt,
     server_tags,
     small_body,
 )
@@ -110,25 +106,11 @@ class _RequestsExchange(_Exchange):
 
 
 def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
-    """One attempt: discard this flow's earlier responses, send with the deadline as the timeout."""
-    flow = threading.get_ident()
-    for discarded in exchange.take_earlier(flow):
-        discard(discarded)
+    """One attempt: sent with the time left before the nearest deadline as the timeout."""
     send = functools.partial(
         HTTPAdapter.send, adapter, exchange.prepared, timeout=exchange.attempt_timeout(), **options
     )
-    try:
-        # Under HTTP hedging, sent from a sender thread so that a loser is abandoned at once.
-        response: requests.Response = send_abortable(send) if ABORTABLE.get() else send()
-    except requests.exceptions.Timeout:
-        if exchange.deadline_passed():
-            # requests' timeout, set to our deadline, beat the strategy's timer by a hair: let
-            # the timer fire, so the timeout strategy reports it and a retry sees the abort.
-            _signal().wait(_GRACE)
-        raise
-    if not exchange.add(flow, response):
-        discard(response)  # a hedged attempt that lost, answered after the execution ended
-    return response
+    return attempt(exchange, send, requests.exceptions.Timeout, abortable=ABORTABLE.get())
 
 
 class ResilientHTTPAdapter(HTTPAdapter):

@@ -108,8 +108,8 @@ class TelemetrySource:
         _otel.observe(metric, owner, read, self.options, {k: v for k, v in found.items() if v is not None})
 
     def execution_span(self, attributes: Mapping[str, str]) -> Any:
-        """The execution span's context manager (`trace_executions`), or None when no tracer records."""
-        tracer = _otel.tracer(self.options) if self.options.trace_executions else None
+        """The execution span's context manager, or None when no tracer records (`trace_executions` is asked first)."""
+        tracer = _otel.tracer(self.options)
         if tracer is None:
             return None
         return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)

@@ -258,16 +258,7 @@ def chaos_fault_strategy(
     (None: no injection). `injection_rate` (0 to 1) or `injection_rate_generator` sets the
     share; `enabled` or `enabled_generator` (which wins) switches it at run time.
     """
-    return ChaosFaultStrategyOptions(
-        injection_rate=injection_rate,
-        injection_rate_generator=injection_rate_generator,
-        fault=fault,
-        fault_generator=fault_generator,
-        enabled=enabled,
-        enabled_generator=enabled_generator,
-        on_fault_injected=on_fault_injected,
-        name=name,
-    )
+    return ChaosFaultStrategyOptions(**locals())
 
 
 def chaos_latency_strategy(
@@ -290,16 +281,7 @@ def chaos_latency_strategy(
     (the signal's reason is raised; the callable does not run). `latency_generator(args)` may
     choose each latency (None: `latency`; zero or less: no injection).
     """
-    return ChaosLatencyStrategyOptions(
-        latency=latency,
-        latency_generator=latency_generator,
-        injection_rate=injection_rate,
-        injection_rate_generator=injection_rate_generator,
-        enabled=enabled,
-        enabled_generator=enabled_generator,
-        on_latency_injected=on_latency_injected,
-        name=name,
-    )
+    return ChaosLatencyStrategyOptions(**locals())
 
 
 def chaos_outcome_strategy(
@@ -321,16 +303,7 @@ def chaos_outcome_strategy(
     copy of `exception`. `outcome_generator(args)` may choose one per injection (None: no
     injection).
     """
-    return ChaosOutcomeStrategyOptions(
-        outcome=outcome,
-        outcome_generator=outcome_generator,
-        injection_rate=injection_rate,
-        injection_rate_generator=injection_rate_generator,
-        enabled=enabled,
-        enabled_generator=enabled_generator,
-        on_outcome_injected=on_outcome_injected,
-        name=name,
-    )
+    return ChaosOutcomeStrategyOptions(**locals())
 
 
 def chaos_behavior_strategy(
@@ -349,15 +322,7 @@ def chaos_behavior_strategy(
     fill a disk); an awaitable it returns is awaited in async executions; if it raises, the
     exception propagates and the callable does not run.
     """
-    return ChaosBehaviorStrategyOptions(
-        behavior=behavior,
-        injection_rate=injection_rate,
-        injection_rate_generator=injection_rate_generator,
-        enabled=enabled,
-        enabled_generator=enabled_generator,
-        on_behavior_injected=on_behavior_injected,
-        name=name,
-    )
+    return ChaosBehaviorStrategyOptions(**locals())
 
 
 # -- strategies -------------------------------------------------------------------------------

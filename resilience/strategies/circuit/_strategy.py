@@ -201,24 +201,7 @@ def circuit_breaker_strategy(
     With `consecutive_failures`, each process counts its own failures in a row, and an
     opening decided by any process opens the circuit for the fleet.
     """
-    return CircuitBreakerStrategyOptions(
-        failure_ratio=failure_ratio,
-        minimum_throughput=minimum_throughput,
-        sampling_duration=sampling_duration,
-        consecutive_failures=consecutive_failures,
-        break_duration=break_duration,
-        break_duration_generator=break_duration_generator,
-        handle=handle,
-        manual_control=manual_control,
-        state_provider=state_provider,
-        on_opened=on_opened,
-        on_closed=on_closed,
-        on_half_opened=on_half_opened,
-        state_store=state_store,
-        circuit_key=circuit_key,
-        sync_interval=sync_interval,
-        name=name,
-    )
+    return CircuitBreakerStrategyOptions(**locals())
 
 
 class CircuitBreakerStrategy:

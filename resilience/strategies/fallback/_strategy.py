@@ -95,9 +95,7 @@ def fallback_strategy(
     `BaseException` that is not an `Exception` (cancellation, interrupts) is never handled, and
     no fallback runs once the caller's signal has aborted.
     """
-    return FallbackStrategyOptions(
-        fallback, handle=handle, handle_result=handle_result, on_fallback=on_fallback, name=name
-    )
+    return FallbackStrategyOptions(**locals())
 
 
 class FallbackStrategy:

@@ -151,16 +151,7 @@ def hedging_strategy(
     original call's outcome is returned or raised (as in Polly). Sync executions run hedged attempts on a small shared
     thread pool: see `docs/hedging.md`.
     """
-    return HedgingStrategyOptions(
-        max_hedged_attempts=max_hedged_attempts,
-        delay=delay,
-        delay_generator=delay_generator,
-        action_generator=action_generator,
-        handle=handle,
-        handle_result=handle_result,
-        on_hedging=on_hedging,
-        name=name,
-    )
+    return HedgingStrategyOptions(**locals())
 
 
 class HedgingStrategy:
@@ -388,10 +379,8 @@ class _Run:
             if not self.state.finished and not (attempt and self.aborted):
                 self.contexts[attempt] = context
                 return context
-            finished = self.state.abandoned(attempt)  # a hedge launched before the caller's abort never starts
-            settled = self.state.settled
         context.end_scope()
-        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
+        self.abandon(attempt)  # a hedge launched before the caller's abort never starts
         return None
 
     def abandon(self, attempt: int) -> None:

@@ -144,18 +144,7 @@ def retry_strategy(
     run out). Delays: `backoff` over `delay`, `jitter`, capped by `max_delay`;
     `delay_generator` may override each one (None keeps the backoff).
     """
-    return RetryStrategyOptions(
-        max_retries=max_retries,
-        delay=delay,
-        backoff=backoff,
-        jitter=jitter,
-        max_delay=max_delay,
-        handle=handle,
-        handle_result=handle_result,
-        delay_generator=delay_generator,
-        on_retry=on_retry,
-        name=name,
-    )
+    return RetryStrategyOptions(**locals())
 
 
 class RetryStrategy:
