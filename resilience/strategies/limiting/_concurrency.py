@@ -6,27 +6,41 @@ has room (`queue`) and waits up to `wait`; a released permit goes to the first i
 built strategy has its own permits. Rejection — queue full, or the wait ran out — raises
 `RateLimiterRejectedError` (as in Polly, the rate limiter's error) with `retry_after=None`,
 after the `OnRateLimiterRejected` event and `on_rejected`.
+
+With a store each permit is a lease on it (`LeasedPermits`). The lock strategy already performs
+the five steps of a lease — acquire (waiting fairly, woken by releases), run under the lease's
+signal and fencing token, renew every ttl/3, lose, release exactly once — through the lease
+engine. A store-backed concurrency limiter is that same strategy over a semaphore store: a
+`LockStrategy` whose store adapter is `SemaphoreOps(store, limit)`, whose loss error is
+`SemaphoreLeaseLostError`, and whose rejection is the limiter's (`RateLimiterRejectedError`,
+`OnRateLimiterRejected`, `on_rejected`). No lease logic lives here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextvars
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from resilience._lease import LockEvents, SemaphoreOps
 from resilience._validation import Duration, Problems, wrong_store
+from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies.limiting._leased_permits import LeasedPermits
+from resilience.strategies._common import call_back, call_back_async
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     Limiter,
     OnRateLimiterRejectedArguments,
     carried,
     check_key,
+    reject,
     resolve_key,
 )
+from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
+from resilience.telemetry._source import Tally
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -34,7 +48,12 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
 
-__all__ = ["ConcurrencyLimiterStrategy", "ConcurrencyLimiterStrategyOptions", "concurrency_limiter_strategy"]
+__all__ = [
+    "ConcurrencyLimiterStrategy",
+    "ConcurrencyLimiterStrategyOptions",
+    "LeasedPermits",
+    "concurrency_limiter_strategy",
+]
 
 T = TypeVar("T")
 
@@ -144,7 +163,7 @@ class ConcurrencyLimiterStrategy(Limiter):
     __slots__ = ("_limit", "_permits", "_pool", "carry_key")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options, context)
+        super().__init__(options.name, options.key, options.wait, options.on_rejected, context.telemetry)
         self._limit = options.limit
         self.carry_key, permits = carried(context, self.name, "concurrency", options.limit, options.queue)
         if permits is None:
@@ -213,3 +232,84 @@ class ConcurrencyLimiterStrategy(Limiter):
 
     def __repr__(self) -> str:
         return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self._limit} key={self._key!r}>"
+
+
+# The rejection this execution's limiter just raised, with its arguments: the lock strategy
+# raises it from deep inside, where `on_rejected` (sync or awaited) cannot run.
+_REJECTED: contextvars.ContextVar[tuple[object, RateLimiterRejectedError, OnRateLimiterRejectedArguments] | None] = (
+    contextvars.ContextVar("resilience._permit_rejected", default=None)
+)
+
+
+class LeasedPermits(LockStrategy):
+    """The concurrency limiter over a `SemaphoreStore`/`AsyncSemaphoreStore` (see the module docstring)."""
+
+    def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
+        lock_options = LockStrategyOptions(options.key, ttl=options.ttl, wait=options.wait, name=options.name)
+        self._setup(lock_options, context)
+        self._events = LockEvents(context.telemetry, self._time_provider, "semaphore")
+        self._callers = Tally()  # executions inside: waiting for a permit, or holding one
+        context.telemetry.observe("resilience.limiter.in_use", self, _in_use)
+        context.telemetry.observe("resilience.limiter.queued", self, _queued)
+        store = options.store
+        self._bind(SemaphoreOps(store, options.limit), f"the semaphore store {store!r}", "RedisSemaphoreStore")
+        # The lock's lease parameters, losing with the semaphore's error.
+        self._params = replace(self._params, error_type=SemaphoreLeaseLostError)
+        self._async_params = replace(self._async_params, error_type=SemaphoreLeaseLostError)
+        self.limit = options.limit
+        self.on_rejected = options.on_rejected
+        self.limiter_telemetry = context.telemetry
+
+    def _reject(  # type: ignore[override]
+        self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
+    ) -> RateLimiterRejectedError:
+        del started
+        error, arguments = reject(self.limiter_telemetry, context, key, retry_after)
+        if reentrant:
+            error = RateLimiterRejectedError(
+                key, None, message=f"this execution already holds a permit of {key!r} (permits are not reentrant)"
+            )
+        _REJECTED.set((self, error, arguments))
+        return error
+
+    def _ours(self, error: RateLimiterRejectedError) -> OnRateLimiterRejectedArguments | None:
+        rejected = _REJECTED.get()
+        if rejected is None or rejected[0] is not self or rejected[1] is not error:
+            return None
+        _REJECTED.set(None)
+        return rejected[2]
+
+    def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
+        """Run `callback` holding a leased permit (the lock strategy's five steps), else reject."""
+        try:
+            with self._callers:
+                return LockStrategy.execute(self, callback, context)
+        except RateLimiterRejectedError as error:
+            arguments = self._ours(error)
+            if arguments is not None and self.on_rejected is not None:
+                call_back(self.on_rejected, arguments)
+            raise
+
+    async def execute_async(
+        self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
+    ) -> T:
+        """The asyncio twin of `execute`."""
+        try:
+            with self._callers:
+                return await LockStrategy.execute_async(self, callback, context)
+        except RateLimiterRejectedError as error:
+            arguments = self._ours(error)
+            if arguments is not None and self.on_rejected is not None:
+                await call_back_async(self.on_rejected, arguments)
+            raise
+
+    def __repr__(self) -> str:
+        return f"<ConcurrencyLimiterStrategy name={self.name!r} limit={self.limit} key={self._key!r} ttl={self._ttl!r}>"
+
+
+def _in_use(permits: LeasedPermits) -> int:
+    return len(permits._events.held)
+
+
+def _queued(permits: LeasedPermits) -> int:
+    return max(permits._callers.value - len(permits._events.held), 0)
