@@ -8,7 +8,7 @@ the current asyncio task (`cancel_scope`).
 Two kinds of callback: the library's own wake-ups (`wait`'s event, a cancel scope, a retry
 sleep, a lock or limiter wait, an abortable HTTP send: each sets an event or schedules a task's
 wake-up, and never blocks) and everything else (user code). A deferred abort
-(`_abort_deferred`, from the shared timer thread) runs the wake-ups where it aborts and leaves
+(`abort_deferred`, from the shared timer thread) runs the wake-ups where it aborts and leaves
 only user code to the caller's worker, so no user callback, however slow or many, can keep
 the library's waiters asleep.
 """
@@ -111,14 +111,16 @@ class Signal:
             _call_each(callbacks.values(), reason, "a signal callback raised")
         return True
 
-    def _abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
+    def abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
         """Abort now, but leave the user callbacks to the caller: a function that runs them, or None.
 
-        This signal and its descendants read as aborted as soon as this returns, and the
-        library's wake-ups on them (cancel scopes, waiters: `_add_wakeup`) have run; only the
-        user callbacks wait for the returned function. The lease runtime and the sync timeout
-        run it off the timer thread, so that a slow callback never delays another lease or
-        timeout. None if the signal had already aborted, or no user callback waits.
+        For a thread that must not run user code (a timer): this signal and its descendants
+        read as aborted as soon as this returns, and the library's wake-ups on them (cancel
+        scopes, `wait` and `wait_async`, the library's waits) have run; only the callbacks of
+        `add_callback` wait for the returned function, to be run elsewhere. The lease runtime
+        and the sync timeout run it off the timer thread, so that a slow callback never delays
+        another lease or timeout. None if the signal had already aborted, or no user callback
+        waits.
         """
         with _LOCK:
             if self._reason is not None:
@@ -183,7 +185,7 @@ class Signal:
     def _add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
         """`add_callback` for the library's own wake-ups: tiny, never blocking, never user code.
 
-        They run on the aborting thread even when the abort is deferred (`_abort_deferred`),
+        They run on the aborting thread even when the abort is deferred (`abort_deferred`),
         never behind user callbacks: a waiter is woken however many user callbacks are slow.
         """
         key = _Wakeup()

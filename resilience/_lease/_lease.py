@@ -554,9 +554,9 @@ class LeaseBase:
             assert error is not None
             try:
                 loss = self._loss
-                runs = [self.signal._abort_deferred(error)]
+                runs = [self.signal.abort_deferred(error)]
                 if loss is not None:
-                    runs.insert(0, loss._abort_deferred(error))
+                    runs.insert(0, loss.abort_deferred(error))
                 self._after_loss()
                 for run in runs:
                     if run is not None:

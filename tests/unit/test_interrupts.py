@@ -64,7 +64,7 @@ def test_a_signal_callback_interrupted_on_the_main_thread_propagates_after_the_o
         with pytest.raises(KeyboardInterrupt):
             signal.abort()
     else:
-        run = signal._abort_deferred(RuntimeError("lost"))
+        run = signal.abort_deferred(RuntimeError("lost"))
         assert run is not None
         with pytest.raises(KeyboardInterrupt):
             run()

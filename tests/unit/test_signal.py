@@ -282,3 +282,35 @@ def test_a_child_scope_watches_a_new_child_and_lets_it_go_at_the_end() -> None:
         assert len(children) == 3  # the block never started
 
     asyncio.run(scenario())
+
+
+def test_abort_deferred_wakes_waiters_now_and_leaves_callbacks_to_the_caller() -> None:
+    """abort_deferred: aborted and waiters woken on return; add_callback callbacks run only by the function it returns."""
+    signal = Signal()
+    child = signal.child()
+    calls: list[BaseException] = []
+    signal.add_callback(calls.append)
+    child.add_callback(calls.append)
+    woken = threading.Event()
+    waiter = threading.Thread(target=lambda: woken.set() if signal.wait(5) else None)
+    waiter.start()
+    while not signal._callbacks or len(signal._callbacks) < 3:  # the waiter registered
+        time.sleep(0.001)
+    reason = RuntimeError("lost")
+    run = signal.abort_deferred(reason)
+    assert signal.reason is reason
+    assert child.reason is reason
+    assert woken.wait(5)
+    waiter.join()
+    assert calls == []
+    assert run is not None
+    run()
+    assert calls == [reason, reason]
+    assert signal.abort_deferred(RuntimeError("again")) is None
+
+
+def test_abort_deferred_with_no_callback_waiting_returns_none() -> None:
+    """Nothing left to run: abort_deferred returns None, and the signal has aborted."""
+    signal = Signal()
+    assert signal.abort_deferred(ValueError("x")) is None
+    assert signal.aborted

@@ -146,7 +146,7 @@ class _Deadline:
         signal = self.signal
         assert signal is not None  # a lazy deadline fires only once its signal is made
         error = self.error = TimeoutRejectedError(timeout=self.timeout)  # before the abort: whose it is
-        return signal._abort_deferred(error)
+        return signal.abort_deferred(error)
 
     @property
     def fired(self) -> bool:
