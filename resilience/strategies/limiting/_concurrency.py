@@ -19,10 +19,10 @@ engine. A store-backed concurrency limiter is that same strategy over a semaphor
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resilience._lease import LockEvents, SemaphoreOps
+from resilience._lease import SemaphoreOps
 from resilience._validation import Duration, Problems, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, SemaphoreLeaseLostError
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
@@ -246,16 +246,12 @@ class LeasedPermits(LockStrategy):
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
         lock_options = LockStrategyOptions(options.key, ttl=options.ttl, wait=options.wait, name=options.name)
-        self._setup(lock_options, context)
-        self._events = LockEvents(context.telemetry, self._time_provider, "semaphore")
+        self._setup(lock_options, context, "semaphore", SemaphoreLeaseLostError)
         self._callers = Tally()  # executions inside: waiting for a permit, or holding one
         context.telemetry.observe("resilience.limiter.in_use", self, _in_use)
         context.telemetry.observe("resilience.limiter.queued", self, _queued)
         store = options.store
         self._bind(SemaphoreOps(store, options.limit), f"the semaphore store {store!r}", "RedisSemaphoreStore")
-        # The lock's lease parameters, losing with the semaphore's error.
-        self._params = replace(self._params, error_type=SemaphoreLeaseLostError)
-        self._async_params = replace(self._async_params, error_type=SemaphoreLeaseLostError)
         self.limit = options.limit
         self.on_rejected = options.on_rejected
         self.limiter_telemetry = context.telemetry

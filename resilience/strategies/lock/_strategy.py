@@ -253,7 +253,7 @@ class LockStrategy:
     )
 
     def __init__(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
-        self._setup(options, context)
+        self._setup(options, context, "shared" if options.shared else "exclusive", LockLostError)
         store = options.store
         if store is None:
             note_default_store(self.name)
@@ -262,18 +262,20 @@ class LockStrategy:
         ops = SharedLockOps(store) if options.shared else LockOps(store)
         self._bind(ops, f"the lock store {store!r}{shared}", "RedisLockStore")
 
-    def _setup(self, options: LockStrategyOptions, context: StrategyBuildContext) -> None:
-        """Everything but the store: names, durations, the clock, events and lease parameters."""
+    def _setup(
+        self, options: LockStrategyOptions, context: StrategyBuildContext, mode: str, error_type: type[LockLostError]
+    ) -> None:
+        """Everything but the store: names, durations, the clock, events (in the given mode) and lease parameters."""
         self.name = options.name
         self._key = options.key
         self._ttl = to_seconds(options.ttl)
         self._wait = to_seconds(options.wait)
         self._time_provider: TimeProvider = lease_clock(context.time_provider)  # leases, waits, events: one clock
-        self._events = LockEvents(context.telemetry, self._time_provider, "shared" if options.shared else "exclusive")
+        self._events = LockEvents(context.telemetry, self._time_provider, mode)
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         self._params = LeaseParams(
-            ttl=self._ttl, renew_interval=self._ttl / 3, on_lost=self._lost, on_renew_error=self._renew_failed
+            self._ttl, self._ttl / 3, error_type=error_type, on_lost=self._lost, on_renew_error=self._renew_failed
         )
         self._async_params = replace(self._params, on_lost=self._lost_async)
 
