@@ -23,6 +23,57 @@ _SWEEP_AT: Final = 1024
 """Partitions held before the first sweep of idle ones (then twice the live count)."""
 
 
+class _Partitions:
+    """The partitions' state and its lock: what the deciders decide on.
+
+    The deciders hold this, never the store, so that the store's cache of them makes no
+    reference cycle: a dropped store is freed at once.
+    """
+
+    __slots__ = ("buckets", "lock", "logs", "next_sweep", "time", "windows")
+
+    def __init__(self, time_provider: TimeProvider) -> None:
+        self.time = time_provider
+        self.lock = threading.Lock()
+        self.buckets: dict[str, float] = {}
+        self.windows: dict[str, list[float]] = {}
+        self.logs: dict[str, tuple[deque[float], float]] = {}  # the log and its `per`
+        self.next_sweep = _SWEEP_AT
+
+    # The clock is read under the lock, so that decisions apply in the order of their `now`.
+
+    def sliding_window(self, key: str, per: float, limit: int, permits: int) -> float:
+        with self.lock:
+            now = self.time.monotonic()
+            entry = self.logs.get(key)
+            if entry is None:
+                entry = self.logs[key] = (deque(), per)
+                if len(self.logs) >= self.next_sweep:
+                    self.sweep(now)
+            return sliding_window(entry[0], now, per, limit, permits)
+
+    def fixed_window(self, key: str, per: float, limit: int, permits: int) -> float:
+        with self.lock:
+            now = self.time.monotonic()
+            window, wait = fixed_window(self.windows.get(key), now, per, limit, permits)
+            self.windows[key] = window
+            if len(self.windows) >= self.next_sweep:
+                self.sweep(now)
+        return wait
+
+    def sweep(self, now: float) -> None:
+        """Drop every partition whose state has expired (called under the lock)."""
+        # In place: the token bucket's deciders hold on to `buckets`.
+        for key in [key for key, tat in self.buckets.items() if tat <= now]:
+            del self.buckets[key]
+        for key in [key for key, window in self.windows.items() if window[0] <= now]:
+            del self.windows[key]
+        for key in [key for key, (log, per) in self.logs.items() if not log or log[-1] + per <= now]:
+            del self.logs[key]
+        live = max(len(self.buckets), len(self.windows), len(self.logs))
+        self.next_sweep = max(_SWEEP_AT, 2 * live)
+
+
 class MemoryRateLimitStore:
     """Rate limits kept in this process: thread-safe, sync and asyncio, exact on its clock.
 
@@ -35,23 +86,18 @@ class MemoryRateLimitStore:
     not. A sliding window keeps one timestamp per permit granted in the last `per` seconds.
     """
 
-    __slots__ = ("_buckets", "_deciders", "_lock", "_logs", "_next_sweep", "_time", "_windows")
+    __slots__ = ("_deciders", "_partitions")
 
     def __init__(self, time_provider: TimeProvider | None = None) -> None:
-        self._time: TimeProvider = time_provider if time_provider is not None else SYSTEM_TIME
-        self._lock = threading.Lock()
-        self._buckets: dict[str, float] = {}
-        self._windows: dict[str, list[float]] = {}
-        self._logs: dict[str, tuple[deque[float], float]] = {}  # the log and its `per`
+        self._partitions = _Partitions(time_provider if time_provider is not None else SYSTEM_TIME)
         # The decision of each set of arguments already checked (`typed`): the per-call check
         # then costs one dictionary lookup.
         self._deciders: dict[tuple[object, ...], Callable[[str], float]] = {}
-        self._next_sweep = _SWEEP_AT
 
     @property
     def time_provider(self) -> TimeProvider:
         """The clock the limits run on."""
-        return self._time
+        return self._partitions.time
 
     def take(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -71,27 +117,6 @@ class MemoryRateLimitStore:
                 self._deciders[typed(arguments)] = decide
         return decide(key)
 
-    # The clock is read under the lock, so that decisions apply in the order of their `now`.
-
-    def _sliding_window(self, key: str, per: float, limit: int, permits: int) -> float:
-        with self._lock:
-            now = self._time.monotonic()
-            entry = self._logs.get(key)
-            if entry is None:
-                entry = self._logs[key] = (deque(), per)
-                if len(self._logs) >= self._next_sweep:
-                    self._sweep(now)
-            return sliding_window(entry[0], now, per, limit, permits)
-
-    def _fixed_window(self, key: str, per: float, limit: int, permits: int) -> float:
-        with self._lock:
-            now = self._time.monotonic()
-            window, wait = fixed_window(self._windows.get(key), now, per, limit, permits)
-            self._windows[key] = window
-            if len(self._windows) >= self._next_sweep:
-                self._sweep(now)
-        return wait
-
     def _decider(
         self,
         limit: int,
@@ -110,13 +135,14 @@ class MemoryRateLimitStore:
         problem = check_take(key, limit, per, burst, algorithm, permits)
         if problem is not None:
             raise ValidationError(problem)
+        partitions = self._partitions
         if algorithm == "sliding_window":
-            return functools.partial(self._sliding_window, per=per, limit=limit, permits=permits)
+            return functools.partial(partitions.sliding_window, per=per, limit=limit, permits=permits)
         if algorithm == "fixed_window":
-            return functools.partial(self._fixed_window, per=per, limit=limit, permits=permits)
-        lock = self._lock
-        clock = monotonic_source(self._time)  # without the provider's method frame: a tenth of the decision
-        buckets = self._buckets  # swept in place, never replaced
+            return functools.partial(partitions.fixed_window, per=per, limit=limit, permits=permits)
+        lock = partitions.lock
+        clock = monotonic_source(partitions.time)  # without the provider's method frame: a tenth of the decision
+        buckets = partitions.buckets  # swept in place, never replaced
         decide = token_bucket
         interval = per / limit
         capacity = limit if burst is None else burst
@@ -127,8 +153,8 @@ class MemoryRateLimitStore:
                 tat, wait = decide(buckets.get(key), now, interval, capacity, permits)
                 if not wait:
                     buckets[key] = tat
-                    if len(buckets) >= self._next_sweep:
-                        self._sweep(now)
+                    if len(buckets) >= partitions.next_sweep:
+                        partitions.sweep(now)
             return wait
 
         return take_token
@@ -145,22 +171,11 @@ class MemoryRateLimitStore:
         """See `take` (never blocks: the decision is a few dictionary operations under a lock)."""
         return self.take(key, limit, per, burst, algorithm, permits)
 
-    def _sweep(self, now: float) -> None:
-        """Drop every partition whose state has expired (called under the lock)."""
-        # In place: the strategies' deciders hold on to these dictionaries.
-        for key in [key for key, tat in self._buckets.items() if tat <= now]:
-            del self._buckets[key]
-        for key in [key for key, window in self._windows.items() if window[0] <= now]:
-            del self._windows[key]
-        for key in [key for key, (log, per) in self._logs.items() if not log or log[-1] + per <= now]:
-            del self._logs[key]
-        live = max(len(self._buckets), len(self._windows), len(self._logs))
-        self._next_sweep = max(_SWEEP_AT, 2 * live)
-
     def __len__(self) -> int:
         """How many partitions hold state (expired ones until the next sweep)."""
-        with self._lock:
-            return len(self._buckets) + len(self._windows) + len(self._logs)
+        partitions = self._partitions
+        with partitions.lock:
+            return len(partitions.buckets) + len(partitions.windows) + len(partitions.logs)
 
     def __repr__(self) -> str:
-        return f"MemoryRateLimitStore(time_provider={self._time!r})"
+        return f"MemoryRateLimitStore(time_provider={self._partitions.time!r})"

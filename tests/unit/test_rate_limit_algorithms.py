@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections import deque
 
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilience import ValidationError
-from resilience.limiters import AsyncRateLimitStore, MemoryRateLimitStore, RateLimitStore
+from resilience.limiters import AsyncRateLimitStore, MemoryRateLimitStore, RateLimitAlgorithm, RateLimitStore
 from resilience.limiters._algorithms import check_take, fixed_window, sliding_window, token_bucket
 from resilience.stores import serves
 from resilience.testing import FakeTimeProvider
@@ -290,3 +292,21 @@ def test_a_bool_limit_is_refused_even_after_the_same_int_limit() -> None:
     assert store.take("b", 1, 1.0) == 0.0
     with pytest.raises(ValidationError, match="limit"):
         store.take("b", True, 1.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window", "fixed_window"])
+def test_a_dropped_store_is_freed_by_refcounting_alone(algorithm: RateLimitAlgorithm) -> None:
+    """The store's cache of deciders holds the store's state, never the store: no cycle for the collector."""
+
+    class Watched(MemoryRateLimitStore):
+        __slots__ = ("__weakref__",)
+
+    store = Watched(FakeTimeProvider())
+    assert store.take("k", 5, 1.0, None, algorithm) == 0.0  # caches the decider of these arguments
+    gone = weakref.ref(store)
+    gc.disable()
+    try:
+        del store
+        assert gone() is None
+    finally:
+        gc.enable()
