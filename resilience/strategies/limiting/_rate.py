@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar, cast
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -281,16 +281,14 @@ class RateLimiterStrategy(Limiter):
         """`(carry_key, state)` for the pipeline that replaces this one, if the limits are in process."""
         return None if self.carry_key is None else (self.carry_key, self._store)
 
+    # Ask a store that is not in process (`_decide` is None). The flavour is not checked per
+    # call: `traits` refuses a sync execution over an asyncio-only store, and the reverse.
+
     def _take(self, key: str) -> float:
-        """Ask a store that is not in process (`_decide` is None)."""
-        store = self._store
-        assert isinstance(store, RateLimitStore)
-        return store.take(key, *self._rate)
+        return cast("RateLimitStore", self._store).take(key, *self._rate)
 
     async def _take_async(self, key: str) -> float:
-        store = self._store
-        assert isinstance(store, AsyncRateLimitStore)
-        return await store.take_async(key, *self._rate)
+        return await cast("AsyncRateLimitStore", self._store).take_async(key, *self._rate)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
