@@ -182,7 +182,7 @@ class Signal:
             return _noop
         return lambda: self._remove(key)
 
-    def _add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
+    def add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
         """`add_callback` for the library's own wake-ups: tiny, never blocking, never user code.
 
         They run on the aborting thread even when the abort is deferred (`abort_deferred`),
@@ -257,7 +257,7 @@ class Signal:
             return True
         timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         event = threading.Event()
-        remove = self._add_wakeup(lambda _reason: event.set())
+        remove = self.add_wakeup(lambda _reason: event.set())
         try:
             return event.wait(timeout)
         finally:
@@ -270,7 +270,7 @@ class Signal:
         timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        remove = self._add_wakeup(lambda _reason: _resolve_threadsafe(loop, future))
+        remove = self.add_wakeup(lambda _reason: _resolve_threadsafe(loop, future))
         try:
             if timeout is None:
                 await future
@@ -379,7 +379,7 @@ class CancelScope:
 
 
 class _Wakeup:
-    """The key a library wake-up is registered under (`Signal._add_wakeup`)."""
+    """The key a library wake-up is registered under (`Signal.add_wakeup`)."""
 
     __slots__ = ()
 

@@ -873,7 +873,7 @@ def _wait_turn(
             registered = wake is not None
             wake = wake or _Wake()
             woken = wake.event
-            remove_signal = signal._add_wakeup(lambda _reason: woken.set())
+            remove_signal = signal.add_wakeup(lambda _reason: woken.set())
             remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
             try:
                 clock_wait(time_provider, woken, wait)

@@ -8,7 +8,7 @@ The timer thread only decides and enqueues. The work it hands on runs here:
 - user code (signal callbacks, `on_lock_lost`, `on_renew_error`, telemetry listeners) on the
   shared `CALLBACKS` pool, each lease's callbacks in order on its own `Strand`: a slow callback
   holds one thread, and the next lease's callbacks start on another. The library's own
-  wake-ups never run here (they run where the signal aborts: `Signal._add_wakeup`), so user
+  wake-ups never run here (they run where the signal aborts: `Signal.add_wakeup`), so user
   callbacks that never return cannot keep a timeout, a retry sleep or a wait from ending.
 
 A pool has one thread while its jobs flow. When jobs wait, it starts threads at once up to

@@ -358,7 +358,7 @@ def send_abortable(send: Callable[[], R]) -> R:
     """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
     job = _Send(send)
-    remove = signal._add_wakeup(job.abandon)
+    remove = signal.add_wakeup(job.abandon)
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
         _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))

@@ -149,7 +149,7 @@ def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:
     if seconds <= 0:
         return False
     woken = threading.Event()
-    remove = signal._add_wakeup(lambda _reason: woken.set())
+    remove = signal.add_wakeup(lambda _reason: woken.set())
     try:
         clock_wait(time_provider, woken, seconds)
     finally:

@@ -333,7 +333,7 @@ def test_a_sync_waiter_interrupted_after_its_grant_hands_the_permit_on() -> None
     class GrantThenInterrupt(Signal):
         """A signal whose wake-up registration grants the permit, then raises (an interrupt)."""
 
-        def _add_wakeup(self, wakeup: Any) -> Any:
+        def add_wakeup(self, wakeup: Any) -> Any:
             permits.release("k")  # granted to the queued waiter
             raise Interrupted
 

@@ -183,7 +183,7 @@ class LocalPermits:
         if not waiter.granted:
             remove = None
             try:
-                remove = signal._add_wakeup(lambda _reason: woken.set())
+                remove = signal.add_wakeup(lambda _reason: woken.set())
                 clock_wait(self._time, woken, timeout)
             except BaseException:
                 self._abandon(key, waiter)
@@ -206,7 +206,7 @@ class LocalPermits:
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal._add_wakeup(lambda _reason: wake())
+            remove = signal.add_wakeup(lambda _reason: wake())
             try:
                 await clock_wait_async(self._time, future, timeout)
             except BaseException:
