@@ -150,9 +150,7 @@ def concurrency_limiter_strategy(
 
     A rejected execution raises `RateLimiterRejectedError` with the key; the callable never ran.
     """
-    return ConcurrencyLimiterStrategyOptions(
-        limit, key=key, store=store, ttl=ttl, wait=wait, queue=queue, on_rejected=on_rejected, name=name
-    )
+    return ConcurrencyLimiterStrategyOptions(**locals())
 
 
 class ConcurrencyLimiterStrategy(Limiter):

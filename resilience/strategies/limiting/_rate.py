@@ -197,17 +197,7 @@ def rate_limiter_strategy(
     A rejected execution raises `RateLimiterRejectedError` with the partition `key` and the
     exact `retry_after`; the callable never ran.
     """
-    return RateLimiterStrategyOptions(
-        limit,
-        per=per,
-        burst=burst,
-        algorithm=algorithm,
-        key=key,
-        store=store,
-        wait=wait,
-        on_rejected=on_rejected,
-        name=name,
-    )
+    return RateLimiterStrategyOptions(**locals())
 
 
 class Limiter:

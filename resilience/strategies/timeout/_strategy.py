@@ -118,9 +118,7 @@ def timeout_strategy(
     negative or an infinite value: no timeout). In a sync execution the timeout is cooperative:
     see `docs/strategies.md`.
     """
-    return TimeoutStrategyOptions(
-        timeout=timeout, timeout_generator=timeout_generator, on_timeout=on_timeout, name=name
-    )
+    return TimeoutStrategyOptions(**locals())
 
 
 class _Deadline:
