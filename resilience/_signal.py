@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -48,6 +49,13 @@ def _new_lock_after_fork() -> None:
 
 
 on_fork_in_child(_new_lock_after_fork)
+
+
+def _checked(reason: BaseException, method: str) -> BaseException:
+    if not isinstance(reason, BaseException):  # callers that ignore the types
+        msg = f"Signal.{method}(reason): the reason must be an exception (it is raised), got {reason!r}"  # type: ignore[unreachable]
+        raise ValidationError(msg)
+    return reason
 
 
 def _call_each(callbacks: Iterable[Callable[[BaseException], object]], reason: BaseException, what: str) -> None:
@@ -93,34 +101,35 @@ class Signal:
     def abort(self, reason: BaseException | None = None) -> bool:
         """Abort with `reason` (default: a fresh `OperationAbortedError`).
 
-        Runs the callbacks (and aborts the children) synchronously on this thread. Returns
-        False, and changes nothing, if the signal had already aborted.
+        Wakes the waiters (the `add_wakeup` wake-ups of this signal and its descendants), then
+        runs the `add_callback` callbacks, synchronously on this thread. Returns False, and
+        changes nothing, if the signal had already aborted.
         """
-        if reason is None:
-            reason = OperationAbortedError()
-        elif not isinstance(reason, BaseException):  # callers that ignore the types
-            msg = f"Signal.abort(reason): the reason must be an exception (it is raised), got {reason!r}"  # type: ignore[unreachable]
-            raise ValidationError(msg)
-        with _LOCK:
-            if self._reason is not None:
-                return False
-            self._reason = reason
-            callbacks, self._callbacks = self._callbacks, None
-            self._unlink()
-        if callbacks:
-            _call_each(callbacks.values(), reason, "a signal callback raised")
+        reason = _checked(OperationAbortedError() if reason is None else reason, "abort")
+        pending = self._abort(reason)
+        if pending is None:
+            return False
+        _call_each(pending, reason, "a signal callback raised")
         return True
 
     def abort_deferred(self, reason: BaseException) -> Callable[[], None] | None:
         """Abort now, but leave the user callbacks to the caller: a function that runs them, or None.
 
         For a thread that must not run user code (a timer): this signal and its descendants
-        read as aborted as soon as this returns, and the library's wake-ups on them (cancel
-        scopes, `wait` and `wait_async`, the library's waits) have run; only the callbacks of
-        `add_callback` wait for the returned function, to be run elsewhere. The lease runtime
-        and the sync timeout run it off the timer thread, so that a slow callback never delays
-        another lease or timeout. None if the signal had already aborted, or no user callback
-        waits.
+        read as aborted as soon as this returns, and the wake-ups on them (cancel scopes, `wait`
+        and `wait_async`, `add_wakeup`) have run; only the callbacks of `add_callback` wait for
+        the returned function, to be run elsewhere. The lease runtime and the sync timeout run
+        it off the timer thread, so that a slow callback never delays another lease or timeout.
+        None if the signal had already aborted, or no user callback waits.
+        """
+        reason = _checked(reason, "abort_deferred")
+        pending = self._abort(reason)
+        return functools.partial(_call_each, pending, reason, "a signal callback raised") if pending else None
+
+    def _abort(self, reason: BaseException) -> list[Callable[[BaseException], object]] | None:
+        """Mark this signal and its descendants aborted and wake their waiters; the user callbacks left to run.
+
+        None if the signal had already aborted.
         """
         with _LOCK:
             if self._reason is not None:
@@ -128,19 +137,13 @@ class Signal:
             self._unlink()
             pending, wakeups = self._mark_aborted(reason)
         # Ours, not user code: each sets an event or schedules a wake-up. One that fails never
-        # loses the other wake-ups (nor the callbacks: a Ctrl-C here is raised by `run`).
+        # loses the other wake-ups (nor the callbacks: a Ctrl-C here is raised once they ran).
         try:
             _call_each(wakeups, reason, "waking a waiter for a signal failed")
         except BaseException:
             _call_each(pending, reason, "a signal callback raised")  # interrupted here: run them here
             raise
-        if not pending:
-            return None
-
-        def run() -> None:
-            _call_each(pending, reason, "a signal callback raised")
-
-        return run
+        return pending
 
     def _mark_aborted(
         self, reason: BaseException
@@ -183,15 +186,16 @@ class Signal:
         return lambda: self._remove(key)
 
     def add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
-        """`add_callback` for the library's own wake-ups: tiny, never blocking, never user code.
+        """`add_callback` for a waiter's wake-up: tiny and never blocking (set an event, resolve a future).
 
-        They run on the aborting thread even when the abort is deferred (`abort_deferred`),
-        never behind user callbacks: a waiter is woken however many user callbacks are slow.
+        Wake-ups run on the aborting thread, before any `add_callback` callback, even when the
+        abort is deferred (`abort_deferred`): a waiter is woken however many callbacks are slow.
+        What one raises is logged.
         """
         key = _Wakeup()
         reason = self._register(key, wakeup)
         if reason is not None:
-            wakeup(reason)
+            _call_each((wakeup,), reason, "waking a waiter for a signal failed")
             return _noop
         return lambda: self._remove(key)
 

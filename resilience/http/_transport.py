@@ -379,7 +379,8 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
     """One sync attempt of either client: `send()` (its timeout error `timeouts`) between the discards.
 
     The responses this flow produced before are discarded first; a response that answers after
-    the execution ended is discarded too.
+    the execution ended is discarded too. `send()` reads the time left before the deadline when
+    it is called, after the discards (a slow drain must not lengthen the client's timeout).
     """
     flow = threading.get_ident()
     for discarded in exchange.take_earlier(flow):
@@ -401,12 +402,13 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
 def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
     """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
     abortable = ABORTABLE.get()
-    request = exchange.prepare(own_copy=abortable)
-    send = functools.partial(_handle, transport, request)
+    send = functools.partial(_handle, transport, exchange, abortable)
     return attempt(exchange, send, httpx.TimeoutException, abortable=abortable)
 
 
-def _handle(transport: httpx.BaseTransport, request: httpx.Request) -> httpx.Response:
+def _handle(transport: httpx.BaseTransport, exchange: _Exchange, own_copy: bool) -> httpx.Response:
+    # Prepared as it is sent, after the discards: the timeouts are the time left now.
+    request = exchange.prepare(own_copy=own_copy)
     response = transport.handle_request(request)
     response.request = request
     return response

@@ -107,10 +107,13 @@ class _RequestsExchange(_Exchange):
 
 def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
     """One attempt: sent with the time left before the nearest deadline as the timeout."""
-    send = functools.partial(
-        HTTPAdapter.send, adapter, exchange.prepared, timeout=exchange.attempt_timeout(), **options
-    )
+    send = functools.partial(_send, adapter, exchange, options)
     return attempt(exchange, send, requests.exceptions.Timeout, abortable=ABORTABLE.get())
+
+
+def _send(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
+    # The timeout is read as the request goes, after the discards: the time left now.
+    return HTTPAdapter.send(adapter, exchange.prepared, timeout=exchange.attempt_timeout(), **options)
 
 
 class ResilientHTTPAdapter(HTTPAdapter):

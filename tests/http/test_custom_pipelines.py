@@ -18,7 +18,7 @@ from resilience.http import (
     standard_pipeline,
 )
 from resilience.http._transport import _Exchange
-from resilience.strategies import CircuitState
+from resilience.strategies import CircuitState, retry_strategy
 from resilience.telemetry import TelemetryEvent
 from resilience.telemetry._event import Severity
 from resilience.testing import FakeTimeProvider
@@ -26,7 +26,7 @@ from tests.http.conftest import Client
 from tests.http_support import Reply, ScriptedServer
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from resilience import ResilienceContext
     from resilience.strategies import OnRetryArguments
@@ -265,3 +265,31 @@ def test_the_standard_pipeline_is_dotnets_standard_resilience_handler() -> None:
     assert "timeout=10" in repr(pipeline.strategies[4])
     limited = standard_pipeline(max_concurrency=None, rate_limit=50)
     assert [type(s).__name__ for s in limited.strategies][:2] == ["RateLimiterStrategy", "DeadlineTimeout"]
+
+
+def test_a_sync_attempt_gets_the_time_left_after_draining_the_earlier_response() -> None:
+    """Draining a retried response takes time: the next attempt's client timeout is what is left after it."""
+    clock = FakeTimeProvider()
+
+    class SlowBody(httpx.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            clock.advance(0.6)  # the 503's small body takes 0.6 s to arrive
+            yield b"x" * 10
+
+    read_timeouts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        read_timeouts.append(request.extensions["timeout"]["read"])
+        if len(read_timeouts) == 1:
+            return httpx.Response(503, headers={"content-length": "10"}, stream=SlowBody())
+        return httpx.Response(200)
+
+    pipeline = (
+        PipelineBuilder(time_provider=clock)
+        .add(http_timeout_strategy(2.0))
+        .add(retry_strategy(max_retries=1, delay=0, handle_result=lambda response: response.status_code == 503))
+        .build()
+    )
+    with httpx.Client(transport=ResilientTransport(pipeline, httpx.MockTransport(handler))) as client:
+        assert client.get("http://example.test/").status_code == 200
+    assert read_timeouts == [pytest.approx(2.0), pytest.approx(1.4)]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from resilience import OperationAbortedError, Signal
+from resilience import OperationAbortedError, Signal, ValidationError
 
 
 def test_a_new_signal_is_not_aborted() -> None:
@@ -294,7 +294,9 @@ def test_abort_deferred_wakes_waiters_now_and_leaves_callbacks_to_the_caller() -
     woken = threading.Event()
     waiter = threading.Thread(target=lambda: woken.set() if signal.wait(5) else None)
     waiter.start()
+    deadline = time.monotonic() + 10
     while not signal._callbacks or len(signal._callbacks) < 3:  # the waiter registered
+        assert time.monotonic() < deadline, "the waiter never registered"
         time.sleep(0.001)
     reason = RuntimeError("lost")
     run = signal.abort_deferred(reason)
@@ -314,3 +316,36 @@ def test_abort_deferred_with_no_callback_waiting_returns_none() -> None:
     signal = Signal()
     assert signal.abort_deferred(ValueError("x")) is None
     assert signal.aborted
+
+
+def test_abort_wakes_every_waiter_before_any_callback_runs() -> None:
+    """A slow callback registered first never keeps a waiter (of the signal or a child) asleep."""
+    signal = Signal()
+    order: list[str] = []
+    signal.add_callback(lambda _reason: order.append("callback"))
+    signal.add_wakeup(lambda _reason: order.append("wake-up"))
+    signal.child().add_wakeup(lambda _reason: order.append("child's wake-up"))
+    assert signal.abort()
+    assert order == ["wake-up", "child's wake-up", "callback"]
+
+
+def test_abort_deferred_refuses_a_reason_that_is_not_an_exception() -> None:
+    signal = Signal()
+    with pytest.raises(ValidationError, match=r"Signal.abort_deferred\(reason\): the reason must be an exception"):
+        signal.abort_deferred("lost")  # type: ignore[arg-type]
+    assert not signal.aborted
+
+
+def test_a_wakeup_added_after_the_abort_runs_at_once_and_what_it_raises_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    signal = Signal()
+    signal.abort(ValueError("gone"))
+
+    def broken(_reason: BaseException) -> None:
+        raise RuntimeError("broken wake-up")
+
+    with caplog.at_level(logging.ERROR):
+        remove = signal.add_wakeup(broken)
+    remove()
+    assert "waking a waiter for a signal failed" in caplog.text
