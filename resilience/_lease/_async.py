@@ -334,8 +334,8 @@ async def acquire_lease_async(
     # Only an await lets a cancellation in: an acquire that never waits on an in-process store needs no baseline.
     task, baseline = _cancel_baseline() if schedule is not None or not inline else (None, 0)
     while True:
-        if signal is not None:
-            signal.raise_if_aborted()
+        if signal is not None and signal._reason is not None:
+            raise signal._reason
         sent = time_provider.monotonic()
         try:
             if inline:  # an in-process store answers at once: its sync call, no coroutine (`StoreOps.inline`)

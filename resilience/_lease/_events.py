@@ -75,7 +75,7 @@ class LockEvents:
     def acquired(self, context: ResilienceContext | None, key: str, lease: LeaseBase, started: float) -> None:
         """`OnLockAcquired` (Debug), with the time waited since `started`."""
         self.held.add(lease)
-        if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
+        if (context is None or not context._quiet) and self._telemetry.enabled(Severity.DEBUG):
             waited = self._time_provider.monotonic() - started
             self._emit("OnLockAcquired", Severity.DEBUG, context, key, token=lease.token, wait_duration=waited)
 
@@ -87,7 +87,7 @@ class LockEvents:
     def released(self, context: ResilienceContext | None, key: str, lease: LeaseBase) -> None:
         """`OnLockReleased` (Debug), with the hold time."""
         self.held.discard(lease)
-        if (context is None or not context.quiet) and self._telemetry.enabled(Severity.DEBUG):
+        if (context is None or not context._quiet) and self._telemetry.enabled(Severity.DEBUG):
             held = self._time_provider.monotonic() - lease.acquired_at
             self._emit("OnLockReleased", Severity.DEBUG, context, key, token=lease.token, hold_duration=held)
 

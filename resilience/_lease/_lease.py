@@ -7,7 +7,9 @@ record the loss) inside the lock, `_then` (abort the signal, tell the hooks) out
 (here) and `AsyncLease` (`_async.py`) add only the store I/O and where user code runs.
 
 Each lease has one pending event in its `Scheduler`: one heap and one armed timer per clock
-(sync: served by the timer thread) or per event loop (async). When the timer fires, the
+(sync: served by the timer thread) or per event loop (async). A new lease's first event waits
+among the scheduler's young leases, not in the heap, until the timer next fires: most bodies
+end before it, and their lease leaves no entry behind. When the timer fires, the
 scheduler feeds `tick` to every lease that is due (renewals due within a few milliseconds are
 taken together), declares the losses there and then, and hands the renewals on as batches,
 one per store (`_renew_batch`: one store call renews many leases when the store offers
@@ -35,8 +37,9 @@ from dataclasses import dataclass
 from os import urandom as _urandom
 from typing import TYPE_CHECKING
 
+from resilience._lease import _workers
 from resilience._lease._core import ARM, DISARM, LOSE, RELEASE, RENEW, REPORT, LeaseMachine
-from resilience._lease._workers import CALLBACKS, Strand, fork_generation, store_pool
+from resilience._lease._workers import CALLBACKS, Strand, store_pool
 from resilience._runtime._threads import interrupts_caller, on_fork_in_child
 from resilience._signal import Signal
 from resilience._time import clock_wait, sync_call_later, wait_event
@@ -107,16 +110,18 @@ class Scheduler:
     """The pending events of every lease on one clock (sync) or one loop (async): one heap, one timer.
 
     Arming a lease's event is a heap push under the lease lock; the timer is re-armed only when
-    the new event is the earliest. When it fires, everything due is popped and the leases'
-    machines decide; after the lock, the losses are announced and the renewals go out in
-    batches of one store (`dispatch(batches)`). A batch in flight is watched by one entry at
-    its earliest deadline (`Batch`), standing for each of its leases' deadline events: a
-    renewal that hangs is still bounded by the lease's time left. An entry whose lease
-    re-armed or ended since is dropped lazily; the heap is compacted when those outnumber the
-    live ones.
+    the new event is the earliest. A new lease's first event is no push: the lease waits in
+    `young` (an ending lease leaves it in O(1), in any order), and the timer is re-armed when
+    its event is the earliest. When it fires, the young leases still armed move into the heap,
+    everything due is popped and the leases' machines decide; after the lock, the losses are
+    announced and the renewals go out in batches of one store (`dispatch(batches)`). A batch
+    in flight is watched by one entry at its earliest deadline (`Batch`), standing for each of
+    its leases' deadline events: a renewal that hangs is still bounded by the lease's time
+    left. An entry whose lease re-armed or ended since is dropped lazily; the heap is
+    compacted when those outnumber the live ones.
     """
 
-    __slots__ = ("_armed_at", "_call_later", "_dispatch", "_heap", "_seq", "_timer", "_tp", "stale")
+    __slots__ = ("_armed_at", "_call_later", "_dispatch", "_heap", "_seq", "_timer", "_tp", "stale", "young")
 
     def __init__(
         self,
@@ -132,17 +137,20 @@ class Scheduler:
         self._timer: TimerHandle | None = None
         self._armed_at = _NEVER
         self.stale = 0
+        self.young: dict[int, LeaseBase] = {}
 
     def push(self, lease: LeaseBase) -> None:
         """Arm `lease`'s event at its machine's `armed_at` (under _LOCK)."""
         machine = lease._machine
-        lease._queued = when = machine.armed_at
-        heap = self._heap
-        if self.stale > _COMPACT_AT and self.stale * 2 > len(heap):
-            self._compact()
-        heapq.heappush(heap, (when, next(self._seq), machine.early_at, lease))  # `_push`, inline: once per lease
+        lease._queued = machine.armed_at
+        self._push(machine.armed_at, machine.early_at, lease)
+
+    def adopt(self, lease: LeaseBase) -> None:
+        """Arm a new `lease`'s first event (under _LOCK): among the young, with the timer armed in time."""
+        when = lease._machine.armed_at
         if when < self._armed_at:
-            self._arm(when)
+            self._arm(when)  # first: if it raised, the lease would not be young
+        self.young[id(lease)] = lease
 
     def _push(self, when: float, early: float, item: LeaseBase | Batch) -> None:
         heap = self._heap
@@ -173,6 +181,10 @@ class Scheduler:
             self._timer = None
             self._armed_at = -_NEVER  # re-armed once, below, not by each push
             try:
+                young, self.young = self.young, {}
+                for lease in young.values():
+                    if lease._queued != lease._machine.armed_at:  # not re-armed since (`extend`)
+                        self.push(lease)
                 lost, renewals = self._take_due(self._tp.monotonic())
                 batches = by_store(renewals)
                 for batch in batches:
@@ -214,7 +226,7 @@ class Scheduler:
         return lost, renewals
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self.young)
 
 
 def _live(entry: tuple[float, int, float, LeaseBase | Batch]) -> bool:
@@ -440,9 +452,9 @@ class LeaseBase:
         self.store_key = store_key
         self.owner = owner
         self._tp = time_provider
-        if parent is not None and parent.aborted:
+        if parent is not None and parent._reason is not None:
             self._abandon()
-            parent.raise_if_aborted()
+            raise parent._reason
         self.tag = tag
         """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
         self.token = token
@@ -459,16 +471,17 @@ class LeaseBase:
         self._teller: threading.Thread | None = None
         # The sync runtime's callback strand, made by the first callback (`Lease._callbacks`).
         self._strand: Strand | None = None
-        self._generation = fork_generation()
+        self._generation = _workers.fork_generation
         self.acquired_at = now = time_provider.monotonic()
         try:
             with _LOCK:
                 _LIVE[id(self)] = self
-                self._locked(self._machine.acquired(sent, now))
+                if self._machine.acquired(sent, now) & ARM:
+                    self._scheduler.adopt(self)
         except BaseException:  # its event could not be armed (a thread that would not start)
             with _LOCK:
                 _LIVE.pop(id(self), None)
-                self._machine.ended = True  # an entry already in the heap fires to no effect
+                self._machine.ended = True
             self.signal.detach()
             self._abandon()
             raise
@@ -523,14 +536,14 @@ class LeaseBase:
         return loss
 
     def _forked(self) -> bool:
-        return self._generation != fork_generation()
+        return self._generation != _workers.fork_generation
 
     # -- the machine's inputs, performed ------------------------------------------------------
 
     def _locked(self, flags: int) -> int:
         """Perform the state half of `flags` (under _LOCK): the event, the loss record."""
-        if flags & DISARM:
-            self._scheduler.stale += 1
+        if flags & DISARM and self._scheduler.young.pop(id(self), None) is None:
+            self._scheduler.stale += 1  # its heap entry is left behind
         if flags & ARM:
             self._scheduler.push(self)
         if flags & (LOSE | RELEASE):
@@ -607,7 +620,7 @@ class LeaseBase:
             flags = self._locked(self._machine.body_ended(self._tp.monotonic()))
         if flags & LOSE:
             self._then(flags, inline=True)
-        return bool(flags & RELEASE) and self._generation == fork_generation()
+        return bool(flags & RELEASE) and self._generation == _workers.fork_generation
 
     def _detach(self) -> LockLostError | None:
         self.signal.detach()
@@ -814,8 +827,8 @@ def acquire_lease(
     stop_listening = None if wake is None or ops.listen is None else ops.listen(key, wake.on_release, owner)
     try:
         while True:
-            if signal is not None:
-                signal.raise_if_aborted()
+            if signal is not None and signal._reason is not None:
+                raise signal._reason
             if wake is not None:
                 wake.reset()
             sent = time_provider.monotonic()

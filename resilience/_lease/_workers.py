@@ -191,17 +191,14 @@ def wait_idle(timeout: float = 5.0) -> bool:
     return True
 
 
-_generation = 0
-
-
-def fork_generation() -> int:
-    """A number that changes in a child process after `os.fork()`: inherited leases compare it."""
-    return _generation
+fork_generation = 0
+"""A number that changes in a child process after `os.fork()`: inherited leases compare it (read as
+`_workers.fork_generation`, a module attribute: no call on a lease's path)."""
 
 
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child
-    global _POOLS_LOCK, _generation  # noqa: PLW0603 - held by a parent thread at fork time, maybe
-    _generation += 1
+    global _POOLS_LOCK, fork_generation  # noqa: PLW0603 - held by a parent thread at fork time, maybe
+    fork_generation += 1
     _POOLS_LOCK = threading.Lock()
     CALLBACKS._reset()
     _STORE_POOLS.clear()

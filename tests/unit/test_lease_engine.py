@@ -271,16 +271,43 @@ class TestAsyncHandle:
 
 
 class TestScheduler:
-    def test_ended_leases_are_compacted_out_of_the_heap(self, clock: FakeTimeProvider) -> None:
-        """Thousands of short executions leave a bounded heap behind, not one entry each."""
+    def test_leases_that_end_before_their_first_event_leave_nothing_behind(self, clock: FakeTimeProvider) -> None:
+        """Thousands of short executions, interleaved or not, leave no entry in the scheduler."""
         from resilience._lease._lease import scheduler_for
 
         store = MemoryLockStore(clock)
         params = LeaseParams(ttl=30.0, renew_interval=10.0)
-        for n in range(5000):
+        for n in range(2500):
             _acquire(store, clock, params, key=f"k{n}").finish()
-        assert len(scheduler_for(clock)) <= 2 * 1024 + 2
+            first, second = _acquire(store, clock, params, key="a"), _acquire(store, clock, params, key="b")
+            first.finish()
+            second.finish()
+        assert len(scheduler_for(clock)) == 0
         assert len(store) == 0
+
+    def test_a_young_lease_still_held_at_the_tick_is_renewed(self, clock: FakeTimeProvider) -> None:
+        """A lease held across the timer's tick moves from the young into the heap, and renews there."""
+        from resilience._lease._lease import scheduler_for
+
+        store = FaultyStore(clock)
+        params = LeaseParams(ttl=3.0, renew_interval=1.0)
+        short = _acquire(store, clock, params, key="short")
+        lease = _acquire(store, clock, params, key="long")
+        short.finish()
+        assert len(scheduler_for(clock).young) == 1
+        step(clock, 2.5)
+        assert store.count("renew") >= 2
+        assert not scheduler_for(clock).young
+        assert lease.finish() is None
+
+    def test_a_young_lease_extended_shorter_keeps_its_deadline_watched(self, clock: FakeTimeProvider) -> None:
+        """`extend` re-arms a young lease earlier (a heap entry of its own): its deadline still aborts it."""
+        store = FaultyStore(clock)
+        lease = _acquire(store, clock, LeaseParams(ttl=30.0, renew_interval=None))
+        assert lease.extend(1.0)
+        step(clock, 1.5)
+        assert lease.signal.aborted
+        assert isinstance(lease.finish(), LockLostError)
 
     def test_one_scheduler_per_clock(self, clock: FakeTimeProvider) -> None:
         """The system clock (not weakly referenceable) and fake clocks each get one scheduler."""
