@@ -245,6 +245,14 @@ class ResilienceContext:
             props = self._properties = _properties_over(None, None)
         return props
 
+    def get_property(self, key: ResiliencePropertyKey[T], default: D, /) -> T | D:
+        """`properties.get(key, default)`, without making the properties of a context that has none.
+
+        For a read on every execution (the lock strategy's re-entry check): no allocation.
+        """
+        props = self._properties
+        return default if props is None else props.get(key, default)
+
     @property
     def signal(self) -> Signal:
         """The abort signal of this scope (created on first use)."""

@@ -111,12 +111,6 @@ def _heartbeat_floor(ttl: float) -> float:
 # -- handles ----------------------------------------------------------------------------------
 
 
-def _held_keys(context: ResilienceContext) -> frozenset[tuple[int, str]]:
-    props = context._properties
-    held = None if props is None else props.get(HELD_LOCKS)
-    return frozenset() if held is None else held
-
-
 def _waiting_signal() -> Signal | None:
     """A child of the caller's signal, for `acquire`'s wait only.
 
@@ -297,7 +291,7 @@ class LockHold:
         outer = current_context()
         started = self._primitive._tp.monotonic()
         held_id = self._primitive._held_id(self._key)
-        if outer is not None and held_id is not None and held_id in _held_keys(outer):
+        if outer is not None and held_id is not None and held_id in outer.get_property(HELD_LOCKS, frozenset()):
             self._primitive._mode_of(shared=self._options.shared)[1].rejected(None, self._key, started, None)
             raise LockNotAcquiredError(
                 self._key,
@@ -316,7 +310,7 @@ class LockHold:
         inner.properties.set(LOCK_TOKEN, handle.token)
         held_id = primitive._held_id(self._key)
         if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
-            inner.properties.set(HELD_LOCKS, _held_keys(outer) | {held_id})
+            inner.properties.set(HELD_LOCKS, outer.get_property(HELD_LOCKS, frozenset()) | {held_id})
         self._context_token = set_context(inner)
         return handle
 

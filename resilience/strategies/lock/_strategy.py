@@ -170,12 +170,6 @@ _TOLD = threading.Lock()
 _NONE_HELD: frozenset[tuple[int, str]] = frozenset()
 
 
-def _held(context: ResilienceContext) -> frozenset[tuple[int, str]]:
-    """The locks `context`'s chain holds (read without making the properties of a context that has none)."""
-    props = context._properties
-    return _NONE_HELD if props is None else props.get(HELD_LOCKS, _NONE_HELD)
-
-
 class _Run:
     """One execution's lease callbacks (they run in the background, off the execution's thread).
 
@@ -363,7 +357,7 @@ class LockStrategy:
         if not isinstance(key, str):
             key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = _held(context)
+        held = context.get_property(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
@@ -403,7 +397,7 @@ class LockStrategy:
         if not isinstance(key, str):
             key = resolve_key(self.name, key, context)
         started = self._time_provider.monotonic()
-        held = _held(context)
+        held = context.get_property(HELD_LOCKS, _NONE_HELD)
         if (self._store_id, key) in held:
             raise self._reject(context, key, started, None, reentrant=True)
         run = _Run(self, key, context)
