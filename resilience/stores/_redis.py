@@ -36,6 +36,7 @@ from resilience.stores._info import (
 from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
+from resilience.stores._steps import Steps, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -217,16 +218,7 @@ class _SyncClient:
 
     def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
         client = self._client if self._client is not None else self.get()
-        try:
-            return client.evalsha(script.sha, len(keys), *keys, *args)
-        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-            raise _unencodable(exc) from exc
-        except Exception as exc:
-            if not _is_noscript(exc):
-                raise
-        # EVAL caches the script on the very node that serves the key: one round trip, no ACL
-        # for SCRIPT LOAD, and the next EVALSHA finds it.
-        return client.eval(script.source, len(keys), *keys, *args)
+        return run_steps(_script_steps(client, script, keys, args))
 
     def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
         """`run(script, keys, args)` for each call in one pipeline: each reply, or the error it raised.
@@ -235,13 +227,7 @@ class _SyncClient:
         second one. A call that is already an error (its arguments were refused) is not sent.
         """
         client = self._client if self._client is not None else self.get()
-        if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
-            return [call if isinstance(call, Exception) else _reply_or_error(self.run, script, call) for call in calls]
-        sent = [call for call in calls if not isinstance(call, Exception)]
-        replies = _pipelined(client, [(script.sha, call) for call in sent])
-        if again := _noscript(replies):
-            _put(replies, again, _pipelined(client, [(None, sent[n]) for n in again], script.source))
-        return _in_place(calls, replies)
+        return run_steps(_many_steps(client, self.run, _pipelined, script, calls))
 
 
 class _AsyncClient:
@@ -299,35 +285,53 @@ class _AsyncClient:
 
     async def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
         client = self._client if self._client is not None else await self.get()
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-            raise _unencodable(exc) from exc
-        except Exception as exc:
-            if not _is_noscript(exc):
-                raise
-        return await client.eval(script.source, len(keys), *keys, *args)
+        return await run_steps_async(_script_steps(client, script, keys, args))
 
     async def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
         """See `_SyncClient.run_many`."""
         client = self._client if self._client is not None else await self.get()
-        if not callable(getattr(client, "pipeline", None)):
-            replies = []
-            for call in calls:
-                try:
-                    replies.append(call if isinstance(call, Exception) else await self.run(script, *call))
-                except Exception as exc:  # noqa: BLE001 - this call's answer
-                    replies.append(exc)
-            return replies
-        sent = [call for call in calls if not isinstance(call, Exception)]
-        replies = await _pipelined_async(client, [(script.sha, call) for call in sent])
-        if again := _noscript(replies):
-            _put(replies, again, await _pipelined_async(client, [(None, sent[n]) for n in again], script.source))
-        return _in_place(calls, replies)
+        return await run_steps_async(_many_steps(client, self.run, _pipelined_async, script, calls))
 
 
 _Call = tuple[list[str], list[object]]
 """One script call: its keys and its arguments."""
+
+
+def _script_steps(client: Any, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Steps[Any]:
+    """`script` with `keys` and `args` on `client`: EVALSHA, or EVAL when the server answers NOSCRIPT."""
+    try:
+        return (yield client.evalsha(script.sha, len(keys), *keys, *args))
+    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+        raise _unencodable(exc) from exc
+    except Exception as exc:
+        if not _is_noscript(exc):
+            raise
+    # EVAL caches the script on the very node that serves the key: one round trip, no ACL
+    # for SCRIPT LOAD, and the next EVALSHA finds it.
+    return (yield client.eval(script.source, len(keys), *keys, *args))
+
+
+def _many_steps(
+    client: Any,
+    run: Callable[..., Any],
+    pipelined: Callable[..., Any],
+    script: scripts.LuaScript,
+    calls: Sequence[_Call | Exception],
+) -> Steps[list[Any]]:
+    """What `run_many` does: `run(script, *call)` each, or, on a client with pipelines, `pipelined` calls."""
+    if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
+        replies: list[Any] = []
+        for call in calls:
+            try:
+                replies.append(call if isinstance(call, Exception) else (yield run(script, *call)))
+            except Exception as exc:  # noqa: BLE001 - this call's answer
+                replies.append(exc)
+        return replies
+    sent = [call for call in calls if not isinstance(call, Exception)]
+    replies = yield pipelined(client, [(script.sha, call) for call in sent])
+    if again := _noscript(replies):
+        _put(replies, again, (yield pipelined(client, [(None, sent[n]) for n in again], script.source)))
+    return _in_place(calls, replies)
 
 
 def _pipeline(client: Any) -> Any:
@@ -386,13 +390,6 @@ def _noscript(replies: list[Any]) -> list[int]:
 def _put(replies: list[Any], positions: list[int], retried: list[Any]) -> None:
     for n, reply in zip(positions, retried, strict=True):
         replies[n] = reply
-
-
-def _reply_or_error(run: Callable[..., Any], script: scripts.LuaScript, call: _Call) -> Any:
-    try:
-        return run(script, *call)
-    except Exception as exc:  # noqa: BLE001 - this call's answer
-        return exc
 
 
 def _in_place(calls: Sequence[_Call | Exception], replies: list[Any]) -> list[Any]:
@@ -536,7 +533,7 @@ class _RedisStore(RedisClientsStore):
         # connection pool), however many stores are made on it (`lock(client)` per request);
         # without a sync client (None), the store's own.
         self.capabilities = dataclasses.replace(self.capabilities, pool_key=getattr(client, "connection_pool", client))
-        self._publish: dict[bool, str] = {}
+        self._publish: dict[object, str] = {}  # the publish command of each runner's server
         self._listener: SyncReleaseListener | None = None
         self._listener_lock = threading.Lock()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
@@ -548,33 +545,30 @@ class _RedisStore(RedisClientsStore):
         client = self._clients.sync_runner("renewal_group").get()
         return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
 
-    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._clients.sync_runner("release")
-        command = self._publish.get(False)
+    def _release_steps(
+        self, runner: _SyncClient | _AsyncClient, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]
+    ) -> Steps[bool]:
+        """A release script's run on `runner`, with the publish command its server takes (learnt once per runner)."""
+        command = self._publish.get(runner)
         if command is None:
-            command = self._publish[False] = "SPUBLISH" if _is_cluster(runner.get()) else "PUBLISH"
+            command = self._publish[runner] = "SPUBLISH" if _is_cluster((yield runner.get())) else "PUBLISH"
         try:
-            return bool(runner.run(script, keys, [*args, command]))
+            return bool((yield runner.run(script, keys, [*args, command])))
         except Exception as exc:
             # SPUBLISH needs Redis 7: on an older server, release without notifying. The script
             # publishes before it writes, so the failed run changed nothing.
             if command == "" or not _is_unknown_command(exc):
                 raise
-            self._publish[False] = ""
-            return bool(runner.run(script, keys, [*args, ""]))
+            self._publish[runner] = ""
+            return bool((yield runner.run(script, keys, [*args, ""])))
+
+    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
+        return run_steps(self._release_steps(self._clients.sync_runner("release"), keys, script, args))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._clients.async_runner("release_async")
-        command = self._publish.get(True)
-        if command is None:
-            command = self._publish[True] = "SPUBLISH" if _is_cluster(await runner.get()) else "PUBLISH"
-        try:
-            return bool(await runner.run(script, keys, [*args, command]))
-        except Exception as exc:
-            if command == "" or not _is_unknown_command(exc):
-                raise
-            self._publish[True] = ""
-            return bool(await runner.run(script, keys, [*args, ""]))
+        return await run_steps_async(
+            self._release_steps(self._clients.async_runner("release_async"), keys, script, args)
+        )
 
     def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
         with self._listener_lock:
