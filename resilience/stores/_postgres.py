@@ -11,7 +11,6 @@ a store is made, so `import resilience.stores` works without it.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import threading
 import time
@@ -21,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from resilience._runtime._closing import Closing
-from resilience._validation import check_semaphore_permits
+from resilience._validation import check_semaphore_permits, ttl_ms
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
@@ -41,8 +40,6 @@ _POOL_TIMEOUT: Final = 5.0
 """How long a call of a store-made pool waits for a connection before it fails."""
 _CONNECT_TIMEOUT: Final = 5
 """`connect_timeout` of the connections a store makes (s)."""
-_MAX_TTL: Final = 1e9
-"""The longest ttl (s, about 31.7 years): `clock_timestamp()` plus it stays a valid timestamp."""
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
 _DIAGNOSE_EVERY: Final = 60.0
@@ -67,14 +64,6 @@ def _psycopg() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
-def _ttl_ms(ttl: object) -> int:
-    """A ttl in whole milliseconds, rounded up (1 ms at least)."""
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= _MAX_TTL:  # bool and NaN are refused
-        return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive number of seconds, at most {_MAX_TTL:g}, got {ttl!r}"
-    raise ValidationError(msg)
-
-
 def _check_str(option: str, value: object) -> str:
     if not isinstance(value, str):
         msg = f"{option}: must be a str, got {type(value).__name__}"
@@ -93,7 +82,7 @@ def _params(key: str, owner: str | None = None, ttl: float | None = None, **more
         **more,
     }
     if ttl is not None:
-        params["ttl"] = _ttl_ms(ttl)
+        params["ttl"] = ttl_ms(ttl)
     return params
 
 

@@ -22,14 +22,13 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from resilience._runtime._closing import Closing
-from resilience._validation import MAX_DURATION, check_semaphore_permits
+from resilience._validation import check_semaphore_permits, ttl_ms
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._info import (
     HolderInfo,
     LockInfo,
     force_release_by_owner,
-    force_release_by_owner_async,
     holder_tuples,
     lock_mode,
 )
@@ -96,17 +95,6 @@ def _is_noscript(exc: Exception) -> bool:
 
 def _is_unknown_command(exc: Exception) -> bool:
     return "unknown command" in str(exc).lower() or "unknown redis command" in str(exc).lower()
-
-
-def _ttl_ms(ttl: object) -> int:
-    """A ttl in whole milliseconds, rounded up (1 ms at least)."""
-    # `type() is` keeps bool out and costs less than isinstance on this hot path; the
-    # comparison chain is False for NaN and infinity.
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= MAX_DURATION:
-        # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
-        return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive number of seconds, at most {MAX_DURATION:g}, got {ttl!r}"
-    raise ValidationError(msg)
 
 
 def _check_str(option: str, value: object) -> str:
@@ -218,7 +206,17 @@ class _SyncClient:
 
     def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
         client = self._client if self._client is not None else self.get()
-        return run_steps(_script_steps(client, script, keys, args))
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+            raise _unencodable(exc) from exc
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+        # EVAL caches the script on the very node that serves the key: one round trip, no ACL
+        # for SCRIPT LOAD, and the next EVALSHA finds it. (Written out for each flavour, not as
+        # steps: a generator would add about a third to the client-side cost of every call.)
+        return client.eval(script.source, len(keys), *keys, *args)
 
     def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
         """`run(script, keys, args)` for each call in one pipeline: each reply, or the error it raised.
@@ -285,7 +283,14 @@ class _AsyncClient:
 
     async def run(self, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Any:
         client = self._client if self._client is not None else await self.get()
-        return await run_steps_async(_script_steps(client, script, keys, args))
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+            raise _unencodable(exc) from exc
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+        return await client.eval(script.source, len(keys), *keys, *args)
 
     async def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
         """See `_SyncClient.run_many`."""
@@ -295,20 +300,6 @@ class _AsyncClient:
 
 _Call = tuple[list[str], list[object]]
 """One script call: its keys and its arguments."""
-
-
-def _script_steps(client: Any, script: scripts.LuaScript, keys: Sequence[str], args: Sequence[object]) -> Steps[Any]:
-    """`script` with `keys` and `args` on `client`: EVALSHA, or EVAL when the server answers NOSCRIPT."""
-    try:
-        return (yield client.evalsha(script.sha, len(keys), *keys, *args))
-    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-        raise _unencodable(exc) from exc
-    except Exception as exc:
-        if not _is_noscript(exc):
-            raise
-    # EVAL caches the script on the very node that serves the key: one round trip, no ACL
-    # for SCRIPT LOAD, and the next EVALSHA finds it.
-    return (yield client.eval(script.source, len(keys), *keys, *args))
 
 
 def _many_steps(
@@ -712,14 +703,14 @@ class RedisLockStore(_RedisStore):
                 "(its companion keys could not share its Cluster slot)"
             )
             raise ValidationError(msg)
-        args: list[object] = [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+        args: list[object] = [_check_str("owner", owner), ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
         return keys, [*args, "1"] if shared else args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         lock_key = self.key(key)
         found = companions(lock_key)
         keys = [lock_key] if found is None else [lock_key, found[2]]
-        return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
+        return keys, [_check_str("owner", owner), ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
@@ -877,11 +868,11 @@ class RedisLockStore(_RedisStore):
         The holder's own owner-checked release, so waiters are woken and the token kept as after
         any release; the holders' next renewal answers False (`SupportsInspection`).
         """
-        return force_release_by_owner(self.info, self.release, key)
+        return run_steps(force_release_by_owner(self.info, self.release, key))
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        return await force_release_by_owner_async(self.info_async, self.release_async, key)
+        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
 
 
 class RedisSemaphoreStore(_RedisStore):
@@ -927,11 +918,11 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
     ) -> tuple[list[str], list[object]]:
         limit_and_permits = self._limit(limit, permits)
-        args = [_check_str("owner", owner), _ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
+        args = [_check_str("owner", owner), ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
         return self._all_keys(key), [*args, *limit_and_permits[1:]]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
-        return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
+        return list(self.keys(key)), [_check_str("owner", owner), ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
     def _wait_check(
         self, key: str, timeout: float, owner: str | None, limit: int | None, permits: int
@@ -1074,8 +1065,8 @@ class RedisSemaphoreStore(_RedisStore):
         The holder's own owner-checked release, so waiters are woken and the token kept as after
         any release; the holders' next renewal answers False (`SupportsInspection`).
         """
-        return force_release_by_owner(self.info, self.release, key)
+        return run_steps(force_release_by_owner(self.info, self.release, key))
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        return await force_release_by_owner_async(self.info_async, self.release_async, key)
+        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))

@@ -9,10 +9,13 @@ serves the sync method and its `_async` twin, which differ only by the client th
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import logging
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
-__all__ = ["Steps", "run_steps", "run_steps_async"]
+__all__ = ["Steps", "checked", "run_steps", "run_steps_async"]
+
+_log = logging.getLogger("resilience")
 
 _T = TypeVar("_T")
 
@@ -43,3 +46,15 @@ async def run_steps_async(steps: Steps[_T]) -> _T:
                 step = steps.send(reply)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+def checked(is_free: Callable[[], Any]) -> Steps[bool]:
+    """A waiter's check whether the key is free now (`is_free`, sync or async); one that fails is False.
+
+    A release notification is a hint only: a failed check means "wait and see".
+    """
+    try:
+        return bool((yield is_free()))
+    except Exception:  # noqa: BLE001 -- a hint only
+        _log.debug("release check failed", exc_info=True)
+        return False
