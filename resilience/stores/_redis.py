@@ -319,9 +319,14 @@ def _many_steps(
                 replies.append(exc)
         return replies
     sent = [call for call in calls if not isinstance(call, Exception)]
-    replies = yield pipelined(client, [(script.sha, call) for call in sent])
-    if again := _noscript(replies):
-        _put(replies, again, (yield pipelined(client, [(None, sent[n]) for n in again], script.source)))
+    if not sent:
+        return list(calls)
+    try:
+        replies = yield pipelined(client, [(script.sha, call) for call in sent])
+        if again := _noscript(replies):
+            _put(replies, again, (yield pipelined(client, [(None, sent[n]) for n in again], script.source)))
+    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+        raise _unencodable(exc) from exc
     return _in_place(calls, replies)
 
 
@@ -351,26 +356,16 @@ def _queue(client: Any, pipe: Any, commands: Sequence[tuple[str | None, _Call]],
 
 
 def _pipelined(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
-    if not commands:
-        return []
-    try:
-        with _pipeline(client) as pipe:
-            _queue(client, pipe, commands, source)
-            return list(pipe.execute(raise_on_error=False))
-    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-        raise _unencodable(exc) from exc
+    with _pipeline(client) as pipe:
+        _queue(client, pipe, commands, source)
+        return list(pipe.execute(raise_on_error=False))
 
 
 async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
-    if not commands:
-        return []
-    try:
-        # Queued inside the block: entering redis-py's asyncio Cluster pipeline empties its stack.
-        async with _pipeline(client) as pipe:
-            _queue(client, pipe, commands, source)
-            return list(await pipe.execute(raise_on_error=False))
-    except UnicodeEncodeError as exc:
-        raise _unencodable(exc) from exc
+    # Queued inside the block: entering redis-py's asyncio Cluster pipeline empties its stack.
+    async with _pipeline(client) as pipe:
+        _queue(client, pipe, commands, source)
+        return list(await pipe.execute(raise_on_error=False))
 
 
 def _noscript(replies: list[Any]) -> list[int]:
