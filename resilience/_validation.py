@@ -16,15 +16,35 @@ from resilience.exceptions import ValidationError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MAX_DURATION", "Duration", "Problems", "check_semaphore_permits", "generated_seconds", "to_seconds"]
+__all__ = [
+    "MAX_DURATION",
+    "Duration",
+    "Problems",
+    "check_semaphore_permits",
+    "generated_seconds",
+    "to_seconds",
+    "ttl_ms",
+]
 
 Duration: TypeAlias = "int | float | dt.timedelta"
 """A duration in: seconds as `int`/`float`, or a `timedelta` (never a `bool`)."""
 
 
 MAX_DURATION = 1e9
-"""The longest duration any option takes (about 31.7 years): every timer, wait and Redis expiry
-built from it stays far inside what `threading`, asyncio and `PEXPIRE` accept."""
+"""The longest duration any option takes (about 31.7 years): every timer, wait, Redis expiry and
+PostgreSQL lease end built from it stays far inside what `threading`, asyncio, `PEXPIRE` and a
+timestamp (`clock_timestamp()` plus it) accept."""
+
+
+def ttl_ms(ttl: object) -> int:
+    """A store's ttl in whole milliseconds, rounded up (1 ms at least); at most `MAX_DURATION` seconds."""
+    # `type() is` keeps bool out and costs less than isinstance on this hot path; the
+    # comparison chain is False for NaN and infinity.
+    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= MAX_DURATION:
+        # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
+        return max(1, math.ceil(ttl * 1000 - 1e-9))
+    msg = f"ttl: must be a positive number of seconds, at most {MAX_DURATION:g}, got {ttl!r}"
+    raise ValidationError(msg)
 
 
 def to_seconds(value: Duration) -> float:

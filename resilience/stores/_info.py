@@ -7,12 +7,14 @@ the caller with the key as the caller named it, and the CLI prints them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
-__all__ = ["HolderInfo", "LockInfo", "LockMode", "force_release_by_owner", "force_release_by_owner_async", "lock_mode"]
+    from resilience.stores._steps import Steps
+
+__all__ = ["HolderInfo", "LockInfo", "LockMode", "force_release_by_owner", "lock_mode"]
 
 LockMode = Literal["exclusive", "shared", "semaphore"]
 """How a key is held: by one lock holder, by shared (read) holders, or by semaphore holders."""
@@ -54,33 +56,20 @@ def lock_mode(*, shared: bool) -> LockMode:
     return "shared" if shared else "exclusive"
 
 
-def force_release_by_owner(
-    info: Callable[[str], LockInfo | None], release: Callable[[str, str], bool], key: str
-) -> bool:
+def force_release_by_owner(info: Callable[[str], Any], release: Callable[[str, str], Any], key: str) -> Steps[bool]:
     """Break `key` through the store's own owner-checked `release`: each holder `info` reads.
 
     True if a holder was released; False when the key was free. A holder that ended between
     the read and its release is skipped; when all had, the key is read again (a few times).
+    Steps (`run_steps`): `info` and `release` are the store's sync methods or its `_async` ones.
     """
     for _ in range(_ROUNDS):
-        found = info(key)
+        found: LockInfo | None = yield info(key)
         if found is None:
             return False
-        released = [release(key, holder.owner) for holder in found.holders]  # every holder, then any
-        if any(released):
-            return True
-    return False
-
-
-async def force_release_by_owner_async(
-    info: Callable[[str], Awaitable[LockInfo | None]], release: Callable[[str, str], Awaitable[bool]], key: str
-) -> bool:
-    """See `force_release_by_owner`."""
-    for _ in range(_ROUNDS):
-        found = await info(key)
-        if found is None:
-            return False
-        released = [await release(key, holder.owner) for holder in found.holders]
+        released = []
+        for holder in found.holders:  # every holder, then any
+            released.append((yield release(key, holder.owner)))  # noqa: PERF401 - no yield in a comprehension
         if any(released):
             return True
     return False

@@ -11,7 +11,6 @@ a store is made, so `import resilience.stores` works without it.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import threading
 import time
@@ -21,13 +20,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from resilience._runtime._closing import Closing
-from resilience._validation import check_semaphore_permits
+from resilience._validation import check_semaphore_permits, ttl_ms
 from resilience.exceptions import ValidationError
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
 from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_scripts import QUEUE_ENTRY_MS
+from resilience.stores._steps import Steps, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,8 +40,6 @@ _POOL_TIMEOUT: Final = 5.0
 """How long a call of a store-made pool waits for a connection before it fails."""
 _CONNECT_TIMEOUT: Final = 5
 """`connect_timeout` of the connections a store makes (s)."""
-_MAX_TTL: Final = 1e9
-"""The longest ttl (s, about 31.7 years): `clock_timestamp()` plus it stays a valid timestamp."""
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
 _DIAGNOSE_EVERY: Final = 60.0
@@ -66,14 +64,6 @@ def _psycopg() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
-def _ttl_ms(ttl: object) -> int:
-    """A ttl in whole milliseconds, rounded up (1 ms at least)."""
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= _MAX_TTL:  # bool and NaN are refused
-        return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive number of seconds, at most {_MAX_TTL:g}, got {ttl!r}"
-    raise ValidationError(msg)
-
-
 def _check_str(option: str, value: object) -> str:
     if not isinstance(value, str):
         msg = f"{option}: must be a str, got {type(value).__name__}"
@@ -92,7 +82,7 @@ def _params(key: str, owner: str | None = None, ttl: float | None = None, **more
         **more,
     }
     if ttl is not None:
-        params["ttl"] = _ttl_ms(ttl)
+        params["ttl"] = ttl_ms(ttl)
     return params
 
 
@@ -327,29 +317,54 @@ class _PostgresStore(Closing):
         pool = self._sync_pool(method)
         kept = self._kept_lock.acquire(blocking=False)
         try:
-            conn = self._take_kept(self._kept, pool) if kept else pool.getconn()
-            try:
-                cursor = conn.execute(statement.query, statement.params)
-                rows = cursor.fetchall() if cursor.description is not None else []
-                if not conn.autocommit:
-                    conn.commit()
-            except BaseException:
-                if kept:
-                    self._kept.conn = None
-                pool.putconn(conn)
-                raise
-            if not kept:
-                pool.putconn(conn)
-        except Exception as exc:
-            self._explain(exc, pool)
-            raise
+            return run_steps(
+                self._statement_steps(statement, pool, self._kept if kept else None, self._psycopg.connect)
+            )
         finally:
             if kept:
                 self._kept_lock.release()
+
+    async def _execute_async(self, method: str, statement: _Statement[_T]) -> _T:
+        """See `_execute` (the kept connection: one per event loop)."""
+        pool = await self._get_async_pool(method)
+        loop = asyncio.get_running_loop()
+        kept = self._kept_async.setdefault(loop, _Kept())
+        mine, kept.busy = not kept.busy, True
+        try:
+            connect = self._psycopg.AsyncConnection.connect
+            return await run_steps_async(self._statement_steps(statement, pool, kept if mine else None, connect))
+        finally:
+            if mine:
+                kept.busy = False
+                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
+                    conn, kept.conn = kept.conn, None
+                    await kept.pool.putconn(conn)
+
+    def _statement_steps(
+        self, statement: _Statement[_T], pool: Any, kept: _Kept | None, connect: Callable[..., Any]
+    ) -> Steps[_T]:
+        """`_execute`'s work, on the `kept` connection (None: one checked out of `pool`)."""
+        try:
+            conn = (yield pool.getconn()) if kept is None else (yield from self._take_kept(kept, pool))
+            try:
+                cursor = yield conn.execute(statement.query, statement.params)
+                rows = (yield cursor.fetchall()) if cursor.description is not None else []
+                if not conn.autocommit:
+                    yield conn.commit()
+            except BaseException:
+                if kept is not None:
+                    kept.conn = None
+                yield pool.putconn(conn)
+                raise
+            if kept is None:
+                yield pool.putconn(conn)
+        except Exception as exc:
+            yield from self._explain(exc, pool, connect)
+            raise
         return statement.answer(rows)
 
     @staticmethod
-    def _take_kept(kept: _Kept, pool: Any) -> Any:
+    def _take_kept(kept: _Kept, pool: Any) -> Steps[Any]:
         """The kept connection; one checked out of `pool` when there is none or it is `_KEEP_FOR` old.
 
         The old one goes back to the pool it came from, so the pool's checks still see it (a
@@ -359,72 +374,22 @@ class _PostgresStore(Closing):
         if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool or kept.pid != pid):
             conn, kept.conn = kept.conn, None
             if kept.pid == pid:
-                kept.pool.putconn(conn)
+                yield kept.pool.putconn(conn)
         if kept.conn is None:
-            kept.conn, kept.pool, kept.since, kept.pid = pool.getconn(), pool, now, pid
+            kept.conn, kept.pool, kept.since, kept.pid = (yield pool.getconn()), pool, now, pid
         return kept.conn
 
-    async def _execute_async(self, method: str, statement: _Statement[_T]) -> _T:
-        """See `_execute` (the kept connection: one per event loop)."""
-        pool = await self._get_async_pool(method)
-        loop = asyncio.get_running_loop()
-        kept = self._kept_async.setdefault(loop, _Kept())
-        mine, kept.busy = not kept.busy, True
-        try:
-            conn = await self._take_kept_async(kept, pool) if mine else await pool.getconn()
-            try:
-                cursor = await conn.execute(statement.query, statement.params)
-                rows = await cursor.fetchall() if cursor.description is not None else []
-                if not conn.autocommit:
-                    await conn.commit()
-            except BaseException:
-                if mine:
-                    kept.conn = None
-                await pool.putconn(conn)
-                raise
-            if not mine:
-                await pool.putconn(conn)
-        except Exception as exc:
-            await self._explain_async(exc, pool)
-            raise
-        finally:
-            if mine:
-                kept.busy = False
-                if self._kept_async.get(loop) is not kept and kept.conn is not None:  # `aclose` ran meanwhile
-                    conn, kept.conn = kept.conn, None
-                    await kept.pool.putconn(conn)
-        return statement.answer(rows)
-
-    @staticmethod
-    async def _take_kept_async(kept: _Kept, pool: Any) -> Any:
-        """See `_take_kept` (one per event loop; `_Kept.busy` is its lock)."""
-        now = time.monotonic()
-        if kept.conn is not None and (now - kept.since > _KEEP_FOR or kept.pool is not pool):
-            conn, kept.conn = kept.conn, None
-            await kept.pool.putconn(conn)
-        if kept.conn is None:
-            kept.conn, kept.pool, kept.since = await pool.getconn(), pool, now
-        return kept.conn
-
-    def _explain(self, exc: Exception, pool: Any) -> None:
+    def _explain(self, exc: Exception, pool: Any, connect: Callable[..., Any]) -> Steps[None]:
         """Say what a store error means where psycopg does not; the error keeps its type.
 
         A missing table gets a note naming `create_schema()`. A pool that timed out waiting
-        for a connection says nothing of why; one direct connection attempt finds the real
-        cause (refused, bad password, no such database): a note, and the error's cause.
+        for a connection says nothing of why; one direct connection attempt (psycopg's sync
+        or async `connect`) finds the real cause (refused, bad password, no such database):
+        a note, and the error's cause.
         """
         if self._diagnosis_due(exc):
             try:
-                self._connector(pool, self._psycopg.connect)().close()
-            except self._psycopg.Error as cause:
-                self._cause = cause
-        self._noted(exc)
-
-    async def _explain_async(self, exc: Exception, pool: Any) -> None:
-        """See `_explain`."""
-        if self._diagnosis_due(exc):
-            try:
-                await (await self._connector(pool, self._psycopg.AsyncConnection.connect)()).close()
+                yield (yield self._connector(pool, connect)()).close()
             except self._psycopg.Error as cause:
                 self._cause = cause
         self._noted(exc)
@@ -478,7 +443,7 @@ class _PostgresStore(Closing):
             with pool.connection() as conn, conn.transaction():
                 conn.execute(self._sql.schema)
         except Exception as exc:
-            self._explain(exc, pool)
+            run_steps(self._explain(exc, pool, self._psycopg.connect))
             raise
 
     async def create_schema_async(self) -> None:
@@ -488,7 +453,7 @@ class _PostgresStore(Closing):
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute(self._sql.schema)
         except Exception as exc:
-            await self._explain_async(exc, pool)
+            await run_steps_async(self._explain(exc, pool, self._psycopg.AsyncConnection.connect))
             raise
 
     # -- release notification ------------------------------------------------------------------

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from resilience._runtime._threads import start_thread
+from resilience.stores._steps import checked, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -77,22 +78,6 @@ def _forget(waiters: dict[str, dict[Any, str | None]], name: str, event: object)
             del waiters[name]
 
 
-def _checked(is_free: Callable[[], bool]) -> bool:
-    try:
-        return is_free()
-    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
-        _log.debug("release check failed", exc_info=True)
-        return False
-
-
-async def _checked_async(is_free: Callable[[], Awaitable[bool]]) -> bool:
-    try:
-        return await is_free()
-    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
-        _log.debug("release check failed", exc_info=True)
-        return False
-
-
 class _Listener(Generic[_E]):
     """What the sync and the async listener keep alike: their waiters and their connection's state."""
 
@@ -133,7 +118,7 @@ class SyncReleaseListener(_Listener[threading.Event]):
         try:
             if ready is not None:
                 ready.wait(max(0.0, deadline - time.monotonic()))
-            if _checked(is_free):
+            if run_steps(checked(is_free)):
                 return True
             if not self._listening:  # no hint can come: the wait is a plain poll interval
                 threading.Event().wait(max(0.0, deadline - time.monotonic()))
@@ -212,7 +197,7 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
             async with scope:
                 if ready is not None:
                     await ready.wait()
-                if await _checked_async(is_free):
+                if await run_steps_async(checked(is_free)):
                     return True
                 if not self._listening:  # no hint can come: the wait is a plain poll interval
                     await asyncio.Event().wait()

@@ -22,20 +22,20 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from resilience._runtime._closing import Closing
-from resilience._validation import MAX_DURATION, check_semaphore_permits
+from resilience._validation import check_semaphore_permits, ttl_ms
 from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._info import (
     HolderInfo,
     LockInfo,
     force_release_by_owner,
-    force_release_by_owner_async,
     holder_tuples,
     lock_mode,
 )
 from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._redis_client import warn_if_untimed
 from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseListener
+from resilience.stores._steps import Steps, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -95,17 +95,6 @@ def _is_noscript(exc: Exception) -> bool:
 
 def _is_unknown_command(exc: Exception) -> bool:
     return "unknown command" in str(exc).lower() or "unknown redis command" in str(exc).lower()
-
-
-def _ttl_ms(ttl: object) -> int:
-    """A ttl in whole milliseconds, rounded up (1 ms at least)."""
-    # `type() is` keeps bool out and costs less than isinstance on this hot path; the
-    # comparison chain is False for NaN and infinity.
-    if (type(ttl) is float or type(ttl) is int) and 0 < ttl <= MAX_DURATION:
-        # The 1e-9 keeps binary noise (0.29 * 1000 == 290.00000000000006) from adding a millisecond.
-        return max(1, math.ceil(ttl * 1000 - 1e-9))
-    msg = f"ttl: must be a positive number of seconds, at most {MAX_DURATION:g}, got {ttl!r}"
-    raise ValidationError(msg)
 
 
 def _check_str(option: str, value: object) -> str:
@@ -225,7 +214,8 @@ class _SyncClient:
             if not _is_noscript(exc):
                 raise
         # EVAL caches the script on the very node that serves the key: one round trip, no ACL
-        # for SCRIPT LOAD, and the next EVALSHA finds it.
+        # for SCRIPT LOAD, and the next EVALSHA finds it. (Written out for each flavour, not as
+        # steps: a generator would add about a third to the client-side cost of every call.)
         return client.eval(script.source, len(keys), *keys, *args)
 
     def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
@@ -235,13 +225,7 @@ class _SyncClient:
         second one. A call that is already an error (its arguments were refused) is not sent.
         """
         client = self._client if self._client is not None else self.get()
-        if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
-            return [call if isinstance(call, Exception) else _reply_or_error(self.run, script, call) for call in calls]
-        sent = [call for call in calls if not isinstance(call, Exception)]
-        replies = _pipelined(client, [(script.sha, call) for call in sent])
-        if again := _noscript(replies):
-            _put(replies, again, _pipelined(client, [(None, sent[n]) for n in again], script.source))
-        return _in_place(calls, replies)
+        return run_steps(_many_steps(client, self.run, _pipelined, script, calls))
 
 
 class _AsyncClient:
@@ -311,23 +295,39 @@ class _AsyncClient:
     async def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
         """See `_SyncClient.run_many`."""
         client = self._client if self._client is not None else await self.get()
-        if not callable(getattr(client, "pipeline", None)):
-            replies = []
-            for call in calls:
-                try:
-                    replies.append(call if isinstance(call, Exception) else await self.run(script, *call))
-                except Exception as exc:  # noqa: BLE001 - this call's answer
-                    replies.append(exc)
-            return replies
-        sent = [call for call in calls if not isinstance(call, Exception)]
-        replies = await _pipelined_async(client, [(script.sha, call) for call in sent])
-        if again := _noscript(replies):
-            _put(replies, again, await _pipelined_async(client, [(None, sent[n]) for n in again], script.source))
-        return _in_place(calls, replies)
+        return await run_steps_async(_many_steps(client, self.run, _pipelined_async, script, calls))
 
 
 _Call = tuple[list[str], list[object]]
 """One script call: its keys and its arguments."""
+
+
+def _many_steps(
+    client: Any,
+    run: Callable[..., Any],
+    pipelined: Callable[..., Any],
+    script: scripts.LuaScript,
+    calls: Sequence[_Call | Exception],
+) -> Steps[list[Any]]:
+    """What `run_many` does: `run(script, *call)` each, or, on a client with pipelines, `pipelined` calls."""
+    if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
+        replies: list[Any] = []
+        for call in calls:
+            try:
+                replies.append(call if isinstance(call, Exception) else (yield run(script, *call)))
+            except Exception as exc:  # noqa: BLE001 - this call's answer
+                replies.append(exc)
+        return replies
+    sent = [call for call in calls if not isinstance(call, Exception)]
+    if not sent:
+        return list(calls)
+    try:
+        replies = yield pipelined(client, [(script.sha, call) for call in sent])
+        if again := _noscript(replies):
+            _put(replies, again, (yield pipelined(client, [(None, sent[n]) for n in again], script.source)))
+    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+        raise _unencodable(exc) from exc
+    return _in_place(calls, replies)
 
 
 def _pipeline(client: Any) -> Any:
@@ -356,26 +356,16 @@ def _queue(client: Any, pipe: Any, commands: Sequence[tuple[str | None, _Call]],
 
 
 def _pipelined(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
-    if not commands:
-        return []
-    try:
-        with _pipeline(client) as pipe:
-            _queue(client, pipe, commands, source)
-            return list(pipe.execute(raise_on_error=False))
-    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-        raise _unencodable(exc) from exc
+    with _pipeline(client) as pipe:
+        _queue(client, pipe, commands, source)
+        return list(pipe.execute(raise_on_error=False))
 
 
 async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
-    if not commands:
-        return []
-    try:
-        # Queued inside the block: entering redis-py's asyncio Cluster pipeline empties its stack.
-        async with _pipeline(client) as pipe:
-            _queue(client, pipe, commands, source)
-            return list(await pipe.execute(raise_on_error=False))
-    except UnicodeEncodeError as exc:
-        raise _unencodable(exc) from exc
+    # Queued inside the block: entering redis-py's asyncio Cluster pipeline empties its stack.
+    async with _pipeline(client) as pipe:
+        _queue(client, pipe, commands, source)
+        return list(await pipe.execute(raise_on_error=False))
 
 
 def _noscript(replies: list[Any]) -> list[int]:
@@ -386,13 +376,6 @@ def _noscript(replies: list[Any]) -> list[int]:
 def _put(replies: list[Any], positions: list[int], retried: list[Any]) -> None:
     for n, reply in zip(positions, retried, strict=True):
         replies[n] = reply
-
-
-def _reply_or_error(run: Callable[..., Any], script: scripts.LuaScript, call: _Call) -> Any:
-    try:
-        return run(script, *call)
-    except Exception as exc:  # noqa: BLE001 - this call's answer
-        return exc
 
 
 def _in_place(calls: Sequence[_Call | Exception], replies: list[Any]) -> list[Any]:
@@ -536,7 +519,7 @@ class _RedisStore(RedisClientsStore):
         # connection pool), however many stores are made on it (`lock(client)` per request);
         # without a sync client (None), the store's own.
         self.capabilities = dataclasses.replace(self.capabilities, pool_key=getattr(client, "connection_pool", client))
-        self._publish: dict[bool, str] = {}
+        self._publish: dict[object, str] = {}  # the publish command of each runner's server
         self._listener: SyncReleaseListener | None = None
         self._listener_lock = threading.Lock()
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
@@ -548,33 +531,30 @@ class _RedisStore(RedisClientsStore):
         client = self._clients.sync_runner("renewal_group").get()
         return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
 
-    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._clients.sync_runner("release")
-        command = self._publish.get(False)
+    def _release_steps(
+        self, runner: _SyncClient | _AsyncClient, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]
+    ) -> Steps[bool]:
+        """A release script's run on `runner`, with the publish command its server takes (learnt once per runner)."""
+        command = self._publish.get(runner)
         if command is None:
-            command = self._publish[False] = "SPUBLISH" if _is_cluster(runner.get()) else "PUBLISH"
+            command = self._publish[runner] = "SPUBLISH" if _is_cluster((yield runner.get())) else "PUBLISH"
         try:
-            return bool(runner.run(script, keys, [*args, command]))
+            return bool((yield runner.run(script, keys, [*args, command])))
         except Exception as exc:
             # SPUBLISH needs Redis 7: on an older server, release without notifying. The script
             # publishes before it writes, so the failed run changed nothing.
             if command == "" or not _is_unknown_command(exc):
                 raise
-            self._publish[False] = ""
-            return bool(runner.run(script, keys, [*args, ""]))
+            self._publish[runner] = ""
+            return bool((yield runner.run(script, keys, [*args, ""])))
+
+    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
+        return run_steps(self._release_steps(self._clients.sync_runner("release"), keys, script, args))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        runner = self._clients.async_runner("release_async")
-        command = self._publish.get(True)
-        if command is None:
-            command = self._publish[True] = "SPUBLISH" if _is_cluster(await runner.get()) else "PUBLISH"
-        try:
-            return bool(await runner.run(script, keys, [*args, command]))
-        except Exception as exc:
-            if command == "" or not _is_unknown_command(exc):
-                raise
-            self._publish[True] = ""
-            return bool(await runner.run(script, keys, [*args, ""]))
+        return await run_steps_async(
+            self._release_steps(self._clients.async_runner("release_async"), keys, script, args)
+        )
 
     def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
         with self._listener_lock:
@@ -718,14 +698,14 @@ class RedisLockStore(_RedisStore):
                 "(its companion keys could not share its Cluster slot)"
             )
             raise ValidationError(msg)
-        args: list[object] = [_check_str("owner", owner), _ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
+        args: list[object] = [_check_str("owner", owner), ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
         return keys, [*args, "1"] if shared else args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         lock_key = self.key(key)
         found = companions(lock_key)
         keys = [lock_key] if found is None else [lock_key, found[2]]
-        return keys, [_check_str("owner", owner), _ttl_ms(ttl)]
+        return keys, [_check_str("owner", owner), ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
@@ -883,11 +863,11 @@ class RedisLockStore(_RedisStore):
         The holder's own owner-checked release, so waiters are woken and the token kept as after
         any release; the holders' next renewal answers False (`SupportsInspection`).
         """
-        return force_release_by_owner(self.info, self.release, key)
+        return run_steps(force_release_by_owner(self.info, self.release, key))
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        return await force_release_by_owner_async(self.info_async, self.release_async, key)
+        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
 
 
 class RedisSemaphoreStore(_RedisStore):
@@ -933,11 +913,11 @@ class RedisSemaphoreStore(_RedisStore):
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
     ) -> tuple[list[str], list[object]]:
         limit_and_permits = self._limit(limit, permits)
-        args = [_check_str("owner", owner), _ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
+        args = [_check_str("owner", owner), ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
         return self._all_keys(key), [*args, *limit_and_permits[1:]]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
-        return list(self.keys(key)), [_check_str("owner", owner), _ttl_ms(ttl), scripts.TOMBSTONE_MS]
+        return list(self.keys(key)), [_check_str("owner", owner), ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
     def _wait_check(
         self, key: str, timeout: float, owner: str | None, limit: int | None, permits: int
@@ -1080,8 +1060,8 @@ class RedisSemaphoreStore(_RedisStore):
         The holder's own owner-checked release, so waiters are woken and the token kept as after
         any release; the holders' next renewal answers False (`SupportsInspection`).
         """
-        return force_release_by_owner(self.info, self.release, key)
+        return run_steps(force_release_by_owner(self.info, self.release, key))
 
     async def force_release_async(self, key: str) -> bool:
         """See `force_release`."""
-        return await force_release_by_owner_async(self.info_async, self.release_async, key)
+        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))

@@ -24,9 +24,10 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from resilience._runtime._threads import on_fork_in_child, start_thread
+from resilience.stores._steps import checked, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -47,17 +48,18 @@ _RELEASED = frozenset({"message", "smessage"})
 _SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
 
 
-class _Verbs(NamedTuple):
-    """The names of a pub/sub connection's methods for one kind of channel."""
-
-    subscribe: str
-    unsubscribe: str
-    read: str
+def _subscribe_to(pubsub: Any, channel: str, *, sharded: bool) -> Any:
+    """Subscribe to `channel`: sharded (`SSUBSCRIBE`) on Cluster, where a channel lives in its name's hash slot."""
+    return pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel)
 
 
-_SHARDED = _Verbs("ssubscribe", "sunsubscribe", "get_sharded_message")
-"""Sharded channels (`SSUBSCRIBE`): on Cluster, where a channel lives in its name's hash slot."""
-_PLAIN = _Verbs("subscribe", "unsubscribe", "get_message")
+def _unsubscribe_from(pubsub: Any, channel: str, *, sharded: bool) -> Any:
+    return pubsub.sunsubscribe(channel) if sharded else pubsub.unsubscribe(channel)
+
+
+def _next_message(pubsub: Any, *, sharded: bool) -> Any:
+    """The next message, waiting at most `_POLL` seconds (None when none came)."""
+    return pubsub.get_sharded_message(timeout=_POLL) if sharded else pubsub.get_message(timeout=_POLL)
 
 
 def _parse(message: Any) -> tuple[str, str, str | None] | None:
@@ -93,11 +95,7 @@ def _woken(owner: str | None, turn: str | None) -> bool:
 async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
     task = asyncio.current_task()
     baseline = 0 if task is None else task.cancelling()
-    try:
-        free = await check()
-    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
-        _log.debug("release check failed", exc_info=True)
-        free = False
+    free = await run_steps_async(checked(check))
     if task is not None and task.cancelling() > baseline:
         # The waiter's own timeout (or a cancel) hit the check, and the client swallowed the
         # CancelledError (redis-py's Cluster client retries the command, or turns it into an
@@ -105,14 +103,6 @@ async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
         # already fired, for ever.
         raise asyncio.CancelledError
     return free
-
-
-def _is_free(check: Callable[[], bool]) -> bool:
-    try:
-        return check()
-    except Exception:  # noqa: BLE001 -- a hint only: a failed check means "wait and see"
-        _log.debug("release check failed", exc_info=True)
-        return False
 
 
 def _drop_waiter(
@@ -154,7 +144,7 @@ class SyncReleaseListener:
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool, name: str) -> None:
         self._open = open_pubsub
-        self._verbs = _SHARDED if sharded else _PLAIN
+        self._sharded = sharded
         self._name = name
         _LISTENERS.add(self)
         self._forget()
@@ -181,7 +171,7 @@ class SyncReleaseListener:
         try:
             if confirmed is not None:
                 confirmed.wait(max(0.0, deadline - time.monotonic()))
-            if _is_free(is_free):
+            if run_steps(checked(is_free)):
                 return True
             return event.wait(max(0.0, deadline - time.monotonic()))
         finally:
@@ -233,7 +223,7 @@ class SyncReleaseListener:
                 try:
                     if self._pubsub is None:
                         self._pubsub = self._open()
-                    getattr(self._pubsub, self._verbs.subscribe)(channel)
+                    _subscribe_to(self._pubsub, channel, sharded=self._sharded)
                 except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
                     _log.debug("release notification unavailable for %r", channel, exc_info=True)
                     return None
@@ -251,7 +241,7 @@ class SyncReleaseListener:
             if self._subscribed.pop(channel, None) is None:
                 continue
             try:
-                getattr(self._pubsub, self._verbs.unsubscribe)(channel)
+                _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
@@ -282,7 +272,7 @@ class SyncReleaseListener:
                 pubsub = self._pubsub
             started = time.monotonic()
             try:
-                message = getattr(pubsub, self._verbs.read)(timeout=_POLL)
+                message = _next_message(pubsub, sharded=self._sharded)
             except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
                 _log.debug("release listener read failed", exc_info=True)
                 stop.wait(_POLL)
@@ -314,7 +304,7 @@ class AsyncReleaseListener:
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
-        self._verbs = _SHARDED if sharded else _PLAIN
+        self._sharded = sharded
         self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # event -> owner (None: any)
         self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
         self._confirmed_at: dict[str, float] = {}  # channel -> when the server last confirmed it
@@ -408,7 +398,7 @@ class AsyncReleaseListener:
         try:
             if self._pubsub is None:
                 self._pubsub = self._open()
-            await getattr(self._pubsub, self._verbs.subscribe)(channel)
+            await _subscribe_to(self._pubsub, channel, sharded=self._sharded)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             if self._subscribed.get(channel) is confirmed:
@@ -442,7 +432,7 @@ class AsyncReleaseListener:
             if self._subscribed.pop(channel, None) is None:
                 continue
             try:
-                await getattr(self._pubsub, self._verbs.unsubscribe)(channel)
+                await _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
@@ -483,7 +473,7 @@ class AsyncReleaseListener:
         pubsub = self._pubsub
         started = time.monotonic()
         try:
-            message = await getattr(pubsub, self._verbs.read)(timeout=_POLL)
+            message = await _next_message(pubsub, sharded=self._sharded)
         except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
             current = asyncio.current_task()
             if current is not None and current.cancelling():

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -23,6 +23,9 @@ from resilience.stores import (
     serves,
 )
 from resilience.stores._postgres_notify import digest
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
 
 pytestmark = pytest.mark.postgres
 
@@ -483,14 +486,14 @@ def test_a_release_wakes_the_longest_waiting_waiter_only(
     from resilience.stores import _postgres_notify
 
     checked: set[threading.Thread] = set()
-    check = _postgres_notify._checked
+    check = _postgres_notify.checked
 
-    def recorded(is_free: Any) -> bool:
-        free = check(is_free)
+    def recorded(is_free: Any) -> Generator[Any, Any, bool]:
+        free = yield from check(is_free)
         checked.add(threading.current_thread())
         return free
 
-    monkeypatch.setattr(_postgres_notify, "_checked", recorded)
+    monkeypatch.setattr(_postgres_notify, "checked", recorded)
     assert pg_locks.acquire(pg_key, "holder", 30) is not None
     woken: list[str] = []
     threads = []
@@ -525,10 +528,10 @@ async def test_an_async_release_wakes_the_longest_waiting_task_only(
     from resilience.stores import _postgres_notify
 
     checked: set[asyncio.Task[Any] | None] = set()
-    check = _postgres_notify._checked_async
+    check = _postgres_notify.checked
 
-    async def recorded(is_free: Any) -> bool:
-        free = await check(is_free)
+    def recorded(is_free: Any) -> Generator[Any, Any, bool]:
+        free = yield from check(is_free)
         checked.add(asyncio.current_task())
         return free
 
@@ -540,7 +543,7 @@ async def test_an_async_release_wakes_the_longest_waiting_task_only(
             await asyncio.sleep(0.01)
         pytest.fail("the waiter never checked the key")
 
-    monkeypatch.setattr(_postgres_notify, "_checked_async", recorded)
+    monkeypatch.setattr(_postgres_notify, "checked", recorded)
     assert await pg_locks.acquire_async(pg_key, "holder", 30) is not None
     first = asyncio.ensure_future(pg_locks.wait_released_async(pg_key, 20))
     await passed(first)

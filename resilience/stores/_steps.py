@@ -1,0 +1,60 @@
+"""Store work written once for both flavours: a generator of steps, driven sync or async.
+
+A step is a client call's return value, yielded: `reply = yield conn.execute(...)`. A sync
+client's call has already run when its value is yielded, and `run_steps` sends that value
+back; an asyncio client's call returns an awaitable, which `run_steps_async` awaits, sending
+back its result or throwing its error in at the `yield`. So one body, with its `try` blocks,
+serves the sync method and its `_async` twin, which differ only by the client they pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+__all__ = ["Steps", "checked", "run_steps", "run_steps_async"]
+
+_log = logging.getLogger("resilience")
+
+_T = TypeVar("_T")
+
+Steps = Generator[Any, Any, _T]
+"""Steps that yield client calls' values (or awaitables) and return the answer."""
+
+
+def run_steps(steps: Steps[_T]) -> _T:
+    """The answer of `steps` over a sync client: each yielded value is its call's result."""
+    reply = None
+    try:
+        while True:
+            reply = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def run_steps_async(steps: Steps[_T]) -> _T:
+    """The answer of `steps` over an asyncio client: each yielded awaitable is awaited."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                reply = await step
+            except BaseException as exc:  # noqa: BLE001 - the call's error, raised where the steps made it
+                step = steps.throw(exc)
+            else:
+                step = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def checked(is_free: Callable[[], Any]) -> Steps[bool]:
+    """A waiter's check whether the key is free now (`is_free`, sync or async); one that fails is False.
+
+    A release notification is a hint only: a failed check means "wait and see".
+    """
+    try:
+        return bool((yield is_free()))
+    except Exception:  # noqa: BLE001 -- a hint only
+        _log.debug("release check failed", exc_info=True)
+        return False
