@@ -131,9 +131,17 @@ class TestHeartbeat:
 
     def test_leases_under_two_prefixes_on_one_store_renew_each_under_its_key(self, clock: FakeTimeProvider) -> None:
         """Two primitives on one store: their renewals share batches, each lease renewed under its own prefix."""
-        store = MemoryLockStore(clock)
+        batches: list[list[str]] = []
+
+        class Recording(MemoryLockStore):
+            def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
+                batches.append(sorted(key for key, _, _ in items))
+                return super().renew_many(items)
+
+        store = Recording(clock)
         with lock(store, prefix="a", ttl=TTL).hold("k") as first, lock(store, prefix="b", ttl=TTL).hold("k") as second:
             step(clock, 3 * TTL, dt=0.1)
+            assert ["a:k", "b:k"] in batches, batches
             for key, handle in (("a:k", first), ("b:k", second)):
                 assert not handle.lost
                 found = store.info(key)
@@ -661,3 +669,4 @@ def test_a_renewal_group_is_asked_about_the_prefixed_key() -> None:
     assert (handle.key, handle._lease.store_key) == ("job", "app:job")
     assert _group(handle._lease) == "node-of-app:job"
     assert handle.release()
+    assert lock(MemoryLockStore(), prefix="app")._ops.group is None  # a store without groups gets none

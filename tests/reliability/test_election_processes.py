@@ -114,6 +114,7 @@ def test_a_killed_leader_is_replaced_within_ttl_and_one_hand_off(
     # Hand-offs are measured once the other two wait in line (not while they start up).
     inspector = lock(client, prefix="election")
     wait_for(lambda: getattr(inspector.info(candidates.key), "waiters", None) == 2, timeout=30)
+    inspector.close()
     watcher = election(client, candidates.key, ttl=TTL)
     hand_offs: list[float] = []
     terms = [term]
@@ -145,6 +146,7 @@ def test_a_stopped_leader_loses_leadership_and_its_late_writes_are_refused(
     # Measured from when "b" waits in line: a process's start on a loaded machine is not the hand-off's.
     inspector = lock(client, prefix="election")
     wait_for(lambda: getattr(inspector.info(candidates.key), "waiters", None) == 1, timeout=30)
+    inspector.close()
     other = "b" if old_leader == "a" else "a"
     stopped = candidates.by_identity[old_leader]
     stopped_at = server_us(client)
