@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
     from resilience._time import TimeProvider
-    from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
@@ -36,6 +35,7 @@ __all__ = [
     "CircuitBreakerManualControl",
     "CircuitBreakerStateProvider",
     "CircuitController",
+    "CircuitHooks",
     "OnCircuitClosedArguments",
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
@@ -78,6 +78,16 @@ class BreakDurationGeneratorArguments:
     failure_rate: float
     failure_count: int
     context: ResilienceContext
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitHooks:
+    """The user code a circuit's transitions call: its options' generator and callbacks."""
+
+    break_duration_generator: Callable[[BreakDurationGeneratorArguments], object] | None
+    on_opened: Callable[[OnCircuitOpenedArguments], object] | None
+    on_closed: Callable[[OnCircuitClosedArguments], object] | None
+    on_half_opened: Callable[[OnCircuitHalfOpenedArguments], object] | None
 
 
 class CircuitBreakerStateProvider:
@@ -167,12 +177,12 @@ class CircuitBreakerManualControl:
 class CircuitController:
     """One circuit: the core under a lock, plus the reporting of its transitions."""
 
-    __slots__ = ("__weakref__", "_generator", "_options", "_rolling", "_telemetry", "_time", "core", "lock")
+    __slots__ = ("__weakref__", "_generator", "_hooks", "_rolling", "_telemetry", "_time", "core", "lock")
 
     def __init__(
         self,
         core: CircuitCore,
-        options: CircuitBreakerStrategyOptions,
+        hooks: CircuitHooks,
         *,
         time_provider: TimeProvider,
         telemetry: TelemetrySource,
@@ -181,8 +191,8 @@ class CircuitController:
         # The core's window when it is a `RollingWindow` (never replaced): `succeeded`'s lock-free path.
         self._rolling = core.window if type(core.window) is RollingWindow else None
         self.lock = threading.Lock()
-        self._options = options
-        self._generator = options.break_duration_generator
+        self._hooks = hooks
+        self._generator = hooks.break_duration_generator
         self._time = time_provider
         self._telemetry = telemetry
 
@@ -262,15 +272,15 @@ class CircuitController:
         `ValidationError` is raised after the opening is reported) and only then emits the opening. A transition
         learned from the fleet, or made by hand, knows its break.
         """
-        options = self._options
+        hooks = self._hooks
         arguments: Any
         callback: Callable[[Any], object] | None
         misuse = None
         if transition.state is CircuitState.HALF_OPEN:  # the outcome is None: no call has ended
-            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, options.on_half_opened
+            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, hooks.on_half_opened
             arguments = OnCircuitHalfOpenedArguments(context)
         elif transition.state is CircuitState.CLOSED:
-            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, options.on_closed
+            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, hooks.on_closed
             arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
         else:
             seconds = math.inf if transition.is_manual else transition.break_duration
@@ -283,7 +293,7 @@ class CircuitController:
                     seconds, misuse = self.set_break(transition, value)
             if seconds is None:
                 seconds = self.core.break_duration
-            name, severity, callback = "OnCircuitOpened", Severity.ERROR, options.on_opened
+            name, severity, callback = "OnCircuitOpened", Severity.ERROR, hooks.on_opened
             arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
         self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
         if callback is not None:

@@ -189,6 +189,7 @@ class CircuitCore:
         "_probe_until",
         "break_duration",
         "generation",
+        "rule",
         "state",
         "window",
     )
@@ -204,6 +205,7 @@ class CircuitCore:
     ) -> None:
         self.break_duration = break_duration
         """The configured break duration, in seconds."""
+        self.rule = (failure_ratio, minimum_throughput, sampling_duration)  # as configured: what a shared circuit sends
         self.window: RollingWindow | ConsecutiveFailures = (
             RollingWindow(sampling_duration, failure_ratio, minimum_throughput)
             if consecutive_failures is None

@@ -20,6 +20,7 @@ from resilience.strategies.circuit._controller import (
     CircuitBreakerManualControl,
     CircuitBreakerStateProvider,
     CircuitController,
+    CircuitHooks,
     OnCircuitClosedArguments,
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
@@ -138,17 +139,22 @@ class CircuitBreakerStrategyOptions:
             "break_duration": to_seconds(self.break_duration),
             "consecutive_failures": self.consecutive_failures,
         }
+        hooks = CircuitHooks(self.break_duration_generator, self.on_opened, self.on_closed, self.on_half_opened)
         store = self.state_store
         controller: CircuitController
         if store is None:
             controller = CircuitController(
-                CircuitCore(**parameters), self, time_provider=context.time_provider, telemetry=context.telemetry
+                CircuitCore(**parameters), hooks, time_provider=context.time_provider, telemetry=context.telemetry
             )
         else:
             from resilience.strategies.circuit._fleet import SharedCircuitCore
-            from resilience.strategies.circuit._sync import shared_controller
+            from resilience.strategies.circuit._sync import CircuitSync, SharedCircuitController
 
-            controller = shared_controller(self, SharedCircuitCore(**parameters), store, context)
+            controller = SharedCircuitController(
+                SharedCircuitCore(**parameters), hooks, time_provider=context.time_provider, telemetry=context.telemetry
+            )
+            sync = CircuitSync(store, self.shared_key(context), to_seconds(self.sync_interval), self.manual_control)
+            sync.start(controller, context)
         tags = {} if store is None else {"circuit.key": self.shared_key(context)}
         context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
         if self.state_provider is not None:

@@ -39,8 +39,7 @@ from resilience._lease._workers import off_timer_thread
 from resilience._outcome import Err
 from resilience._runtime._threads import on_fork_in_child, start_thread
 from resilience._runtime._timers import TIMER_THREAD
-from resilience._validation import to_seconds
-from resilience.strategies.circuit._controller import CircuitController
+from resilience.strategies.circuit._controller import CircuitBreakerManualControl, CircuitController
 from resilience.strategies.circuit._core import CircuitState, Transition
 from resilience.strategies.circuit._fleet import Command, SharedCircuitCore, StateCode
 from resilience.telemetry._event import Severity
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
     from resilience._runtime._timers import ThreadTimerHandle
     from resilience.stores._redis_circuit import CircuitExchange, CircuitReply, RedisCircuitStateStore
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.strategies.circuit._strategy import CircuitBreakerStrategyOptions
 
 __all__ = ["CircuitSync", "OnCircuitStateSyncFailedArguments", "SharedCircuitController"]
 
@@ -117,6 +115,7 @@ class CircuitSync:
     __slots__ = (
         "__weakref__",
         "_closed",
+        "_control",
         "_failing",
         "_ready",
         "_ref",
@@ -132,14 +131,12 @@ class CircuitSync:
     )
 
     def __init__(
-        self, controller: SharedCircuitController, store: RedisCircuitStateStore, key: str, interval: float
+        self, store: RedisCircuitStateStore, key: str, interval: float, control: CircuitBreakerManualControl | None
     ) -> None:
-        # Weakly: the controller holds this sync, and a cycle would keep a dropped pipeline
-        # syncing until the next full garbage collection.
-        self._ref = weakref.ref(controller)
         self._store = store
         self.key = key
         self.interval = interval
+        self._control = control  # follows the manual moves the fleet makes elsewhere
         self.stall_after = max(1.0, 10 * interval)
         """How long an exchange may take before the circuit goes on local state meanwhile."""
         self._failing = 0  # failed exchanges in a row
@@ -149,11 +146,22 @@ class CircuitSync:
         self.due = 0.0
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None  # set once the task answered or failed once
-        self._worker: SyncWorker | None = None
+        self._worker = _worker_of(store) if store.has_sync_client else None
         self._closed = False
-        if store.has_sync_client:
-            self._worker = _worker_of(store)
+
+    def start(self, controller: SharedCircuitController, context: StrategyBuildContext) -> None:
+        """Sync `controller`'s circuit until the pipeline closes (a `build()` waits for the first exchange)."""
+        controller.sync = self
+        # Weakly: the controller holds this sync, and a cycle would keep a dropped pipeline
+        # syncing until the next full garbage collection.
+        self._ref = weakref.ref(controller)
+        context.on_close(self.close)
+        if self._worker is not None:
             self._worker.schedule(self, 0.0)
+            # The first exchange before the first call; `build()` waits for it a bounded time only
+            # (a long sync_interval must not make a build, maybe on an event loop, wait for long).
+            if not self.heard.wait(min(self.stall_after + 2 * self.interval, _FIRST_EXCHANGE)):
+                self.stalled()
 
     def close(self) -> None:
         """The pipeline closed: no exchange from now on; the store's thread ends with its last circuit."""
@@ -198,13 +206,10 @@ class CircuitSync:
             successes, failures, command, command_epoch, remaining = core.take_batch(now, self.interval)
             state, left = core.known(now)
             epoch = core.remote_epoch
-        options = controller._options
         return CircuitExchange(
             successes,
             failures,
-            float(options.failure_ratio),
-            options.minimum_throughput,
-            to_seconds(options.sampling_duration),
+            *core.rule,
             core.break_duration,
             command,
             command_epoch,
@@ -236,7 +241,7 @@ class CircuitSync:
             again = bool(core.outbox)
         self.heard.set()  # once applied: a `build()` waiting for it lets no call past an open fleet
         if transition is not None:
-            _report_remote(controller, transition)
+            self._report_remote(controller, transition)
         if again:
             self.wake()
 
@@ -262,7 +267,13 @@ class CircuitSync:
                 "OnCircuitStateSyncFailed", Severity.WARNING, outcome=Err(error), arguments=arguments
             )
         if transition is not None:
-            _report_remote(controller, transition)
+            self._report_remote(controller, transition)
+
+    def _report_remote(self, controller: CircuitController, transition: Transition) -> None:
+        """The event of a transition learned from the fleet (no execution runs: no callback)."""
+        if self._control is not None and transition.is_manual:
+            self._control._follow(isolated=transition.state is CircuitState.ISOLATED)
+        controller.announce(transition, new_context())  # the fleet's transitions know their break
 
     def stalled(self) -> None:
         """The store has not answered within `stall_after`: go on local state meanwhile."""
@@ -352,14 +363,6 @@ async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> N
         ready.set()
         if store is not None:
             await store.release_loop_client()
-
-
-def _report_remote(controller: CircuitController, transition: Transition) -> None:
-    """The event of a transition learned from the fleet (no execution runs: no callback)."""
-    control = controller._options.manual_control
-    if control is not None and transition.is_manual:
-        control._follow(isolated=transition.state is CircuitState.ISOLATED)
-    controller.announce(transition, new_context())  # the fleet's transitions know their break
 
 
 class SyncWorker:
@@ -501,23 +504,3 @@ def _after_fork_in_child() -> None:
 
 
 on_fork_in_child(_after_fork_in_child)
-
-
-def shared_controller(
-    options: CircuitBreakerStrategyOptions,
-    core: SharedCircuitCore,
-    store: RedisCircuitStateStore,
-    context: StrategyBuildContext,
-) -> SharedCircuitController:
-    """A shared circuit's controller, its sync already scheduled and stopped with the pipeline."""
-    controller = SharedCircuitController(
-        core, options, time_provider=context.time_provider, telemetry=context.telemetry
-    )
-    interval = to_seconds(options.sync_interval)
-    sync = controller.sync = CircuitSync(controller, store, options.shared_key(context), interval)
-    context.on_close(sync.close)
-    # The first exchange before the first call; `build()` waits for it a bounded time only
-    # (a long sync_interval must not make a build, maybe on an event loop, wait for long).
-    if sync._worker is not None and not sync.heard.wait(min(sync.stall_after + 2 * interval, _FIRST_EXCHANGE)):
-        sync.stalled()
-    return controller
