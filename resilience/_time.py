@@ -26,6 +26,7 @@ __all__ = [
     "clock_wait_async",
     "lease_clock",
     "monotonic_source",
+    "resolve_threadsafe",
     "sync_call_later",
     "wait_event",
     "wait_future",
@@ -119,22 +120,28 @@ async def wait_future(provider: TimeProvider, future: asyncio.Future[Any], timeo
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
 
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    def expire() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(wake)
+    def wake(_: object = None) -> None:  # `future` is done, or the timer fired (on any thread)
+        resolve_threadsafe(loop, woken)
 
     future.add_done_callback(wake)
-    timer = provider.call_later(timeout, expire)
+    timer = provider.call_later(timeout, wake)
     try:
         await woken
     finally:
         timer.cancel()
         future.remove_done_callback(wake)
     return future.done()
+
+
+def resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Resolve `future` (with None) on `loop`, from any thread; nothing if it is done or the loop closed."""
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(resolve)
 
 
 class SystemTimeProvider:

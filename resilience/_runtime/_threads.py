@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["interrupts_caller", "on_fork_in_child", "start_thread"]
+__all__ = ["interrupts_caller", "on_fork_in_child", "run_logged", "start_thread"]
 
 _logger = logging.getLogger("resilience")
 _IN_CHILD: list[Callable[[], object]] = []
@@ -41,6 +41,19 @@ def interrupts_caller(error: BaseException) -> bool:
     thread there is nobody to raise it to: it is logged like any error.
     """
     return isinstance(error, KeyboardInterrupt | SystemExit) and threading.current_thread() is threading.main_thread()
+
+
+def run_logged(job: Callable[[], object], what: str) -> None:
+    """Run `job()`, logging anything it raises (a background thread must not die of it).
+
+    On the main thread a Ctrl-C or an exit propagates instead (`interrupts_caller`).
+    """
+    try:
+        job()
+    except BaseException as error:
+        if interrupts_caller(error):
+            raise
+        _logger.exception("%s raised", what)
 
 
 def on_fork_in_child(hook: _Hook) -> _Hook:
