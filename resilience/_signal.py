@@ -22,8 +22,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import interrupts_caller, on_fork_in_child
-from resilience._time import resolve_threadsafe
+from resilience._runtime._threads import interrupts_caller, on_fork_in_child, resolve_threadsafe
 from resilience._validation import Duration, to_seconds
 from resilience.exceptions import OperationAbortedError, ValidationError
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random as _random
 import time as _time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ __all__ = [
     "clock_wait_async",
     "lease_clock",
     "monotonic_source",
-    "resolve_threadsafe",
     "sync_call_later",
     "wait_event",
     "wait_future",
@@ -131,17 +130,6 @@ async def wait_future(provider: TimeProvider, future: asyncio.Future[Any], timeo
         timer.cancel()
         future.remove_done_callback(wake)
     return future.done()
-
-
-def resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    """Resolve `future` (with None) on `loop`, from any thread; nothing if it is done or the loop closed."""
-
-    def resolve() -> None:
-        if not future.done():
-            future.set_result(None)
-
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-        loop.call_soon_threadsafe(resolve)
 
 
 class SystemTimeProvider:
