@@ -59,6 +59,10 @@ class Outcome(Generic[T_co]):
         """`Ok(fn(value))` for an `Ok`; an `Err` is returned as it is (`fn` is not called)."""
         raise NotImplementedError  # pragma: no cover - overridden by both subclasses
 
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = f"{type(self).__name__} is immutable"
+        raise AttributeError(msg)
+
     @staticmethod
     def ok(value: V) -> Ok[V]:
         """A successful outcome."""
@@ -106,10 +110,6 @@ class Ok(Outcome[T_co]):
     def map(self, fn: Callable[[T_co], R], /) -> Ok[R]:
         """`Ok(fn(value))`."""
         return Ok(fn(self._value))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        msg = "Ok is immutable"
-        raise AttributeError(msg)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         msg = "Ok is final: an outcome is either Ok or Err"
@@ -166,10 +166,6 @@ class Err(Outcome[Never]):
     def map(self, fn: Callable[[Never], object], /) -> Err:  # noqa: ARG002
         """This `Err` itself."""
         return self
-
-    def __setattr__(self, name: str, value: object) -> None:
-        msg = "Err is immutable"
-        raise AttributeError(msg)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         msg = "Err is final: an outcome is either Ok or Err"

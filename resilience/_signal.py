@@ -23,7 +23,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import interrupts_caller, on_fork_in_child
+from resilience._runtime._threads import interrupts_caller, on_fork_in_child, resolve_threadsafe
 from resilience._validation import Duration, to_seconds
 from resilience.exceptions import OperationAbortedError, ValidationError
 
@@ -274,7 +274,7 @@ class Signal:
         timeout = None if timeout is None else max(to_seconds(timeout), 0.0)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        remove = self.add_wakeup(lambda _reason: _resolve_threadsafe(loop, future))
+        remove = self.add_wakeup(lambda _reason: resolve_threadsafe(loop, future))
         try:
             if timeout is None:
                 await future
@@ -390,12 +390,3 @@ class _Wakeup:
 
 def _noop() -> None:
     return None
-
-
-def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    def resolve() -> None:
-        if not future.done():
-            future.set_result(None)
-
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-        loop.call_soon_threadsafe(resolve)

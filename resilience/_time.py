@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random as _random
 import time as _time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
@@ -119,16 +119,11 @@ async def wait_future(provider: TimeProvider, future: asyncio.Future[Any], timeo
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
 
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    def expire() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(wake)
+    def wake(_: object = None) -> None:  # `future` is done, or the timer fired (on any thread)
+        resolve_threadsafe(loop, woken)
 
     future.add_done_callback(wake)
-    timer = provider.call_later(timeout, expire)
+    timer = provider.call_later(timeout, wake)
     try:
         await woken
     finally:

@@ -141,32 +141,26 @@ class Problems:
         allow_inf: bool = False,
     ) -> float | None:
         """Check a duration; return it in seconds when valid, else record why and return None."""
-        if value is None:
-            if not allow_none:
-                self.add(option, "must be a duration (int, float or timedelta), got None")
+        if value is None and allow_none:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
-            self.add(option, f"must be a duration (int, float or timedelta), got {_describe(value)}")
+        if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):  # None too
+            problem = "must be a duration (int, float or timedelta)"
+        elif (seconds := self._seconds(option, value)) is None:
             return None
-        seconds = self._seconds(option, value)
-        if seconds is None:
-            return None
-        if math.isinf(seconds) and not (allow_inf and seconds > 0):
-            self.add(option, f"must be finite, got {_describe(value)}")
-            return None
-        if seconds > MAX_DURATION and not (allow_inf and math.isinf(seconds)):
-            self.add(option, f"must be at most {MAX_DURATION:g} seconds (about 31 years), got {_describe(value)}")
-            return None
-        if minimum is not None and seconds < minimum:
-            self.add(option, f"must be >= {minimum:g} seconds, got {_describe(value)}")
-            return None
-        if positive and seconds <= 0:
-            self.add(option, f"must be > 0, got {_describe(value)}")
-            return None
-        if seconds < 0:
-            self.add(option, f"must be >= 0, got {_describe(value)}")
-            return None
-        return seconds
+        elif math.isinf(seconds) and not (allow_inf and seconds > 0):
+            problem = "must be finite"
+        elif seconds > MAX_DURATION and not (allow_inf and math.isinf(seconds)):
+            problem = f"must be at most {MAX_DURATION:g} seconds (about 31 years)"
+        elif minimum is not None and seconds < minimum:
+            problem = f"must be >= {minimum:g} seconds"
+        elif positive and seconds <= 0:
+            problem = "must be > 0"
+        elif seconds < 0:
+            problem = "must be >= 0"
+        else:
+            return seconds
+        self.add(option, f"{problem}, got {_describe(value)}")
+        return None
 
     def _seconds(self, option: str, value: Duration) -> float | None:
         """`value` in seconds, or None (recorded) for NaN and an int no float can hold (10**400)."""

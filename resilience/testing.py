@@ -40,10 +40,6 @@ class _FakeTimer:
     def cancel(self) -> None:
         self._callback = None
 
-    def take(self) -> Callable[[], object] | None:
-        callback, self._callback = self._callback, None
-        return callback
-
 
 class FakeTimeProvider:
     """A clock that moves only when told to (or, with `auto_advance`, when something waits on it).
@@ -110,7 +106,7 @@ class FakeTimeProvider:
                 return False
             when, _, timer = heapq.heappop(self._timers)
             self._now = max(self._now, when)
-            callback = timer.take()
+            callback, timer._callback = timer._callback, None
         if callback is not None:
             try:
                 callback()
@@ -120,10 +116,7 @@ class FakeTimeProvider:
 
     def sleep(self, seconds: float) -> None:
         """Advance (auto mode) or block until another thread advances the clock past the deadline."""
-        if self.auto_advance:
-            self.advance(max(seconds, 0.0))
-            return
-        self.wait(threading.Event(), seconds)
+        self.wait(threading.Event(), seconds)  # nothing sets the event: the wait lasts `seconds`
 
     async def sleep_async(self, seconds: float) -> None:
         """Advance (auto mode) or suspend until the clock is advanced past the deadline."""

@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import interrupts_caller, start_thread
+from resilience._runtime._threads import run_logged, start_thread
 from resilience._runtime._timers import TIMER_THREAD
 
 if TYPE_CHECKING:
@@ -28,19 +28,6 @@ IDLE_EXIT = 30.0
 """Seconds a pool thread waits for work before it ends (the default)."""
 STALL = 0.0
 """The default stall: none (every thread up to the bound starts as soon as jobs wait)."""
-
-
-def run_logged(job: Callable[[], object], what: str) -> None:
-    """Run `job()`, logging anything it raises (a background thread must not die of it).
-
-    On the main thread a Ctrl-C or an exit propagates instead (`interrupts_caller`).
-    """
-    try:
-        job()
-    except BaseException as error:
-        if interrupts_caller(error):
-            raise
-        _logger.exception("%s raised", what)
 
 
 class Pool:

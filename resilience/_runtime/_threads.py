@@ -4,19 +4,23 @@ Every thread the library starts is a daemon started by `start_thread` (docs/guar
 counts them per feature). A module whose state does not survive `os.fork()` (a lock a parent
 thread may hold, threads that do not exist in the child) registers its repair with
 `on_fork_in_child`; the hooks run in the child in the order they were registered.
+`run_logged` runs a callback a background thread must survive, and `resolve_threadsafe` wakes
+an asyncio future from any thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
-__all__ = ["interrupts_caller", "on_fork_in_child", "start_thread"]
+__all__ = ["interrupts_caller", "on_fork_in_child", "resolve_threadsafe", "run_logged", "start_thread"]
 
 _logger = logging.getLogger("resilience")
 _IN_CHILD: list[Callable[[], object]] = []
@@ -41,6 +45,30 @@ def interrupts_caller(error: BaseException) -> bool:
     thread there is nobody to raise it to: it is logged like any error.
     """
     return isinstance(error, KeyboardInterrupt | SystemExit) and threading.current_thread() is threading.main_thread()
+
+
+def run_logged(job: Callable[[], object], what: str) -> None:
+    """Run `job()`, logging anything it raises (a background thread must not die of it).
+
+    On the main thread a Ctrl-C or an exit propagates instead (`interrupts_caller`).
+    """
+    try:
+        job()
+    except BaseException as error:
+        if interrupts_caller(error):
+            raise
+        _logger.exception("%s raised", what)
+
+
+def resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Resolve `future` (with None) on `loop`, from any thread; nothing if it is done or the loop closed."""
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(resolve)
 
 
 def on_fork_in_child(hook: _Hook) -> _Hook:

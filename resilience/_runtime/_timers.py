@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import sys
 import threading
 import time
 import types
 from typing import TYPE_CHECKING
 
-from resilience._runtime._threads import on_fork_in_child, start_thread
+from resilience._runtime._threads import on_fork_in_child, run_logged, start_thread
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-_logger = logging.getLogger("resilience")
 _COMPACT_AT = 1024
 MAX_DELAY = 1e9
 """Longer delays (infinity too) are clamped to this: about 31.7 years, never reached."""
@@ -70,10 +68,7 @@ class ThreadTimerHandle:
     def _run(self) -> None:
         callback, self._callback = self._callback, None
         if callback is not None:
-            try:
-                callback()
-            except BaseException:
-                _logger.exception("a timer callback raised")
+            run_logged(callback, "a timer callback")  # on the timer thread: everything is logged
 
 
 class TimerThread:
@@ -88,10 +83,17 @@ class TimerThread:
         # `call_later` during a test's freeze would leave the lease scheduler armed forever,
         # and every sync lease of the process unrenewed and unwatched after it.
         self.monotonic: Callable[[], float] = _real_monotonic()
+        self._seq = itertools.count()
+        self._reset()
+
+    def _reset(self) -> None:
+        """No thread, nothing scheduled: a new timer's state, and a forked child's.
+
+        In the child the thread did not survive the fork, and the inherited timers belong to the parent.
+        """
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, ThreadTimerHandle]] = []
-        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self.cancelled = 0
 
@@ -133,14 +135,6 @@ class TimerThread:
                     self._cond.wait(min(wait, _MAX_WAIT))
             handle._run()
 
-    def _after_fork_in_child(self) -> None:
-        # The thread did not survive the fork; the inherited timers belong to the parent.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._heap = []
-        self._thread = None
-        self.cancelled = 0
-
 
 TIMER_THREAD = TimerThread()
-on_fork_in_child(TIMER_THREAD._after_fork_in_child)
+on_fork_in_child(TIMER_THREAD._reset)

@@ -98,13 +98,6 @@ def interval_us(per: float, limit: int) -> float:
     return per * 1_000_000 / limit
 
 
-def check_permits(permits: int, algorithm: str) -> str | None:
-    """What makes `permits` too heavy for one decision of `algorithm`; None if nothing."""
-    if algorithm == "sliding_window" and permits > MAX_LOG_PERMITS:
-        return f"at most {MAX_LOG_PERMITS} at once in the sliding window (one entry each), got {permits}"
-    return None
-
-
 def typed(arguments: tuple[object, ...]) -> tuple[object, ...]:
     """`arguments` with their types: a key for checked arguments under which `True` is not `1`.
 
@@ -140,8 +133,8 @@ def check_take(  # noqa: PLR0917 - the arguments of `take`, in its order
     assert isinstance(per, int | float)
     if (rate := check_rate(limit, per, burst, algorithm)) is not None:
         return f"{rate[0]}: {rate[1]}"
-    if (heavy := check_permits(permits, algorithm)) is not None:
-        return f"permits: {heavy}"
+    if algorithm == "sliding_window" and permits > MAX_LOG_PERMITS:
+        return f"permits: at most {MAX_LOG_PERMITS} at once in the sliding window (one entry each), got {permits}"
     most = capacity(limit, burst, algorithm)
     if permits > most:
         return f"permits: {permits} can never be granted: at most {most} at once (the {algorithm}'s capacity)"

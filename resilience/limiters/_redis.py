@@ -7,7 +7,7 @@ NOSCRIPT answer). redis-py is never imported here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from resilience.exceptions import ValidationError
 from resilience.limiters._algorithms import RateLimitAlgorithm, capacity, check_take, interval_us, typed
@@ -49,11 +49,7 @@ class RedisRateLimitStore(RedisClientsStore):
         problem = check_take(key, *arguments)
         if problem is not None:
             raise ValidationError(problem)
-        limit, per, burst, algorithm, permits = arguments
-        assert isinstance(limit, int)
-        assert isinstance(per, int | float)
-        assert isinstance(algorithm, str)
-        assert burst is None or isinstance(burst, int)
+        limit, per, burst, algorithm, permits = cast("tuple[int, float, int | None, str, int]", arguments)  # checked
         # ARGV: the token bucket's cost of a permit or a window's length (us), its capacity, the permits.
         first = interval_us(per, limit) if algorithm == "token_bucket" else per * 1_000_000
         prepared = (SCRIPTS[algorithm], [first, capacity(limit, burst, algorithm), permits])
@@ -73,7 +69,7 @@ class RedisRateLimitStore(RedisClientsStore):
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
         runner = self._clients.sync_runner("take")
-        return int(runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
+        return int(runner.run(script, [self.key(key, algorithm)], argv)) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -87,4 +83,4 @@ class RedisRateLimitStore(RedisClientsStore):
         """See `take`."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
         runner = self._clients.async_runner("take_async")
-        return int(await runner.run(script, [f"{self._prefix}:{algorithm}:{key}"], argv)) / 1_000_000
+        return int(await runner.run(script, [self.key(key, algorithm)], argv)) / 1_000_000

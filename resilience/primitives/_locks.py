@@ -96,18 +96,6 @@ def _is_async_source(client: object) -> bool:
     return inspect.iscoroutinefunction(target)
 
 
-def _is_store(client: object) -> bool:
-    """A lock or semaphore store (which kind is checked by `_check_store_kind`)."""
-    if redis_client_kind(client) is not None or isinstance(client, type):
-        return False
-    return isinstance(client, LockStore | AsyncLockStore | SemaphoreStore | AsyncSemaphoreStore)
-
-
-def _heartbeat_floor(ttl: float) -> float:
-    """The shortest explicit heartbeat for `ttl`: 1 ms, and a thousandth of the ttl."""
-    return max(0.001, ttl / 1000)
-
-
 # -- handles ----------------------------------------------------------------------------------
 
 
@@ -235,7 +223,7 @@ class LockHandle:
 
 
 class AcquireOptions(TypedDict, total=False):
-    """The options of `Locks.acquire` after the key, as its twin and `Semaphores` pass them on."""
+    """The options of `Locks.acquire` after the key, as `Semaphores.acquire` and its twin take them."""
 
     ttl: Duration | None
     retries: int
@@ -396,16 +384,12 @@ class Locks(Closing):
         assert seconds is not None
         self.ttl: float = seconds
         """The default lease length (seconds)."""
-        if _is_store(client):
-            self._check_store_kind(client)
-            self.store: object = client
-            """The store the leases live in (made from the client, or the one passed)."""
-            self._owns_store = False
-            key_prefix = f"{prefix}:"  # the adapter puts it before each key
-        else:
-            self.store = self._store_from_client(client, prefix)
-            self._owns_store = True
-            key_prefix = ""  # the store made from the client applies the prefix itself
+        made = self._store_from_client(client, prefix)
+        self.store: object = client if made is None else made
+        """The store the leases live in (made from the client, or the one passed)."""
+        self._owns_store = made is not None
+        # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
+        key_prefix = "" if self._owns_store else f"{prefix}:"
         if time_provider is None:
             time_provider = (
                 client.time_provider if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else SYSTEM_TIME
@@ -434,9 +418,15 @@ class Locks(Closing):
     def _make_ops(self, store: object, prefix: str) -> StoreOps:
         return LockOps(store, prefix)
 
-    def _store_from_client(self, client: object, prefix: str) -> object:
+    def _store_from_client(self, client: object, prefix: str) -> object | None:
+        """The Redis store made from `client`, or None when `client` is a store (of this primitive's kind)."""
         if kind := redis_client_kind(client):
             is_async = kind == "async"
+        elif not isinstance(client, type) and isinstance(
+            client, LockStore | AsyncLockStore | SemaphoreStore | AsyncSemaphoreStore
+        ):
+            self._check_store_kind(client)
+            return None
         elif callable(client) or inspect.isawaitable(client):
             is_async = _is_async_source(client)
         else:
@@ -488,12 +478,9 @@ class Locks(Closing):
 
     # -- validation -------------------------------------------------------------------------
 
-    def _options(
+    def _options(  # noqa: PLR0917 - the API's options in their order, so that each method passes them on whole
         self,
         key: object,
-        *,
-        run: bool,
-        permits: object = 1,
         ttl: Duration | None = None,
         retries: object = 0,
         retry_delay: object = 0.1,
@@ -501,6 +488,9 @@ class Locks(Closing):
         heartbeat: object = None,
         on_renew_error: object = None,
         shared: object = False,
+        *,
+        run: bool,
+        permits: object = 1,
     ) -> _Options:
         slots = self._permits(permits)
         problems = Problems()
@@ -527,10 +517,10 @@ class Locks(Closing):
                         f"must be at most half of ttl ({seconds / 2:g}s), got {interval:g}s: the lease "
                         "could lapse before the first renewal",
                     )
-                elif interval is not None and seconds is not None and interval < _heartbeat_floor(seconds):
+                elif interval is not None and seconds is not None and interval < max(0.001, seconds / 1000):
                     problems.add(
                         "heartbeat",
-                        f"must be at least {_heartbeat_floor(seconds):g}s (1 ms and ttl/1000), got {interval:g}s: "
+                        f"must be at least {max(0.001, seconds / 1000):g}s (1 ms and ttl/1000), got {interval:g}s: "
                         "a renewal storm, not a heartbeat",
                     )
             problems.callable("on_renew_error", on_renew_error)
@@ -545,9 +535,7 @@ class Locks(Closing):
 
     def _check_shared(self, problems: Problems, shared: object) -> None:
         """Record what is wrong with `shared` (the semaphore has none)."""
-        if not isinstance(shared, bool):
-            problems.add("shared", f"must be a bool, got {shared!r}")
-        elif shared and not SharedLockOps.supported(self.store):
+        if problems.boolean("shared", shared) and shared and not SharedLockOps.supported(self.store):
             problems.add(
                 "shared",
                 f"the store {self.store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
@@ -643,17 +631,7 @@ class Locks(Closing):
 
         Same options and semantics as `run`; the block is the body.
         """
-        options = self._options(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-            run=True,
-        )
+        options = self._options(key, ttl, retries, retry_delay, wait, heartbeat, on_renew_error, shared, run=True)
         return LockHold(self, key, options)
 
     def run(
@@ -699,16 +677,8 @@ class Locks(Closing):
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
         self._need("run", is_async=False, shared=shared)
-        with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        options = self._options(key, ttl, retries, retry_delay, wait, heartbeat, on_renew_error, shared, run=True)
+        with LockHold(self, key, options) as handle:
             return fn(handle)
 
     async def run_async(
@@ -727,16 +697,8 @@ class Locks(Closing):
     ) -> T:
         """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
         self._need("run_async", is_async=True, shared=shared)
-        async with self.hold(
-            key,
-            ttl=ttl,
-            retries=retries,
-            retry_delay=retry_delay,
-            wait=wait,
-            heartbeat=heartbeat,
-            on_renew_error=on_renew_error,
-            shared=shared,
-        ) as handle:
+        options = self._options(key, ttl, retries, retry_delay, wait, heartbeat, on_renew_error, shared, run=True)
+        async with LockHold(self, key, options) as handle:
             return await fn(handle)
 
     def acquire(
@@ -757,15 +719,8 @@ class Locks(Closing):
         `release()` when done.
         """
         self._need("acquire", is_async=False, shared=shared)
-        options = self._options(
-            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
-        )
+        options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
         return self._take(key, options)
-
-    def _take_options(self, method: str, key: str, permits: object = 1, **options: Unpack[AcquireOptions]) -> _Options:
-        """The validated options of `method` (an `acquire`), `permits` included."""
-        self._need(method, is_async=method.endswith("_async"), shared=options.get("shared", False))
-        return self._options(key, run=False, permits=permits, **options)
 
     def _permits(self, permits: object) -> int:  # noqa: ARG002 - the semaphore's hook
         """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
@@ -795,9 +750,7 @@ class Locks(Closing):
     ) -> LockHandle | None:
         """The asyncio twin of `acquire` (its options spelled out: no keyword dict on this path)."""
         self._need("acquire_async", is_async=True, shared=shared)
-        options = self._options(
-            key, run=False, ttl=ttl, retries=retries, retry_delay=retry_delay, wait=wait, shared=shared
-        )
+        options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
         return await self._take_async(key, options)
 
     async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
@@ -986,13 +939,15 @@ class Semaphores(Locks):
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        return self._take(key, self._take_options("acquire", key, permits, **options))
+        self._need("acquire", is_async=False, shared=options.get("shared", False))
+        return self._take(key, self._options(key, run=False, permits=permits, **options))
 
     async def acquire_async(
         self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        return await self._take_async(key, self._take_options("acquire_async", key, permits, **options))
+        self._need("acquire_async", is_async=True, shared=options.get("shared", False))
+        return await self._take_async(key, self._options(key, run=False, permits=permits, **options))
 
 
 def lock(

@@ -31,16 +31,10 @@ class Severity(enum.Enum):
         return self._level
 
 
-_LOG_LEVELS = {
-    Severity.NONE: logging.CRITICAL + 100,
-    Severity.DEBUG: logging.DEBUG,
-    Severity.INFORMATION: logging.INFO,
-    Severity.WARNING: logging.WARNING,
-    Severity.ERROR: logging.ERROR,
-    Severity.CRITICAL: logging.CRITICAL,
-}
-for _severity, _level in _LOG_LEVELS.items():
-    # A dict lookup keyed by an enum member goes through Enum.__hash__ (a Python call).
+# In the members' order: NONE maps above every level. An attribute, not a dict keyed by the
+# member: such a lookup goes through Enum.__hash__ (a Python call).
+_LOG_LEVELS = (logging.CRITICAL + 100, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+for _severity, _level in zip(Severity, _LOG_LEVELS, strict=True):
     _severity._level = _level
 
 

@@ -138,7 +138,7 @@ def test_timer_thread_orders_cancels_and_compacts(caplog: pytest.LogCaptureFixtu
     # By deadline, not by call: a loaded machine that pauses 20 ms between the two calls gives
     # the second the later deadline.
     assert order == ([1, 2] if sooner.when < later.when else [2, 1])
-    timers._after_fork_in_child()
+    timers._reset()
     assert timers._thread is None
     assert TIMER_THREAD is not timers
 

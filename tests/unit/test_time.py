@@ -186,7 +186,7 @@ def test_timer_thread_compacts_cancelled_entries_and_survives_fork_reset(
     assert done.wait(5)
     assert len(timers._heap) < 3000
     assert "a timer callback raised" in caplog.text
-    timers._after_fork_in_child()
+    timers._reset()
     assert timers._heap == []
     assert timers._thread is None
 
