@@ -93,13 +93,9 @@ def new_owner() -> str:
     try:
         return _OWNERS.pop()  # atomic: two threads never get the same one
     except IndexError:
-        return _more_owners()
-
-
-def _more_owners() -> str:
-    raw = _urandom(16 * _OWNER_BATCH).hex()
-    _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
-    return raw[:32]
+        raw = _urandom(16 * _OWNER_BATCH).hex()
+        _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
+        return raw[:32]
 
 
 _OWNERS: collections.deque[str] = collections.deque()
@@ -764,18 +760,33 @@ class Lease(LeaseBase):
         the signal.
         """
         if self._ending():
-            ops = self._ops
-            if ops.inline:  # an in-process store answers at once, here
-                released = _release_quietly(ops, self.store_key, self.owner)
-            else:
-                bound = self._release_bound()
-                released = _release_within(ops, self.store_key, self.owner, self._tp, bound=bound, group=_group(self))
+            # An in-process store answers at once, here.
+            released = _release_quietly(self._ops, self.store_key, self.owner) if self._ops.inline else self._release()
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
         self.signal.detach()
         return self._error
+
+    def _release(self) -> bool:
+        """The final release, abandoned after `_release_bound()` seconds on the lease's clock (then True).
+
+        It runs on the pool of the key's renewal group while the holder waits for its answer or the
+        bound: a store that never answers (a silent connection, a client without socket timeout, a
+        stopped Cluster master) keeps the call, never the holder, nor the releases served by another
+        master. (An in-process store answers at once: `finish` releases it itself.)
+        """
+        done = threading.Event()
+        answer = [True]
+
+        def release() -> None:
+            answer[0] = _release_quietly(self._ops, self.store_key, self.owner)
+            done.set()
+
+        store_pool(self._ops.pool_owner, _group(self)).submit(release, urgent=True)
+        wait_event(self._tp, done, self._release_bound())
+        return answer[0]
 
 
 class _Wake:
@@ -911,28 +922,6 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
     except Exception:
         _logger.debug("a lease release failed", exc_info=True)
         return True
-
-
-def _release_within(
-    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, *, bound: float, group: Hashable
-) -> bool:
-    """The final release, abandoned after `bound` seconds on the lease's clock (then True).
-
-    It runs on the pool of the key's renewal group while the holder waits for its answer or the
-    bound: a store that never answers (a silent connection, a client without socket timeout, a
-    stopped Cluster master) keeps the call, never the holder, nor the releases served by another
-    master. (An in-process store answers at once: `Lease.finish` releases it itself.)
-    """
-    done = threading.Event()
-    answer = [True]
-
-    def release() -> None:
-        answer[0] = _release_quietly(ops, key, owner)
-        done.set()
-
-    store_pool(ops.pool_owner, group).submit(release, urgent=True)
-    wait_event(time_provider, done, bound)
-    return answer[0]
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:
