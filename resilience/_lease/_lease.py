@@ -358,19 +358,15 @@ def scheduler_for(time_provider: TimeProvider) -> Scheduler:
             time_provider, lambda delay, callback: sync_call_later(time_provider, delay, callback), _dispatch_sync
         )
 
+    # Made under the lock when missing; one made by another thread meanwhile wins (ours, never armed, is dropped).
     try:
         scheduler = _SCHEDULERS.get(time_provider)
         if scheduler is None:
             with _LOCK:
-                scheduler = _SCHEDULERS.get(time_provider)
-                if scheduler is None:
-                    scheduler = _SCHEDULERS[time_provider] = new()
+                scheduler = _SCHEDULERS.setdefault(time_provider, new())
     except TypeError:  # the system clock and other slotted clocks cannot be weakly referenced
         with _LOCK:
-            entry = _STRONG_SCHEDULERS.get(id(time_provider))
-            if entry is None:
-                entry = _STRONG_SCHEDULERS[id(time_provider)] = (time_provider, new())
-        scheduler = entry[1]
+            scheduler = _STRONG_SCHEDULERS.setdefault(id(time_provider), (time_provider, new()))[1]
     return scheduler
 
 
