@@ -59,7 +59,7 @@ class LockEvents:
         self._time_provider = time_provider
         self.mode = mode
         self.held: set[LeaseBase] = set()  # add and discard are atomic: no lock
-        telemetry.observe("resilience.lock.held", self, _held_count, {"lock.mode": mode})
+        telemetry.observe("resilience.lock.held", self, lambda events: len(events.held), {"lock.mode": mode})
 
     def _emit(self, name: str, severity: Severity, context: ResilienceContext | None, key: str, **facts: Any) -> None:
         error = facts.get("error")
@@ -100,7 +100,3 @@ class LockEvents:
     def renewal_failed(self, context: ResilienceContext | None, key: str, token: int, error: Exception) -> None:
         """`OnLockRenewalFailed` (Warning), with the renewal's error."""
         self._emit("OnLockRenewalFailed", Severity.WARNING, context, key, token=token, error=error)
-
-
-def _held_count(events: LockEvents) -> int:
-    return len(events.held)

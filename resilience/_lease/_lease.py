@@ -93,13 +93,9 @@ def new_owner() -> str:
     try:
         return _OWNERS.pop()  # atomic: two threads never get the same one
     except IndexError:
-        return _more_owners()
-
-
-def _more_owners() -> str:
-    raw = _urandom(16 * _OWNER_BATCH).hex()
-    _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
-    return raw[:32]
+        raw = _urandom(16 * _OWNER_BATCH).hex()
+        _OWNERS.extend([raw[n : n + 32] for n in range(32, len(raw), 32)])
+        return raw[:32]
 
 
 _OWNERS: collections.deque[str] = collections.deque()
@@ -362,19 +358,15 @@ def scheduler_for(time_provider: TimeProvider) -> Scheduler:
             time_provider, lambda delay, callback: sync_call_later(time_provider, delay, callback), _dispatch_sync
         )
 
+    # Made under the lock when missing; one made by another thread meanwhile wins (ours, never armed, is dropped).
     try:
         scheduler = _SCHEDULERS.get(time_provider)
         if scheduler is None:
             with _LOCK:
-                scheduler = _SCHEDULERS.get(time_provider)
-                if scheduler is None:
-                    scheduler = _SCHEDULERS[time_provider] = new()
+                scheduler = _SCHEDULERS.setdefault(time_provider, new())
     except TypeError:  # the system clock and other slotted clocks cannot be weakly referenced
         with _LOCK:
-            entry = _STRONG_SCHEDULERS.get(id(time_provider))
-            if entry is None:
-                entry = _STRONG_SCHEDULERS[id(time_provider)] = (time_provider, new())
-        scheduler = entry[1]
+            scheduler = _STRONG_SCHEDULERS.setdefault(id(time_provider), (time_provider, new()))[1]
     return scheduler
 
 
@@ -764,18 +756,33 @@ class Lease(LeaseBase):
         the signal.
         """
         if self._ending():
-            ops = self._ops
-            if ops.inline:  # an in-process store answers at once, here
-                released = _release_quietly(ops, self.store_key, self.owner)
-            else:
-                bound = self._release_bound()
-                released = _release_within(ops, self.store_key, self.owner, self._tp, bound=bound, group=_group(self))
+            # An in-process store answers at once, here.
+            released = _release_quietly(self._ops, self.store_key, self.owner) if self._ops.inline else self._release()
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
         self.signal.detach()
         return self._error
+
+    def _release(self) -> bool:
+        """The final release, abandoned after `_release_bound()` seconds on the lease's clock (then True).
+
+        It runs on the pool of the key's renewal group while the holder waits for its answer or the
+        bound: a store that never answers (a silent connection, a client without socket timeout, a
+        stopped Cluster master) keeps the call, never the holder, nor the releases served by another
+        master. (An in-process store answers at once: `finish` releases it itself.)
+        """
+        done = threading.Event()
+        answer = [True]
+
+        def release() -> None:
+            answer[0] = _release_quietly(self._ops, self.store_key, self.owner)
+            done.set()
+
+        store_pool(self._ops.pool_owner, _group(self)).submit(release, urgent=True)
+        wait_event(self._tp, done, self._release_bound())
+        return answer[0]
 
 
 class _Wake:
@@ -911,28 +918,6 @@ def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
     except Exception:
         _logger.debug("a lease release failed", exc_info=True)
         return True
-
-
-def _release_within(
-    ops: StoreOps, key: str, owner: str, time_provider: TimeProvider, *, bound: float, group: Hashable
-) -> bool:
-    """The final release, abandoned after `bound` seconds on the lease's clock (then True).
-
-    It runs on the pool of the key's renewal group while the holder waits for its answer or the
-    bound: a store that never answers (a silent connection, a client without socket timeout, a
-    stopped Cluster master) keeps the call, never the holder, nor the releases served by another
-    master. (An in-process store answers at once: `Lease.finish` releases it itself.)
-    """
-    done = threading.Event()
-    answer = [True]
-
-    def release() -> None:
-        answer[0] = _release_quietly(ops, key, owner)
-        done.set()
-
-    store_pool(ops.pool_owner, group).submit(release, urgent=True)
-    wait_event(time_provider, done, bound)
-    return answer[0]
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str) -> None:

@@ -111,12 +111,21 @@ class StoreOps:
         return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """The token (or None) and, when refused and the store knows it, the holder's time left."""
-        raise NotImplementedError
+        """The token (or None) and, when refused and the store knows it, the holder's time left.
+
+        A lock store's exclusive hold; the other adapters override it.
+        """
+        if self.lease_info:
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
+            return token, held_for
+        return self.store.acquire(key, owner, ttl), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire`."""
-        raise NotImplementedError
+        if self.lease_info_async:
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
+            return token, held_for
+        return await self.store.acquire_async(key, owner, ttl), None
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew`."""
@@ -185,20 +194,6 @@ class LockOps(StoreOps):
 
     def __init__(self, store: Any, prefix: str = "") -> None:
         super().__init__(store, sync_protocol=LockStore, async_protocol=AsyncLockStore, prefix=prefix)
-
-    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.acquire`."""
-        if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
-            return token, held_for
-        return self.store.acquire(key, owner, ttl), None
-
-    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.acquire`."""
-        if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
-            return token, held_for
-        return await self.store.acquire_async(key, owner, ttl), None
 
 
 class SharedLockOps(LockOps):

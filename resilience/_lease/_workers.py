@@ -29,7 +29,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from resilience._runtime._pool import IDLE_EXIT, Pool, run_logged
+from resilience._runtime._pool import Pool, run_logged
 from resilience._runtime._threads import on_fork_in_child
 from resilience._runtime._timers import TIMER_THREAD
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLBACKS",
-    "IDLE_EXIT",
     "Pool",
     "Strand",
     "fork_generation",

@@ -42,22 +42,16 @@ def check_key(problems: Problems, key: object) -> None:
     try:
         signature.bind(object())
     except TypeError:
-        if _takes_no_argument(signature):
+        try:
+            signature.bind()
+        except TypeError:
+            problems.add("key", f"the key function must take exactly one argument, the context; it takes {signature}")
+        else:
             problems.add(
                 "key",
                 "the key function takes no argument, but it is called with the execution's context: "
                 "pass the key itself (add_lock('nightly')) or write lambda ctx: ...",
             )
-        else:
-            problems.add("key", f"the key function must take exactly one argument, the context; it takes {signature}")
-
-
-def _takes_no_argument(signature: inspect.Signature) -> bool:
-    try:
-        signature.bind()
-    except TypeError:
-        return False
-    return True
 
 
 def check_store_kind(problems: Problems, store: object) -> None:

@@ -171,16 +171,26 @@ _NONE_HELD: frozenset[tuple[int, str]] = frozenset()
 
 
 class _Run:
-    """One execution's lease callbacks (they run in the background, off the execution's thread).
+    """One execution's key, start and lease callbacks (they run in the background, off the execution's thread).
 
+    Made when the execution starts: it resolves the key and refuses re-entry (`LockNotAcquiredError`).
     `OnLockLost` is emitted once, in the execution's context (so on its span): by the
     background callback while the execution runs, or else by the execution itself when the
     lease ends (`tell_lost`), whichever comes first.
     """
 
-    __slots__ = ("context", "inner", "key", "strategy", "told")
+    __slots__ = ("context", "held", "inner", "key", "schedule", "started", "strategy", "told")
 
-    def __init__(self, strategy: LockStrategy, key: str, context: ResilienceContext) -> None:
+    def __init__(self, strategy: LockStrategy, context: ResilienceContext) -> None:
+        key = strategy._key
+        if not isinstance(key, str):
+            key = resolve_key(strategy.name, key, context)
+        self.started = started = strategy._time_provider.monotonic()
+        self.held = held = context.get_property(HELD_LOCKS, _NONE_HELD)  # what the caller's chain holds
+        if (strategy._store_id, key) in held:
+            raise strategy._reject(context, key, started, None, reentrant=True)
+        wait = strategy._wait
+        self.schedule = None if wait <= 0 else BackoffSchedule(started, wait, strategy._time_provider.random())
         self.strategy = strategy
         self.key = key
         self.inner = context  # the caller's, until the callable's own context is derived
@@ -227,9 +237,6 @@ class _Run:
             except Exception:
                 _logger.exception("on_lock_lost raised")
         self.tell_lost(lease)
-
-    def renew_failed(self, lease: LeaseBase, error: Exception) -> None:
-        self.strategy._events.renewal_failed(self.inner, self.key, lease.token, error)
 
 
 class LockStrategy:
@@ -282,14 +289,11 @@ class LockStrategy:
     def _bind(self, ops: StoreOps, described: str, example: str) -> None:
         """Take leases through `ops`; `described` names its store in a refusal of a flavour it lacks."""
         self._ops = ops
-        self._own_store(ops.store)
         self.traits = store_traits(
             f"{self.name}: {described}", has_sync=ops.has_sync, has_async=ops.has_async, example=example
         )
-
-    def _own_store(self, store: object) -> None:
-        """Name this lock's holds by `store` (a context's held set names a hold by store id and key)."""
-        self._store_id = id(store)
+        # A context's held set names a hold by store id and key.
+        self._store_id = id(ops.store)
         # What the callable's context holds when this lock (on its fixed key) is its only one.
         self._alone: frozenset[tuple[int, str]] = frozenset(
             {(self._store_id, self._key)} if isinstance(self._key, str) else ()
@@ -309,7 +313,8 @@ class LockStrategy:
 
     @staticmethod
     def _renew_failed(lease: LeaseBase, error: Exception) -> None:
-        cast("_Run", lease.tag).renew_failed(lease, error)
+        run = cast("_Run", lease.tag)
+        run.strategy._events.renewal_failed(run.inner, run.key, lease.token, error)
 
     def _reject(
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
@@ -321,16 +326,10 @@ class LockStrategy:
             )
         return LockNotAcquiredError(key, retry_after)
 
-    def _enter(
-        self,
-        context: ResilienceContext,
-        run: _Run,
-        lease: LeaseBase,
-        started: float,
-        held: frozenset[tuple[int, str]],
-    ) -> ResilienceContext:
+    def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase) -> ResilienceContext:
         key = run.key
-        self._events.acquired(context, key, lease, started)
+        held = run.held
+        self._events.acquired(context, key, lease, run.started)
         held = self._alone if not held and key == self._key else held | {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
@@ -353,28 +352,21 @@ class LockStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
-        key = self._key
-        if not isinstance(key, str):
-            key = resolve_key(self.name, key, context)
-        started = self._time_provider.monotonic()
-        held = context.get_property(HELD_LOCKS, _NONE_HELD)
-        if (self._store_id, key) in held:
-            raise self._reject(context, key, started, None, reentrant=True)
-        run = _Run(self, key, context)
+        run = _Run(self, context)
         lease: Lease | None
         lease, held_for = acquire_lease(
             self._ops,
-            key,
+            run.key,
             params=self._params,
-            schedule=None if self._wait <= 0 else BackoffSchedule(started, self._wait, self._time_provider.random()),
+            schedule=run.schedule,
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
         )
         if lease is None:
-            raise self._reject(context, key, started, held_for, reentrant=False)
+            raise self._reject(context, run.key, run.started, held_for, reentrant=False)
         try:
-            result = callback(self._enter(context, run, lease, started, held))
+            result = callback(self._enter(context, run, lease))
         except BaseException as exc:
             replacement = self._ended(run, lease, lease.finish(), exc)
             if replacement is None:
@@ -382,7 +374,7 @@ class LockStrategy:
             raise replacement from exc
         error = lease.finish()
         if error is None:  # `_ended`, inline
-            self._events.released(run.inner, key, lease)
+            self._events.released(run.inner, run.key, lease)
         else:
             run.tell_lost(lease, ending=True)
         return result
@@ -393,28 +385,21 @@ class LockStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
-        key = self._key
-        if not isinstance(key, str):
-            key = resolve_key(self.name, key, context)
-        started = self._time_provider.monotonic()
-        held = context.get_property(HELD_LOCKS, _NONE_HELD)
-        if (self._store_id, key) in held:
-            raise self._reject(context, key, started, None, reentrant=True)
-        run = _Run(self, key, context)
+        run = _Run(self, context)
         lease: AsyncLease | None
         lease, held_for = await acquire_lease_async(
             self._ops,
-            key,
+            run.key,
             params=self._async_params,
-            schedule=None if self._wait <= 0 else BackoffSchedule(started, self._wait, self._time_provider.random()),
+            schedule=run.schedule,
             time_provider=self._time_provider,
             signal=context.signal,
             tag=run,
         )
         if lease is None:
-            raise self._reject(context, key, started, held_for, reentrant=False)
+            raise self._reject(context, run.key, run.started, held_for, reentrant=False)
         try:
-            inner = self._enter(context, run, lease, started, held)
+            inner = self._enter(context, run, lease)
             if self._cancel_on_lost:
                 async with lease.loss_signal().cancel_scope():
                     result = await callback(inner)
