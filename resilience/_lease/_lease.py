@@ -141,6 +141,11 @@ class Scheduler:
         lease._queued = machine.armed_at
         self._push(machine.armed_at, machine.early_at, lease)
 
+    def rearm(self, lease: LeaseBase) -> None:
+        """Queue `lease`'s new event (under _LOCK); a young lease (`extend`) leaves the young for the heap."""
+        self.young.pop(id(lease), None)
+        self.push(lease)
+
     def adopt(self, lease: LeaseBase) -> None:
         """Arm a new `lease`'s first event (under _LOCK): among the young, with the timer armed in time."""
         when = lease._machine.armed_at
@@ -179,8 +184,7 @@ class Scheduler:
             try:
                 young, self.young = self.young, {}
                 for lease in young.values():
-                    if lease._queued != lease._machine.armed_at:  # not re-armed since (`extend`)
-                        self.push(lease)
+                    self.push(lease)
                 lost, renewals = self._take_due(self._tp.monotonic())
                 batches = by_store(renewals)
                 for batch in batches:
@@ -537,7 +541,7 @@ class LeaseBase:
         if flags & DISARM and self._scheduler.young.pop(id(self), None) is None:
             self._scheduler.stale += 1  # its heap entry is left behind
         if flags & ARM:
-            self._scheduler.push(self)
+            self._scheduler.rearm(self)
         if flags & (LOSE | RELEASE):
             _LIVE.pop(id(self), None)
             if flags & LOSE:

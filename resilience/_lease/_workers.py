@@ -40,7 +40,6 @@ __all__ = [
     "CALLBACKS",
     "Pool",
     "Strand",
-    "fork_generation",
     "off_timer_thread",
     "run_logged",
     "store_pool",
@@ -192,7 +191,8 @@ def wait_idle(timeout: float = 5.0) -> bool:
 
 fork_generation = 0
 """A number that changes in a child process after `os.fork()`: inherited leases compare it (read as
-`_workers.fork_generation`, a module attribute: no call on a lease's path)."""
+`_workers.fork_generation`, a module attribute: no call on a lease's path; never imported by name,
+which would copy today's number)."""
 
 
 def _after_fork_in_child() -> None:  # pragma: no cover - runs in a forked child

@@ -233,7 +233,7 @@ class AcquireOptions(TypedDict, total=False):
 
 
 class HoldOptions(AcquireOptions, total=False):
-    """The options of `Locks.hold` after the key, as `run`, the twins and `Semaphores` pass them on."""
+    """The options of `Locks.hold` after the key, as `Semaphores` passes them on."""
 
     heartbeat: Duration | Literal[False] | None
     on_renew_error: Callable[[Exception], object] | None

@@ -309,6 +309,20 @@ class TestScheduler:
         assert lease.signal.aborted
         assert isinstance(lease.finish(), LockLostError)
 
+    def test_a_young_lease_extended_leaves_the_young_for_the_heap_and_its_entry_is_counted_stale(
+        self, clock: FakeTimeProvider
+    ) -> None:
+        """Re-armed while young, a lease has one event, in the heap; ended, that entry counts as stale."""
+        from resilience._lease._lease import scheduler_for
+
+        scheduler = scheduler_for(clock)
+        lease = _acquire(FaultyStore(clock), clock, LeaseParams(ttl=30.0, renew_interval=None))
+        assert lease.extend(3.0)
+        assert (len(scheduler.young), len(scheduler._heap)) == (0, 1)
+        stale = scheduler.stale
+        assert lease.finish() is None
+        assert scheduler.stale == stale + 1
+
     def test_one_scheduler_per_clock(self, clock: FakeTimeProvider) -> None:
         """The system clock (not weakly referenceable) and fake clocks each get one scheduler."""
         from resilience._lease._lease import scheduler_for

@@ -150,7 +150,10 @@ class CircuitSync:
         self._closed = False
 
     def start(self, controller: SharedCircuitController, context: StrategyBuildContext) -> None:
-        """Sync `controller`'s circuit until the pipeline closes (a `build()` waits for the first exchange)."""
+        """Sync `controller`'s circuit until the pipeline closes.
+
+        With a sync client, `build()` waits (a bounded time) for the first exchange.
+        """
         controller.sync = self
         # Weakly: the controller holds this sync, and a cycle would keep a dropped pipeline
         # syncing until the next full garbage collection.
