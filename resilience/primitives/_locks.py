@@ -776,8 +776,8 @@ class Locks(Closing):
 
     # -- inspection -------------------------------------------------------------------------
 
-    def _inspect(self, key: object, method: str, *, is_async: bool) -> Any:
-        """The store's `method` on `key` under the prefix, once the flavour, `key` and the capability are checked."""
+    def _inspected(self, key: object, method: str, *, is_async: bool) -> tuple[Any, str]:
+        """The store and `key` under the prefix, once the flavour, `key` and the capability for `method` are checked."""
         self._need(method, is_async=is_async)
         if not isinstance(key, str) or not key:
             msg = f"key: must be a non-empty str, got {key!r}"
@@ -787,7 +787,7 @@ class Locks(Closing):
             capability = "AsyncSupportsInspection" if is_async else "SupportsInspection"
             msg = f"{self._kind}(...).{method}: the store {self.store!r} cannot inspect its keys (no {capability})"
             raise ValidationError(msg)
-        return getattr(store, method)(self._ops.prefix + key)
+        return store, self._ops.prefix + key
 
     def info(self, key: str, /) -> LockInfo | None:
         """Who holds `key` now: None when it is free, else a `LockInfo` (`key` as you named it).
@@ -797,12 +797,14 @@ class Locks(Closing):
         clock and permits; `waiters` is the length of the key's queue (None when the store
         does not record waiters: PostgreSQL).
         """
-        found = self._inspect(key, "info", is_async=False)
+        store, name = self._inspected(key, "info", is_async=False)
+        found = store.info(name)
         return None if found is None else dataclasses.replace(found, key=key)
 
     async def info_async(self, key: str, /) -> LockInfo | None:
         """See `info`."""
-        found = await self._inspect(key, "info_async", is_async=True)
+        store, name = self._inspected(key, "info_async", is_async=True)
+        found = await store.info_async(name)
         return None if found is None else dataclasses.replace(found, key=key)
 
     def force_release(self, key: str, /) -> bool:
@@ -813,11 +815,13 @@ class Locks(Closing):
         as by a release. What keeps a holder that is still running from doing harm is fencing:
         the next holder's token is larger.
         """
-        return bool(self._inspect(key, "force_release", is_async=False))
+        store, name = self._inspected(key, "force_release", is_async=False)
+        return bool(store.force_release(name))
 
     async def force_release_async(self, key: str, /) -> bool:
         """See `force_release`."""
-        return bool(await self._inspect(key, "force_release_async", is_async=True))
+        store, name = self._inspected(key, "force_release_async", is_async=True)
+        return bool(await store.force_release_async(name))
 
     # -- closing ----------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ def run_steps(steps: Steps[_T]) -> _T:
             reply = steps.send(reply)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    finally:
+        steps.close()  # an error raised here, between two steps, still runs the steps' cleanup
 
 
 async def run_steps_async(steps: Steps[_T]) -> _T:
@@ -46,6 +48,8 @@ async def run_steps_async(steps: Steps[_T]) -> _T:
                 step = steps.send(reply)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    finally:
+        steps.close()
 
 
 def checked(is_free: Callable[[], Any]) -> Steps[bool]:
