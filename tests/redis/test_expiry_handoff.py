@@ -31,9 +31,11 @@ pytestmark = pytest.mark.redis
 
 HANDOFFS = 100
 BOUND_MS = 50.0
-LATE_ALLOWED = 5
-"""Hand-offs over 50 ms tolerated of 100: a stall of the loaded test machine, not a backoff step
-(before the last-millisecond answer, about 40 of 100 came late, by up to a whole step)."""
+LATE_ALLOWED = 10
+"""Hand-offs over 50 ms tolerated of 100: a stall of the loaded test machine, not a backoff step.
+A waiter that sleeps past the expiry is late far more often (before the last-millisecond
+answer, about 40 of 100 came late, by up to a whole step); a machine at a load of 10 on two
+cores stalled 8 of 100 once, so 10 keeps the bound's meaning without failing a busy laptop."""
 
 
 def _report(name: str, late_ms: list[float]) -> str:
