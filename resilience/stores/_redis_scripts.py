@@ -114,17 +114,25 @@ end
 # trying again. The first attempt writes `qa` only; `qe` is written only by a waiter that waits
 # long, and read only for an entry older than QUEUE_ENTRY_MS. Every script here reads the
 # server clock at most once (`now_us`).
+#
+# The lock hash's field `q` (`mark`: as the script read it, false when absent) marks the queue:
+# while the hash holds a token, the queue has no entry unless `q` is set. `join` sets it in a
+# hash with a token; a write of a token that may find a queue (into a hash that had none, or
+# by a hand-off) sets it when absent (to 0); only a release that finds the queue empty deletes
+# it. So an uncontended acquire and release skip the queue; a hash without a token says
+# nothing. Its value is a server-ms time until which the queue key lives when it exists (0:
+# unknown). Every entry lives `entry_ms` from its owner's last attempt, so the key must live
+# that long from each attempt: when `q` says it does, `join` writes nothing but the entry (the
+# common case: waiters join a queue that others keep); else it sets `q` two entry lives ahead
+# and the key's expiry SLACK_MS beyond (a server may date an expiry from the script's start,
+# before the TIME it read), so that the waiters of the next entry life write neither. A new
+# key (this waiter alone in it) gets `q`'s expiry. With a token and no `q` the queue was
+# empty: the key is new, and the waiter cannot exceed the bound (no ZCARD).
 _LOCK_LIB = (
     f"""
 local qa, qe = KEYS[2], KEYS[3]
 local ENTRY_MS = {QUEUE_ENTRY_MS}
 local SLACK_MS = 1000
--- The lock hash's field `q`, as the script read it (false: absent). While the hash holds a
--- token, the queue has no entry unless `q` is set: `join` sets it in a hash with a token,
--- every write of a token that may find a queue (into a hash that had none, or by a hand-off)
--- sets it when absent (to 0), and only a release that finds the queue empty clears it. So an
--- uncontended acquire and release skip the queue; a hash without a token says nothing. Its
--- value is a server-ms time until which the queue key lives when it exists (0: unknown).
 local mark = false
 local clock = false
 local function now_us()
@@ -190,7 +198,6 @@ local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
   if token then
-    -- `q` set, when absent: the hash may get its first token while waiters queue
     redis.call('HSET', KEYS[1], 'token', token, 'r:' .. owner, token, 'r', latest, 'q', mark or 0)
   else
     redis.call('HSET', KEYS[1], 'r', latest)
@@ -247,19 +254,11 @@ local function live_head()
 end
 -- Queue `owner` at the back (its arrival kept when it is queued already: then its entry is
 -- refreshed), unless `bound` entries wait (gone ones count until the head reaches them or
--- the queue key expires, at most two entry lives after the last attempt). `hashed`: the lock
--- hash holds a token (then `q` is kept, see `mark`).
--- Every entry lives `entry_ms` from its owner's last attempt, so the queue key must live that
--- long from now. When `q` says it does, nothing more is written (the common case: waiters
--- join a queue that others keep); else `q` is set two entry lives ahead and the key's expiry
--- SLACK_MS beyond it (the server may date an expiry from the script's start, before the TIME
--- it read), so that the waiters of the next entry life write nothing. A new key (this waiter
--- alone in it) has no expiry yet: it gets `q`'s. With a token and no `q`, the queue was empty:
--- the key is new, and this waiter cannot exceed the bound.
+-- the queue key expires, at most an entry life after the last attempt's). `hashed`: the lock
+-- hash holds a token, so `q` is kept (see `mark`).
 local function join(owner, entry_ms, bound, hashed)
   entry_ms = tonumber(entry_ms)
-  local lives = tonumber(mark)
-  local fresh = lives ~= nil and lives >= now_ms() + entry_ms
+  local lives = tonumber(mark) or 0
   local new = false
   if redis.call('ZADD', qa, 'NX', now_us(), owner) == 1 then
     if mark or not hashed then
@@ -274,17 +273,16 @@ local function join(owner, entry_ms, bound, hashed)
     redis.call('ZADD', qe, now_ms() + entry_ms, owner)
     redis.call('PEXPIRE', qe, entry_ms)
   end
-  if fresh then
-    if new then
-      redis.call('PEXPIRE', qa, lives - now_ms() + SLACK_MS)
+  if lives < now_ms() + entry_ms then
+    lives = now_ms() + 2 * entry_ms
+    if hashed then
+      mark = lives
+      redis.call('HSET', KEYS[1], 'q', lives)
     end
+  elseif not new then
     return
   end
-  redis.call('PEXPIRE', qa, 2 * entry_ms + SLACK_MS)
-  if hashed then
-    mark = now_ms() + 2 * entry_ms
-    redis.call('HSET', KEYS[1], 'q', mark)
-  end
+  redis.call('PEXPIRE', qa, lives - now_ms() + SLACK_MS)
 end
 -- Give the free lock to the live head of the queue (false when nobody live waits): it becomes
 -- the owner, with a fresh token, for as long as its entry had left (a head that is gone costs
@@ -391,7 +389,6 @@ if not lease[1] and lease[3] then
   end
 end
 if not lease[1] then
-  -- a hash with a token and no `q` has no queue; one without a token may
   local queued = qa and (mark or not lease[2]) and redis.call('EXISTS', qa) == 1
   if queued then
     head, left = live_head()
@@ -401,7 +398,7 @@ if not lease[1] then
       leave(ARGV[1])
     end
     local token = mint(lease[2])
-    if queued and not mark then  -- the hash's first token, with a queue: `q` set
+    if queued and not mark then  -- the hash's first token, with a queue
       redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'q', 0)
     else
       redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
@@ -498,8 +495,6 @@ if lease[1] ~= ARGV[1] then
     return held
   end
 end
--- With a token and no `q` the queue is empty (see `mark`); else `hand_off` finds it empty
--- when it hands nothing on, and `q` goes.
 if qa and (mark or not lease[2]) and hand_off(lease[2], ARGV[3], shared_waiting, false) then
   return held
 end
