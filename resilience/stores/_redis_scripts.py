@@ -114,10 +114,26 @@ end
 # trying again. The first attempt writes `qa` only; `qe` is written only by a waiter that waits
 # long, and read only for an entry older than QUEUE_ENTRY_MS. Every script here reads the
 # server clock at most once (`now_us`).
+#
+# The lock hash's field `q` (`mark`: as the script read it, false when absent) marks the queue:
+# while the hash holds a token, the queue has no entry unless `q` is set. `join` sets it in a
+# hash with a token; a write of a token that may find a queue (into a hash that had none, or
+# by a hand-off) sets it when absent (to 0); only a release that finds the queue empty deletes
+# it. So an uncontended acquire and release skip the queue; a hash without a token says
+# nothing. Its value is a server-ms time until which the queue key lives when it exists (0:
+# unknown). Every entry lives `entry_ms` from its owner's last attempt, so the key must live
+# that long from each attempt: when `q` says it does, `join` writes nothing but the entry (the
+# common case: waiters join a queue that others keep); else it sets `q` two entry lives ahead
+# and the key's expiry SLACK_MS beyond (a server may date an expiry from the script's start,
+# before the TIME it read), so that the waiters of the next entry life write neither. A new
+# key (this waiter alone in it) gets `q`'s expiry. With a token and no `q` the queue was
+# empty: the key is new, and the waiter cannot exceed the bound (no ZCARD).
 _LOCK_LIB = (
     f"""
 local qa, qe = KEYS[2], KEYS[3]
 local ENTRY_MS = {QUEUE_ENTRY_MS}
+local SLACK_MS = 1000
+local mark = false
 local clock = false
 local function now_us()
   if not clock then
@@ -182,7 +198,7 @@ local function hold_shared(owner, token, expires)
   redis.call('ZADD', rs, expires, owner)
   local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
   if token then
-    redis.call('HSET', KEYS[1], 'token', token, 'r:' .. owner, token, 'r', latest)
+    redis.call('HSET', KEYS[1], 'token', token, 'r:' .. owner, token, 'r', latest, 'q', mark or 0)
   else
     redis.call('HSET', KEYS[1], 'r', latest)
   end
@@ -238,19 +254,35 @@ local function live_head()
 end
 -- Queue `owner` at the back (its arrival kept when it is queued already: then its entry is
 -- refreshed), unless `bound` entries wait (gone ones count until the head reaches them or
--- the queue key expires, 3 s after the last attempt).
-local function join(owner, entry_ms, bound)
+-- the queue key expires, at most an entry life after the last attempt's). `hashed`: the lock
+-- hash holds a token, so `q` is kept (see `mark`).
+local function join(owner, entry_ms, bound, hashed)
+  entry_ms = tonumber(entry_ms)
+  local lives = tonumber(mark) or 0
+  local new = false
   if redis.call('ZADD', qa, 'NX', now_us(), owner) == 1 then
-    if redis.call('ZCARD', qa) > tonumber(bound) then
-      redis.call('ZREM', qa, owner)  -- full: this waiter keeps polling outside the queue
-      return
+    if mark or not hashed then
+      local count = redis.call('ZCARD', qa)
+      if count > tonumber(bound) then
+        redis.call('ZREM', qa, owner)  -- full: this waiter keeps polling outside the queue
+        return
+      end
+      new = count == 1
     end
   else
-    redis.call('ZADD', qe, now_ms() + tonumber(entry_ms), owner)
+    redis.call('ZADD', qe, now_ms() + entry_ms, owner)
     redis.call('PEXPIRE', qe, entry_ms)
   end
-  -- Every entry lives ENTRY_MS from its owner's last attempt, so the newest outlives them all.
-  redis.call('PEXPIRE', qa, entry_ms)
+  if lives < now_ms() + entry_ms then
+    lives = now_ms() + 2 * entry_ms
+    if hashed then
+      mark = lives
+      redis.call('HSET', KEYS[1], 'q', lives)
+    end
+  elseif not new then
+    return
+  end
+  redis.call('PEXPIRE', qa, lives - now_ms() + SLACK_MS)
 end
 -- Give the free lock to the live head of the queue (false when nobody live waits): it becomes
 -- the owner, with a fresh token, for as long as its entry had left (a head that is gone costs
@@ -273,7 +305,7 @@ local function hand_off(previous, publish, shared_waiting, reading)
     redis.call(publish, KEYS[1], 'h:' .. head)
   end
   redis.call('ZREM', qa, head)
-  redis.call('HSET', KEYS[1], 'owner', head, 'token', mint(previous))
+  redis.call('HSET', KEYS[1], 'owner', head, 'token', mint(previous), 'q', mark or 0)
   redis.call('PEXPIRE', KEYS[1], left)
   return true
 end
@@ -296,11 +328,12 @@ LOCK_ACQUIRE = LuaScript(
 -- head of the queue (a lease that expired while waiters queue), -ms until the head's entry
 -- expires; 0 only for a held key without an expiry. A refused caller with ARGV[3] > 0 joins
 -- the queue (or refreshes its entry). The commands each case runs: docs/performance.md.
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r', 'q')
 if lease[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(lease[2])
 end
+mark = lease[4]
 if ARGV[5] == '1' then
   -- A shared hold: refused while an exclusive lease is held, or an exclusive request waits
   -- ahead in the queue (readers never starve a writer); the shared requests ahead wait with it.
@@ -332,7 +365,7 @@ if ARGV[5] == '1' then
     end
   end
   if tonumber(ARGV[3]) > 0 then
-    join(ARGV[1], ARGV[3], ARGV[4])
+    join(ARGV[1], ARGV[3], ARGV[4], lease[2])
     redis.call('SADD', qs, ARGV[1])
     redis.call('PEXPIRE', qs, ARGV[3])
     redis.call('HSET', KEYS[1], 's', 1)
@@ -350,13 +383,14 @@ if not lease[1] and lease[3] then
   local count, latest = readers()
   if count > 0 then  -- shared holders: the exclusive request waits for the last to leave
     if qa and tonumber(ARGV[3]) > 0 then
-      join(ARGV[1], ARGV[3], ARGV[4])
+      join(ARGV[1], ARGV[3], ARGV[4], lease[2])
     end
     return -math.max(latest - now_ms(), 1)
   end
 end
 if not lease[1] then
-  if qa and redis.call('EXISTS', qa) == 1 then
+  local queued = qa and (mark or not lease[2]) and redis.call('EXISTS', qa) == 1
+  if queued then
     head, left = live_head()
   end
   if not head or head == ARGV[1] then
@@ -364,13 +398,17 @@ if not lease[1] then
       leave(ARGV[1])
     end
     local token = mint(lease[2])
-    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
+    if queued and not mark then  -- the hash's first token, with a queue
+      redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'q', 0)
+    else
+      redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return token
   end
 end
 if qa and tonumber(ARGV[3]) > 0 then
-  join(ARGV[1], ARGV[3], ARGV[4])
+  join(ARGV[1], ARGV[3], ARGV[4], lease[2])
 end
 if not lease[1] then
   return -math.max(1, left)
@@ -430,7 +468,8 @@ LOCK_RELEASE = LuaScript(
 -- caller that does not hold the lease leaves the queue (a waiter that gave up, or whose
 -- acquire was interrupted); a free lock it leaves (its lease expired meanwhile) goes to the
 -- next live head. A publish fails (a server without SPUBLISH) before anything is freed.
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w', 'r', 's')
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'w', 'r', 's', 'q')
+mark = lease[6]
 local shared_waiting = qs and lease[5]
 local expires = not lease[1] and lease[4] and rs and redis.call('ZSCORE', rs, ARGV[1])
 local held = 1
@@ -456,13 +495,13 @@ if lease[1] ~= ARGV[1] then
     return held
   end
 end
-if qa and hand_off(lease[2], ARGV[3], shared_waiting, false) then
+if qa and (mark or not lease[2]) and hand_off(lease[2], ARGV[3], shared_waiting, false) then
   return held
 end
 if lease[3] and ARGV[3] ~= '' then
   redis.call(ARGV[3], KEYS[1], 'released')
 end
-redis.call('HDEL', KEYS[1], 'owner', 'w')
+redis.call('HDEL', KEYS[1], 'owner', 'w', 'q')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return held
 """,

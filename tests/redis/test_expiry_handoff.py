@@ -138,11 +138,11 @@ def test_a_crashed_queue_head_delays_the_next_waiter_only_by_its_entry_life(redi
             assert store.acquire(key, "holder", 5) is not None
             queue = companions(store.key(key))
             assert queue is not None
+            assert store.acquire_or_queue(key, "dead", 5)[0] is None  # queued, never tries again
             seconds, micros = client.time()
             dead_until = seconds * 1000 + micros // 1000 + rng.randint(100, 300)
-            client.zadd(queue[0], {"dead": 0})
+            client.zadd(queue[0], {"dead": 0})  # arrived long ago, its entry refreshed until then
             client.zadd(queue[1], {"dead": dead_until})
-            client.pexpire(queue[0], 3000)
             client.pexpire(queue[1], 3000)
             assert store.release(key, "holder")
             handle = locks.acquire(key, wait=3)
