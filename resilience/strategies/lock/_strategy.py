@@ -154,16 +154,7 @@ def lock_strategy(
             `SupportsSharedHolds`.
         name: the strategy's name (problems, telemetry).
     """
-    return LockStrategyOptions(
-        key,
-        ttl=ttl,
-        wait=wait,
-        store=store,
-        on_lock_lost=on_lock_lost,
-        cancel_on_lost=cancel_on_lost,
-        shared=shared,
-        name=name,
-    )
+    return LockStrategyOptions(**locals())
 
 
 _TOLD = threading.Lock()
