@@ -281,11 +281,8 @@ class LockHold:
         held_id = self._primitive._held_id(self._key)
         if outer is not None and held_id is not None and held_id in outer.get_property(HELD_LOCKS, frozenset()):
             self._primitive._mode_of(shared=self._options.shared)[1].rejected(None, self._key, started, None)
-            raise LockNotAcquiredError(
-                self._key,
-                None,
-                message=f"lock {self._key!r} is already held by this execution (locks are not reentrant)",
-            )
+            msg = f"lock {self._key!r} is already held by this execution (locks are not reentrant)"
+            raise LockNotAcquiredError(self._key, None, message=msg)
         return started, (None if outer is None else outer.signal)
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
@@ -591,14 +588,13 @@ class Locks(Closing):
 
     def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
         """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
-        schedule = self._schedule(options)
         shared_ops, events = self._mode_of(shared=options.shared)
         ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
         return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
             params=self._params(options, run=run),
-            schedule=schedule,
+            schedule=self._schedule(options),
             time_provider=self._tp,
             signal=parent,
             owner=self._owner(),

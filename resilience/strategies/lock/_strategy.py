@@ -45,14 +45,7 @@ if TYPE_CHECKING:
     from resilience._validation import Duration
     from resilience.strategies._base import StrategyBuildContext
 
-__all__ = [
-    "LockEventArguments",
-    "LockEvents",
-    "LockStrategy",
-    "LockStrategyOptions",
-    "OnLockLostArguments",
-    "lock_strategy",
-]
+__all__ = ["LockEventArguments", "LockStrategy", "LockStrategyOptions", "OnLockLostArguments", "lock_strategy"]
 
 T = TypeVar("T")
 
@@ -312,9 +305,8 @@ class LockStrategy:
     ) -> LockNotAcquiredError:
         self._events.rejected(context, key, started, retry_after)
         if reentrant:
-            return LockNotAcquiredError(
-                key, None, message=f"lock {key!r} is already held by this execution (locks are not reentrant)"
-            )
+            msg = f"lock {key!r} is already held by this execution (locks are not reentrant)"
+            return LockNotAcquiredError(key, None, message=msg)
         return LockNotAcquiredError(key, retry_after)
 
     def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase) -> ResilienceContext:
@@ -329,15 +321,14 @@ class LockStrategy:
 
     def _ended(
         self, run: _Run, lease: LeaseBase, error: LockLostError | None, exc: BaseException | None = None
-    ) -> LockLostError | None:
-        """Emit the lease's end; for a callable that raised `exc`, step 4's table: what to raise instead, if any."""
+    ) -> None:
+        """Emit the lease's end; for a callable that raised `exc`, raise the loss error instead where step 4 says so."""
         if error is None:
             self._events.released(run.inner, run.key, lease)
-            return None
+            return
         run.tell_lost(lease, ending=True)  # unless the background did, while the span was open
-        if not isinstance(exc, Exception) or exc is lease.signal.reason or exc is error:
-            return None
-        return error
+        if isinstance(exc, Exception) and exc is not lease.signal.reason and exc is not error:
+            raise error from exc
 
     # -- sync ---------------------------------------------------------------------------------
 
@@ -359,10 +350,8 @@ class LockStrategy:
         try:
             result = callback(self._enter(context, run, lease))
         except BaseException as exc:
-            replacement = self._ended(run, lease, lease.finish(), exc)
-            if replacement is None:
-                raise
-            raise replacement from exc
+            self._ended(run, lease, lease.finish(), exc)
+            raise
         error = lease.finish()
         if error is None:  # `_ended`, inline
             self._events.released(run.inner, run.key, lease)
@@ -397,10 +386,8 @@ class LockStrategy:
             else:
                 result = await callback(inner)
         except BaseException as exc:
-            replacement = self._ended(run, lease, await lease.finish_async(), exc)
-            if replacement is None:
-                raise
-            raise replacement from exc
+            self._ended(run, lease, await lease.finish_async(), exc)
+            raise
         self._ended(run, lease, await lease.finish_async())
         return result
 
