@@ -207,20 +207,31 @@ class _Run:
             self.told = True
             emitting.set()
 
-    def lost(self, lease: LeaseBase) -> None:
-        callback = self.strategy._on_lock_lost
-        if callback is not None:
-            call_sync_hook("on_lock_lost", callback, OnLockLostArguments(self.inner, self.key, lease.token))
-        self.tell_lost(lease)
+    # The lease hooks (one LeaseParams per strategy): each finds its execution's run in the lease's tag.
 
-    async def lost_async(self, lease: LeaseBase) -> None:
-        callback = self.strategy._on_lock_lost
+    @staticmethod
+    def lost(lease: LeaseBase) -> None:
+        run = cast("_Run", lease.tag)
+        callback = run.strategy._on_lock_lost
+        if callback is not None:
+            call_sync_hook("on_lock_lost", callback, OnLockLostArguments(run.inner, run.key, lease.token))
+        run.tell_lost(lease)
+
+    @staticmethod
+    async def lost_async(lease: LeaseBase) -> None:
+        run = cast("_Run", lease.tag)
+        callback = run.strategy._on_lock_lost
         if callback is not None:
             try:
-                await call_back_async(callback, OnLockLostArguments(self.inner, self.key, lease.token))
+                await call_back_async(callback, OnLockLostArguments(run.inner, run.key, lease.token))
             except Exception:
                 _logger.exception("on_lock_lost raised")
-        self.tell_lost(lease)
+        run.tell_lost(lease)
+
+    @staticmethod
+    def renew_failed(lease: LeaseBase, error: Exception) -> None:
+        run = cast("_Run", lease.tag)
+        run.strategy._events.renewal_failed(run.inner, run.key, lease.token, error)
 
 
 class LockStrategy:
@@ -266,9 +277,9 @@ class LockStrategy:
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         self._params = LeaseParams(
-            self._ttl, self._ttl / 3, error_type=error_type, on_lost=self._lost, on_renew_error=self._renew_failed
+            self._ttl, self._ttl / 3, error_type=error_type, on_lost=_Run.lost, on_renew_error=_Run.renew_failed
         )
-        self._async_params = replace(self._params, on_lost=self._lost_async)
+        self._async_params = replace(self._params, on_lost=_Run.lost_async)
 
     def _bind(self, ops: StoreOps, described: str, example: str) -> None:
         """Take leases through `ops`; `described` names its store in a refusal of a flavour it lacks."""
@@ -284,21 +295,6 @@ class LockStrategy:
         )
 
     # -- shared steps -------------------------------------------------------------------------
-
-    # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
-
-    @staticmethod
-    def _lost(lease: LeaseBase) -> None:
-        cast("_Run", lease.tag).lost(lease)
-
-    @staticmethod
-    async def _lost_async(lease: LeaseBase) -> None:
-        await cast("_Run", lease.tag).lost_async(lease)
-
-    @staticmethod
-    def _renew_failed(lease: LeaseBase, error: Exception) -> None:
-        run = cast("_Run", lease.tag)
-        run.strategy._events.renewal_failed(run.inner, run.key, lease.token, error)
 
     def _reject(
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
