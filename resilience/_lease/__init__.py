@@ -31,7 +31,7 @@ The primitives' handles: `lease.key`, `.token`, `.signal`, `.expires_in()`, `.ex
 """
 
 from resilience._lease._async import RELEASE_TIMEOUT, AsyncLease, acquire_lease_async
-from resilience._lease._core import BackoffSchedule, LeaseMachine, SpinSchedule, lease_deadline, safety_margin
+from resilience._lease._core import BackoffSchedule, SpinSchedule
 from resilience._lease._events import HELD_LOCKS, LockEventArguments, LockEvents
 from resilience._lease._lease import Lease, LeaseBase, LeaseParams, acquire_lease, call_sync_hook, new_owner
 from resilience._lease._ops import LockOps, SemaphoreOps, SharedLockOps, StoreOps
@@ -44,7 +44,6 @@ __all__ = [
     "BackoffSchedule",
     "Lease",
     "LeaseBase",
-    "LeaseMachine",
     "LeaseParams",
     "LockEventArguments",
     "LockEvents",
@@ -56,8 +55,6 @@ __all__ = [
     "acquire_lease",
     "acquire_lease_async",
     "call_sync_hook",
-    "lease_deadline",
     "new_owner",
-    "safety_margin",
     "wait_idle",
 ]

@@ -6,9 +6,9 @@ that is the shared timer thread (`lease_clock`: a freeze moves the loop's own cl
 loop timer could wait for the frozen year); a fake clock's timers fire wherever it is advanced.
 Renewals on a store that answers at once (the memory stores) are sent right there, in
 batches; a batch on a store that renews many in one call (`renew_many_async`: the Redis
-stores pipeline it) is one task; any other renewal is a task of its own on the lease's loop
-(never a step run outside a task). The deadline bounds each: a lease's own task is cancelled
-at its deadline, a batch's at the latest deadline in it (each lease in it is lost at its own).
+stores pipeline it) is one task; any other renewal is a one-lease batch, a task of its own on
+the lease's loop (never a step run outside a task). The deadline bounds each: a batch's task
+is cancelled at the latest deadline in it (each lease in it is lost at its own).
 The final release runs in its own task, shielded from the caller's cancellation and bounded
 by `min(RELEASE_TIMEOUT, ttl)`.
 """
@@ -24,7 +24,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from resilience._lease import _lease
-from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner, settle
+from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner
 from resilience._runtime._threads import interrupts_caller
 
 if TYPE_CHECKING:
@@ -74,16 +74,16 @@ def _dispatch_async(batches: list[Batch]) -> None:
         loop = first._loop  # the leases' own (a scheduler is one loop's)
         if loop is None or loop.is_closed():
             continue  # the loop is gone, and its leases with it
-        if ops.renews_many_async:
-            _spawn(loop, _renew_batch(batch, loop))
-            continue
-        for lease in batch.leases:
-            assert isinstance(lease, AsyncLease)
-            lease._renew_task = _spawn(loop, lease._renew_once())
+        # A store without `renew_many_async` renews each lease alone: one that hangs costs only its lease.
+        for each in [batch] if ops.renews_many_async else [Batch([lease]) for lease in batch.leases]:
+            _spawn(loop, _renew_batch(each, loop))
 
 
 async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
-    """Renew a batch in one store call (`renew_many_async`: one pipelined round trip on Redis).
+    """Renew a batch in one store call (`renew_many_async`: one pipelined round trip on Redis), in a task.
+
+    A task of its own on the leases' loop: a store call may enter `asyncio.timeout` (redis-py
+    does on 3.11.3+), which needs a current task, and a step run outside one fails on 3.12+.
 
     Bounded by the latest deadline among its leases, on their clock: a lease whose deadline
     comes earlier is lost by the batch's heap entry meanwhile (its late answer is then
@@ -171,7 +171,7 @@ async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:
 class AsyncLease(LeaseBase):
     """A lease held by a coroutine on one event loop."""
 
-    __slots__ = ("_hook", "_loop_ref", "_renew_task", "_thread", "_waiter")
+    __slots__ = ("_hook", "_loop_ref", "_thread", "_waiter")
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None:
@@ -182,40 +182,12 @@ class AsyncLease(LeaseBase):
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
         self._loop_ref = weakref.ref(loop)
         self._thread = threading.get_ident()
-        self._renew_task: asyncio.Task[None] | None = None
         self._hook: asyncio.Task[None] | None = None  # the hook task started last
         self._waiter: asyncio.Future[None] | None = None  # a holder waiting for `_told`
         return _scheduler_for(loop, time_provider)
 
     def _abandon(self) -> None:
         _release_in_background(self._ops, self.store_key, self.owner, self._tp)
-
-    async def _renew_once(self) -> None:
-        # A task of its own on the lease's loop: a store call may enter `asyncio.timeout`
-        # (redis-py does on 3.11.3+), which needs a current task, and a step run outside one
-        # fails on 3.12+. The deadline cancels it (`_after_loss`), so each renewal is bounded
-        # by the lease's time left, on the lease's own clock.
-        sent = self._tp.monotonic()
-        answer: bool | Exception = False
-        if not self._machine.expired(sent):
-            try:
-                answer = await self._ops.renew_async(self.store_key, self.owner, self._machine.renew_ttl)
-            except asyncio.CancelledError:
-                self._renew_task = None
-                if not self.lost and not self.ended:  # pragma: no cover - the loop is shutting down
-                    raise
-                self._input(lambda machine, _now: machine.renew_timed_out())
-                return
-            except Exception as exc:  # noqa: BLE001 - a failed renewal is reported, then retried
-                answer = exc
-        self._renew_task = None
-        settle([self], sent, [answer])
-
-    def _after_loss(self) -> None:
-        task = self._renew_task
-        if task is not None:
-            # The deadline passed with a renewal in flight: it is bounded by the time left.
-            _on_loop(self._loop, self._thread, task.cancel)
 
     def _deliver(self, run: Callable[[], None]) -> None:
         _on_loop(self._loop, self._thread, run)  # the lease's own loop: where its holder's callbacks belong

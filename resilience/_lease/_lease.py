@@ -15,8 +15,8 @@ taken together), declares the losses there and then, and hands the renewals on a
 one per store (`_renew_batch`: one store call renews many leases when the store offers
 `renew_many`; the answers are settled under one lock hold). Sync batches run on the store's
 pool, never on the timer thread; async ones run on the loop (a store that answers at once), as
-one task per batch (a store with `renew_many_async`), or as one task per renewal; the deadlines
-cancel those tasks.
+one task per batch (a store with `renew_many_async`), or as one task per renewal; the latest
+deadline in a batch cancels its task.
 
 A loss marks the lease's signal aborted with the lease's `LockLostError` at once, then hands
 the signal's callbacks and the loss notification to where the lease's user code runs (sync:
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import heapq
 import inspect
 import itertools
@@ -358,9 +359,7 @@ def scheduler_for(time_provider: TimeProvider) -> Scheduler:
         return entry[1]
 
     def new() -> Scheduler:
-        return Scheduler(
-            time_provider, lambda delay, callback: sync_call_later(time_provider, delay, callback), _dispatch_sync
-        )
+        return Scheduler(time_provider, functools.partial(sync_call_later, time_provider), _dispatch_sync)
 
     # Made under the lock when missing; one made by another thread meanwhile wins (ours, never armed, is dropped).
     try:
@@ -566,7 +565,6 @@ class LeaseBase:
                 runs = [self.signal.abort_deferred(error)]
                 if loss is not None:
                     runs.insert(0, loss.abort_deferred(error))
-                self._after_loss()
                 for run in runs:
                     if run is not None:
                         if inline:
@@ -627,9 +625,6 @@ class LeaseBase:
     def _abandon(self) -> None:
         """Give back a lease granted while the caller's signal aborted (best effort)."""
         raise NotImplementedError
-
-    def _after_loss(self) -> None:
-        """Runtime-specific clean-up right after a loss (the async runtime cancels a renewal)."""
 
     def _deliver(self, run: Callable[[], None]) -> None:
         """Run signal callbacks (`run()`) where user code of this lease runs."""
@@ -789,22 +784,18 @@ class Lease(LeaseBase):
         return answer[0]
 
 
-class _Wake:
+class _Wake(threading.Event):
     """What a sync waiter sleeps on: set by a release (`released`), its timer or its signal."""
 
-    __slots__ = ("event", "released")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.released = False
+    released = False
 
     def on_release(self) -> None:
         self.released = True
-        self.event.set()
+        self.set()
 
     def reset(self) -> None:
         self.released = False
-        self.event.clear()
+        self.clear()
 
 
 def acquire_lease(
@@ -895,17 +886,16 @@ def _wait_turn(
                     break
         else:
             registered = wake is not None
-            wake = wake or _Wake()
-            woken = wake.event
+            woken = wake or _Wake()
             remove_signal = signal.add_wakeup(lambda _reason: woken.set())
-            remove_listener = None if ops.listen is None or registered else ops.listen(key, wake.on_release)
+            remove_listener = None if ops.listen is None or registered else ops.listen(key, woken.on_release)
             try:
                 clock_wait(time_provider, woken, wait)
             finally:
                 remove_signal()
                 if remove_listener is not None:
                     remove_listener()
-            released = wake.released
+            released = woken.released
         signal.raise_if_aborted()
     except BaseException:
         if waiter is not None:

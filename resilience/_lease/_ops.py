@@ -30,6 +30,7 @@ from resilience.stores._protocols import (
     capabilities_of,
     serves,
 )
+from resilience.stores._steps import Steps, run_steps, run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
@@ -137,27 +138,14 @@ class StoreOps:
         One store call when the store offers `renew_many` (`SupportsRenewMany`); else one
         `renew` per item, each failing alone.
         """
-        if self.renews_many:
-            try:
-                answers = self.store.renew_many(items)
-            except Exception as exc:  # noqa: BLE001 - the call failed: every renewal in it failed
-                return [exc] * len(items)
-            return [answer if isinstance(answer, Exception) else bool(answer) for answer in answers]
-        results: list[bool | Exception] = []
-        for key, owner, ttl in items:
-            try:
-                results.append(bool(self.store.renew(key, owner, ttl)))
-            except Exception as exc:  # noqa: BLE001 - reported with this item
-                results.append(exc)
-        return results
+        store = self.store
+        return run_steps(_renewals(items, store.renew_many if self.renews_many else None, store.renew))
 
     async def renew_many_async(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
-        """See `renew_many` (only when `renews_many_async`): one store call for the batch."""
-        try:
-            answers = await self.store.renew_many_async(items)
-        except Exception as exc:  # noqa: BLE001 - the call failed: every renewal in it failed
-            return [exc] * len(items)
-        return [answer if isinstance(answer, Exception) else bool(answer) for answer in answers]
+        """See `renew_many` (one store call when `renews_many_async`)."""
+        store = self.store
+        many = store.renew_many_async if self.renews_many_async else None
+        return await run_steps_async(_renewals(items, many, store.renew_async))
 
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew_async`."""
@@ -287,3 +275,22 @@ class SemaphoreOps(StoreOps):
             token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self._extra())
             return token, held_for
         return await self.store.acquire_async(key, owner, ttl, *self._extra()), None
+
+
+def _renewals(
+    items: list[tuple[str, str, float]], many: Callable[..., Any] | None, one: Callable[..., Any]
+) -> Steps[list[bool | Exception]]:
+    """The steps of `renew_many` for either flavour: `many(items)` once when given, else `one(key, owner, ttl)` each."""
+    if many is not None:
+        try:
+            answers = yield many(items)
+        except Exception as exc:  # noqa: BLE001 - the call failed: every renewal in it failed
+            return [exc] * len(items)
+        return [answer if isinstance(answer, Exception) else bool(answer) for answer in answers]
+    results: list[bool | Exception] = []
+    for key, owner, ttl in items:
+        try:
+            results.append(bool((yield one(key, owner, ttl))))
+        except Exception as exc:  # noqa: BLE001 - reported with this item
+            results.append(exc)
+    return results

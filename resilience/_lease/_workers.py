@@ -36,15 +36,7 @@ from resilience._runtime._timers import TIMER_THREAD
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
 
-__all__ = [
-    "CALLBACKS",
-    "Pool",
-    "Strand",
-    "off_timer_thread",
-    "run_logged",
-    "store_pool",
-    "wait_idle",
-]
+__all__ = ["CALLBACKS", "Strand", "off_timer_thread", "store_pool", "wait_idle"]
 
 _logger = logging.getLogger("resilience")
 
@@ -159,9 +151,7 @@ def store_pool(store: object, group: Hashable = None) -> Pool:
     """
     with _POOLS_LOCK:
         try:
-            pools = _STORE_POOLS.get(store)
-            if pools is None:
-                pools = _STORE_POOLS[store] = {}
+            pools = _STORE_POOLS.setdefault(store, {})
         except TypeError:  # not weakly referenceable, or unhashable: kept by id for the process
             pools = _STRONG_POOLS.setdefault(id(store), {})
         pool = pools.get(group)

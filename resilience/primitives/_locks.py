@@ -281,11 +281,8 @@ class LockHold:
         held_id = self._primitive._held_id(self._key)
         if outer is not None and held_id is not None and held_id in outer.get_property(HELD_LOCKS, frozenset()):
             self._primitive._mode_of(shared=self._options.shared)[1].rejected(None, self._key, started, None)
-            raise LockNotAcquiredError(
-                self._key,
-                None,
-                message=f"lock {self._key!r} is already held by this execution (locks are not reentrant)",
-            )
+            msg = f"lock {self._key!r} is already held by this execution (locks are not reentrant)"
+            raise LockNotAcquiredError(self._key, None, message=msg)
         return started, (None if outer is None else outer.signal)
 
     def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
@@ -390,11 +387,10 @@ class Locks(Closing):
         self._owns_store = made is not None
         # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
         key_prefix = "" if self._owns_store else f"{prefix}:"
+        memory = client if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else None
         if time_provider is None:
-            time_provider = (
-                client.time_provider if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else SYSTEM_TIME
-            )
-        elif isinstance(client, MemoryLockStore | MemorySemaphoreStore) and client.time_provider is not time_provider:
+            time_provider = SYSTEM_TIME if memory is None else memory.time_provider
+        elif memory is not None and memory.time_provider is not time_provider:
             msg = (
                 "time_provider: a memory store must use the primitive's time provider (leases expire on its "
                 "clock): create it with MemoryLockStore(time_provider) or leave time_provider=None"
@@ -442,37 +438,31 @@ class Locks(Closing):
     # -- flavour checks ---------------------------------------------------------------------
 
     def _need(self, method: str, *, is_async: bool, shared: bool = False) -> None:
-        ops = self._ops
         if shared:
             problems = Problems()
             self._check_shared(problems, shared)
             if problems:
                 raise ValidationError(problems.items)
-        if shared and (ops.has_async if is_async else ops.has_sync):
-            shared_ops = self._mode_of(shared=True)[0]
-            if not (shared_ops.has_async if is_async else shared_ops.has_sync):
-                msg = (
-                    f"{self._kind}(...).{method}: shared=True: the store {self.store!r} cannot hold keys shared from "
-                    f"{'asyncio' if is_async else 'sync'} code (it does not offer "
-                    f"{'AsyncSupportsSharedHolds' if is_async else 'SupportsSharedHolds'})"
-                )
-                raise ValidationError(msg)
-        if is_async and not ops.has_async:
-            if self._owns_store:
-                hint = f"{self._kind}(redis.asyncio.Redis(...)) (an asyncio client, an awaitable or an async factory)"
+        kind = self._kind
+        flavour = "asyncio" if is_async else "sync"
+        if not (self._ops.has_async if is_async else self._ops.has_sync):
+            if is_async:
+                client = f"{kind}(redis.asyncio.Redis(...)) (an asyncio client, an awaitable or an async factory)"
+                store = "the _async methods (e.g. RedisLockStore(async_client=...))"
+                other = "`with hold()`" if method == "hold" else f"{method.removesuffix('_async')}()"
             else:
-                hint = f"a store with the _async methods (e.g. RedisLockStore(async_client=...)) to {self._kind}()"
-            sync = "`with hold()`" if method == "hold" else f"{method.removesuffix('_async')}()"
-            msg = f"{self._kind}(...).{method}: this {self._kind} has no asyncio client: pass {hint}, or call {sync}"
+                client = f"{kind}(redis.Redis(...)) (a sync client or a zero-argument factory of one)"
+                store = "the sync methods (e.g. RedisLockStore(redis.Redis(...)))"
+                other = "`async with hold()`" if method == "hold" else f"{method}_async()"
+            hint = client if self._owns_store else f"a store with {store} to {kind}()"
+            msg = f"{kind}(...).{method}: this {kind} has no {flavour} client: pass {hint}, or call {other}"
             raise ValidationError(msg)
-        if not is_async and not ops.has_sync:
-            if self._owns_store:
-                hint = f"{self._kind}(redis.Redis(...)) (a sync client or a zero-argument factory of one)"
-            else:
-                hint = f"a store with the sync methods (e.g. RedisLockStore(redis.Redis(...))) to {self._kind}()"
+        shared_ops = self._mode_of(shared=True)[0] if shared else None
+        if shared_ops is not None and not (shared_ops.has_async if is_async else shared_ops.has_sync):
+            capability = "AsyncSupportsSharedHolds" if is_async else "SupportsSharedHolds"
             msg = (
-                f"{self._kind}(...).{method}: this {self._kind} has no sync client: pass {hint}, "
-                f"or call {'`async with hold()`' if method == 'hold' else method + '_async()'}"
+                f"{kind}(...).{method}: shared=True: the store {self.store!r} cannot hold keys shared from "
+                f"{flavour} code (it does not offer {capability})"
             )
             raise ValidationError(msg)
 
@@ -598,14 +588,13 @@ class Locks(Closing):
 
     def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
         """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
-        schedule = self._schedule(options)
         shared_ops, events = self._mode_of(shared=options.shared)
         ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
         return (acquire_lease_async if is_async else acquire_lease)(
             ops,
             key,
             params=self._params(options, run=run),
-            schedule=schedule,
+            schedule=self._schedule(options),
             time_provider=self._tp,
             signal=parent,
             owner=self._owner(),

@@ -19,7 +19,8 @@ import pytest
 
 from resilience import ResiliencePipelineBuilder, TimeoutRejectedError, get_context
 from resilience._lease import LeaseParams, LockOps, acquire_lease
-from resilience._lease._workers import CALLBACK_THREADS, CALLBACKS, Pool
+from resilience._lease._workers import CALLBACK_THREADS, CALLBACKS
+from resilience._runtime._pool import Pool
 from resilience.http import ResilientTransport, standard_hedging_pipeline
 from resilience.stores import MemoryLockStore
 from tests.http_support import Reply, serve

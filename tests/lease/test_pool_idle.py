@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from resilience._lease._workers import Pool
+from resilience._runtime._pool import Pool
 
 
 def _grow(pool: Pool, threads: int) -> None:

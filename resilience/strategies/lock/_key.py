@@ -78,10 +78,8 @@ def note_default_store(name: str) -> None:
     )
 
 
-def resolve_key(name: str, key: str | Callable[[ResilienceContext], str], context: ResilienceContext) -> str:
-    """The key of this execution's lock; a `ValidationError` for a key that cannot be meant."""
-    if isinstance(key, str):
-        return key
+def resolve_key(name: str, key: Callable[[ResilienceContext], str], context: ResilienceContext) -> str:
+    """The key the key function gives this execution's lock; a `ValidationError` for a key that cannot be meant."""
     resolved: object = key(context)
     if not isinstance(resolved, str) or not resolved:
         msg = f"{name}.key: the key function returned {resolved!r:.60}; it must return a non-empty str"

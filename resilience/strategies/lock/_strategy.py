@@ -45,14 +45,7 @@ if TYPE_CHECKING:
     from resilience._validation import Duration
     from resilience.strategies._base import StrategyBuildContext
 
-__all__ = [
-    "LockEventArguments",
-    "LockEvents",
-    "LockStrategy",
-    "LockStrategyOptions",
-    "OnLockLostArguments",
-    "lock_strategy",
-]
+__all__ = ["LockEventArguments", "LockStrategy", "LockStrategyOptions", "OnLockLostArguments", "lock_strategy"]
 
 T = TypeVar("T")
 
@@ -154,16 +147,7 @@ def lock_strategy(
             `SupportsSharedHolds`.
         name: the strategy's name (problems, telemetry).
     """
-    return LockStrategyOptions(
-        key,
-        ttl=ttl,
-        wait=wait,
-        store=store,
-        on_lock_lost=on_lock_lost,
-        cancel_on_lost=cancel_on_lost,
-        shared=shared,
-        name=name,
-    )
+    return LockStrategyOptions(**locals())
 
 
 _TOLD = threading.Lock()
@@ -223,20 +207,31 @@ class _Run:
             self.told = True
             emitting.set()
 
-    def lost(self, lease: LeaseBase) -> None:
-        callback = self.strategy._on_lock_lost
-        if callback is not None:
-            call_sync_hook("on_lock_lost", callback, OnLockLostArguments(self.inner, self.key, lease.token))
-        self.tell_lost(lease)
+    # The lease hooks (one LeaseParams per strategy): each finds its execution's run in the lease's tag.
 
-    async def lost_async(self, lease: LeaseBase) -> None:
-        callback = self.strategy._on_lock_lost
+    @staticmethod
+    def lost(lease: LeaseBase) -> None:
+        run = cast("_Run", lease.tag)
+        callback = run.strategy._on_lock_lost
+        if callback is not None:
+            call_sync_hook("on_lock_lost", callback, OnLockLostArguments(run.inner, run.key, lease.token))
+        run.tell_lost(lease)
+
+    @staticmethod
+    async def lost_async(lease: LeaseBase) -> None:
+        run = cast("_Run", lease.tag)
+        callback = run.strategy._on_lock_lost
         if callback is not None:
             try:
-                await call_back_async(callback, OnLockLostArguments(self.inner, self.key, lease.token))
+                await call_back_async(callback, OnLockLostArguments(run.inner, run.key, lease.token))
             except Exception:
                 _logger.exception("on_lock_lost raised")
-        self.tell_lost(lease)
+        run.tell_lost(lease)
+
+    @staticmethod
+    def renew_failed(lease: LeaseBase, error: Exception) -> None:
+        run = cast("_Run", lease.tag)
+        run.strategy._events.renewal_failed(run.inner, run.key, lease.token, error)
 
 
 class LockStrategy:
@@ -282,9 +277,9 @@ class LockStrategy:
         self._on_lock_lost = options.on_lock_lost
         self._cancel_on_lost = options.cancel_on_lost
         self._params = LeaseParams(
-            self._ttl, self._ttl / 3, error_type=error_type, on_lost=self._lost, on_renew_error=self._renew_failed
+            self._ttl, self._ttl / 3, error_type=error_type, on_lost=_Run.lost, on_renew_error=_Run.renew_failed
         )
-        self._async_params = replace(self._params, on_lost=self._lost_async)
+        self._async_params = replace(self._params, on_lost=_Run.lost_async)
 
     def _bind(self, ops: StoreOps, described: str, example: str) -> None:
         """Take leases through `ops`; `described` names its store in a refusal of a flavour it lacks."""
@@ -301,29 +296,13 @@ class LockStrategy:
 
     # -- shared steps -------------------------------------------------------------------------
 
-    # The lease hooks: one LeaseParams per strategy; the execution's state is the lease's tag.
-
-    @staticmethod
-    def _lost(lease: LeaseBase) -> None:
-        cast("_Run", lease.tag).lost(lease)
-
-    @staticmethod
-    async def _lost_async(lease: LeaseBase) -> None:
-        await cast("_Run", lease.tag).lost_async(lease)
-
-    @staticmethod
-    def _renew_failed(lease: LeaseBase, error: Exception) -> None:
-        run = cast("_Run", lease.tag)
-        run.strategy._events.renewal_failed(run.inner, run.key, lease.token, error)
-
     def _reject(
         self, context: ResilienceContext, key: str, started: float, retry_after: float | None, *, reentrant: bool
     ) -> LockNotAcquiredError:
         self._events.rejected(context, key, started, retry_after)
         if reentrant:
-            return LockNotAcquiredError(
-                key, None, message=f"lock {key!r} is already held by this execution (locks are not reentrant)"
-            )
+            msg = f"lock {key!r} is already held by this execution (locks are not reentrant)"
+            return LockNotAcquiredError(key, None, message=msg)
         return LockNotAcquiredError(key, retry_after)
 
     def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase) -> ResilienceContext:
@@ -338,15 +317,14 @@ class LockStrategy:
 
     def _ended(
         self, run: _Run, lease: LeaseBase, error: LockLostError | None, exc: BaseException | None = None
-    ) -> LockLostError | None:
-        """Emit the lease's end; for a callable that raised `exc`, step 4's table: what to raise instead, if any."""
+    ) -> None:
+        """Emit the lease's end; for a callable that raised `exc`, raise the loss error instead where step 4 says so."""
         if error is None:
             self._events.released(run.inner, run.key, lease)
-            return None
+            return
         run.tell_lost(lease, ending=True)  # unless the background did, while the span was open
-        if not isinstance(exc, Exception) or exc is lease.signal.reason or exc is error:
-            return None
-        return error
+        if isinstance(exc, Exception) and exc is not lease.signal.reason and exc is not error:
+            raise error from exc
 
     # -- sync ---------------------------------------------------------------------------------
 
@@ -368,10 +346,8 @@ class LockStrategy:
         try:
             result = callback(self._enter(context, run, lease))
         except BaseException as exc:
-            replacement = self._ended(run, lease, lease.finish(), exc)
-            if replacement is None:
-                raise
-            raise replacement from exc
+            self._ended(run, lease, lease.finish(), exc)
+            raise
         error = lease.finish()
         if error is None:  # `_ended`, inline
             self._events.released(run.inner, run.key, lease)
@@ -406,10 +382,8 @@ class LockStrategy:
             else:
                 result = await callback(inner)
         except BaseException as exc:
-            replacement = self._ended(run, lease, await lease.finish_async(), exc)
-            if replacement is None:
-                raise
-            raise replacement from exc
+            self._ended(run, lease, await lease.finish_async(), exc)
+            raise
         self._ended(run, lease, await lease.finish_async())
         return result
 
