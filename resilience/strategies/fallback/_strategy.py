@@ -158,12 +158,9 @@ class FallbackStrategy:
                 raise
             # Inside the except block: an exception from the fallback keeps this one as context.
             return self._substitute(failure, context)  # type: ignore[no-any-return]
-        if not self._checks_results:
-            return result
-        outcome = Ok(result)
-        if not self._handles(outcome, context):
-            return result
-        return self._substitute(outcome, context)  # type: ignore[no-any-return]
+        if self._checks_results and self._handles(outcome := Ok(result), context):
+            return self._substitute(outcome, context)  # type: ignore[no-any-return]
+        return result
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
@@ -176,12 +173,9 @@ class FallbackStrategy:
             if not self._handles(failure, context):
                 raise
             return await self._substitute_async(failure, context)  # type: ignore[no-any-return]
-        if not self._checks_results:
-            return result
-        outcome = Ok(result)
-        if not self._handles(outcome, context):
-            return result
-        return await self._substitute_async(outcome, context)  # type: ignore[no-any-return]
+        if self._checks_results and self._handles(outcome := Ok(result), context):
+            return await self._substitute_async(outcome, context)  # type: ignore[no-any-return]
+        return result
 
     def __repr__(self) -> str:
         return f"<FallbackStrategy fallback={getattr(self._fallback, '__qualname__', self._fallback)!r}>"

@@ -78,18 +78,10 @@ class ConcurrencyLimiterStrategyOptions:
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:
-            if isinstance(store, MemoryLockStore | RedisLockStore) or not isinstance(
-                store, SemaphoreStore | AsyncSemaphoreStore
-            ):
-                problems.add(
-                    "store",
-                    wrong_store(
-                        store,
-                        "RedisSemaphoreStore",
-                        "resilience.stores",
-                        "must implement SemaphoreStore or AsyncSemaphoreStore",
-                    ),
-                )
+            semaphore = isinstance(store, SemaphoreStore | AsyncSemaphoreStore)
+            if isinstance(store, MemoryLockStore | RedisLockStore) or not semaphore:
+                requirement = "must implement SemaphoreStore or AsyncSemaphoreStore"
+                problems.add("store", wrong_store(store, "RedisSemaphoreStore", "resilience.stores", requirement))
             elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",

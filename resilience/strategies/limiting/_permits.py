@@ -11,11 +11,12 @@ out, or aborted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._time import clock_wait, clock_wait_async
 
 if TYPE_CHECKING:
@@ -41,11 +42,6 @@ class _Partition:
     def __init__(self) -> None:
         self.held = 0
         self.waiters: deque[_Waiter] = deque()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class LocalPermits:
@@ -197,11 +193,7 @@ class LocalPermits:
         """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(_resolve, future)
-
+        wake = functools.partial(resolve_threadsafe, loop, future)
         waiter = self._enqueue(key, wake)
         if waiter is None:
             return None

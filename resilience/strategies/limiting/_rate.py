@@ -137,15 +137,8 @@ class RateLimiterStrategyOptions:
         store: object = self.store
         if store is not None:
             if not serves(store, RateLimitStore, AsyncRateLimitStore):
-                problems.add(
-                    "store",
-                    wrong_store(
-                        store,
-                        "RedisRateLimitStore",
-                        "resilience.limiters",
-                        "must implement RateLimitStore or AsyncRateLimitStore",
-                    ),
-                )
+                requirement = "must implement RateLimitStore or AsyncRateLimitStore"
+                problems.add("store", wrong_store(store, "RedisRateLimitStore", "resilience.limiters", requirement))
             elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",
