@@ -98,6 +98,13 @@ class Handler:
         check = self._result
         return check is not None and bool(check(value))
 
+    def handles(self, outcome: Outcome[Any]) -> bool:
+        """Whether `outcome` (an exception or a result) is handled."""
+        error = outcome.error
+        if error is not None:
+            return self.error(error, outcome)
+        return self.result(outcome.value, outcome)
+
 
 def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) -> StrategyTraits:
     """The traits of a strategy over a store: the flavour of execution the store cannot serve, refused.

@@ -116,10 +116,7 @@ class FallbackStrategy:
         """Whether to fall back from `outcome`: handled, and the caller has not aborted us."""
         if context.abort_reason is not None:
             return False  # the caller gave up: its abort (or what it caused) is the answer
-        error = outcome.error
-        if error is not None:
-            return self._handler.error(error, outcome)
-        return self._handler.result(outcome.value, outcome)
+        return self._handler.handles(outcome)
 
     def _falling_back(self, outcome: Outcome[Any], context: ResilienceContext) -> OnFallbackArguments:
         arguments = OnFallbackArguments(outcome, context)

@@ -32,7 +32,7 @@ import functools
 import math
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok, Outcome
 from resilience._runtime._threads import resolve_threadsafe
@@ -64,7 +64,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Context: TypeAlias = "ResilienceContext"
 MAX_HEDGED_ATTEMPTS = 10
 
 
@@ -213,13 +212,6 @@ class HedgingStrategy:
             return follow.unwrap()  # type: ignore[no-any-return]
         return await follow[0].execute(follow[1])  # type: ignore[no-any-return]
 
-    def _judge(self, outcome: Outcome[Any]) -> bool:
-        """Whether `outcome` is handled (does not win)."""
-        error = outcome.error
-        if error is not None:
-            return self._handler.error(error, outcome)
-        return self._handler.result(outcome.value, outcome)
-
     def _report(
         self, context: ResilienceContext, attempt: int, outcome: Outcome[Any], started: float, severity: Severity
     ) -> None:
@@ -270,10 +262,6 @@ class _Run:
         self.vars = contextvars.copy_context() if vars_ is None else vars_
 
     # -- decisions, under the lock --------------------------------------------------------------
-
-    def first(self) -> int:
-        with self._lock:
-            return self.state.launch()
 
     def armed(self, attempt: int, delay: float) -> None:
         """After `attempt` started: arm the delay before the next, or start it now (delay 0)."""
@@ -438,7 +426,7 @@ class _SyncRun(_Run):
 
     def execute(self) -> Any:
         try:
-            self.run_from(self.first())
+            self.run_from(self.state.launch())  # attempt 0: no other thread knows the run yet
             self.wait()
         except BaseException:
             self.abort_all()  # interrupted (on an attempt of its own, or waiting): leave at once
@@ -497,7 +485,7 @@ class _SyncRun(_Run):
                 raise
             finally:
                 context.end_scope()
-            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._handler.handles(outcome))
 
     def start_elsewhere(self, attempt: int) -> None:
         job = functools.partial(self.vars.copy().run, self._job, attempt)
@@ -558,7 +546,8 @@ class _AsyncRun(_Run):
     async def execute(self, ended: tuple[int, Outcome[Any], bool] | None = None) -> Any:
         """Run from attempt 0, or go on after attempt `ended[0]` ended in this task; then wait."""
         try:
-            await self.run_from(self.first() if ended is None else self.ended(*ended))
+            # Attempt 0 is launched without the lock: no other thread knows the run yet.
+            await self.run_from(self.state.launch() if ended is None else self.ended(*ended))
             if not self.state.settled:
                 self._waiter = self._loop.create_future()
                 await self._waiter
@@ -605,7 +594,7 @@ class _AsyncRun(_Run):
                 raise
             finally:
                 scope.detach()
-            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._handler.handles(outcome))
 
     def start_elsewhere(self, attempt: int) -> None:
         if threading.get_ident() != self._thread:  # a timer fired on another thread
@@ -698,7 +687,8 @@ class _AsyncStart:
         strategy = self.strategy
         outcome: Outcome[Any] = Ok(result) if failure is None else failure
         run = self.run
-        handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
+        handler = strategy._handler
+        handled = (failure is not None or handler.checks_results) and handler.handles(outcome)
         if run is None:
             if not handled:  # attempt 0 won alone
                 if strategy._telemetry.enabled(Severity.INFORMATION):

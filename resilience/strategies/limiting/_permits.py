@@ -124,9 +124,7 @@ class LocalPermits:
     def _enqueue(self, key: str, wake: Callable[[], object]) -> _Waiter | None:
         """Join the queue of `key` (None when it is full); a permit freed meanwhile is taken at once."""
         with self._lock:
-            partition = self._partitions.get(key)
-            if partition is None:
-                partition = self._partitions[key] = _Partition()
+            partition = self._partitions.setdefault(key, _Partition())
             waiter = _Waiter(wake)
             if partition.held < self._limit and not partition.waiters:
                 partition.held += 1
