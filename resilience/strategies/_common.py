@@ -144,9 +144,7 @@ def called_back(callback: Callable[[Any], object], result: object) -> object:
 async def call_back_async(callback: Callable[[Any], object], arguments: object) -> object:
     """Run a user callback in an async execution and return its result, awaited if awaitable."""
     result = callback(arguments)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+    return await result if inspect.isawaitable(result) else result
 
 
 def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:

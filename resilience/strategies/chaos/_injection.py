@@ -99,9 +99,7 @@ def check_fault(problems: Problems, option: str, fault: object) -> None:
 
 def fresh_fault(fault: Exception | type[Exception]) -> Exception:
     """A new exception to raise: each injection gets its own object (and so its own traceback)."""
-    if isinstance(fault, type):
-        return fault()
-    return copy.copy(fault)
+    return fault() if isinstance(fault, type) else copy.copy(fault)
 
 
 def coerce_rate(value: object) -> float:

@@ -452,10 +452,7 @@ class SyncWorker:
                 self._cond.wait(wait)
 
     def _serve(self) -> None:
-        while True:
-            sync = self._next()
-            if sync is None:
-                return
+        while (sync := self._next()) is not None:  # None: no circuit left to serve
             if sync._store.closed:
                 sync.detach()  # and no longer scheduled
             else:

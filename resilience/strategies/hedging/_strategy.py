@@ -194,8 +194,7 @@ class HedgingStrategy:
         # The success path: attempt 0 in this task with one timer; the run's bookkeeping is
         # made only if the timer fires or attempt 0 is handled (`_AsyncStart.promote`).
         start = _AsyncStart(self, callback, context)
-        delay = self._delay
-        timer = None if delay == math.inf else self._time.call_later(delay, start.fire)
+        timer = None if self._delay == math.inf else self._time.call_later(self._delay, start.fire)
         result: Any = None
         failure: Err | None = None
         try:

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import threading
 from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from resilience._runtime._threads import resolve_threadsafe
@@ -28,20 +29,16 @@ if TYPE_CHECKING:
 __all__ = ["LocalPermits"]
 
 
+@dataclass(slots=True, eq=False)
 class _Waiter:
-    __slots__ = ("granted", "wake")
-
-    def __init__(self, wake: Callable[[], object]) -> None:
-        self.granted = False
-        self.wake = wake
+    wake: Callable[[], object]
+    granted: bool = False
 
 
+@dataclass(slots=True, eq=False)
 class _Partition:
-    __slots__ = ("held", "waiters")
-
-    def __init__(self) -> None:
-        self.held = 0
-        self.waiters: deque[_Waiter] = deque()
+    held: int = 0
+    waiters: deque[_Waiter] = field(default_factory=deque)
 
 
 class LocalPermits:

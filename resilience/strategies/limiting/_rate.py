@@ -279,16 +279,14 @@ class RateLimiterStrategy(Limiter):
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
         decide = self._decide
-        retry_after = decide(key) if decide is not None else self._take(key)
-        if retry_after:
-            time_provider = self._time
-            deadline = time_provider.monotonic() + self._wait
-            while retry_after:
-                if retry_after > deadline - time_provider.monotonic():
-                    self._reject(context, key, retry_after)
-                if wait(time_provider, retry_after, context.signal):
-                    context.signal.raise_if_aborted()
-                retry_after = decide(key) if decide is not None else self._take(key)
+        deadline = None  # read from the clock at the first refusal only
+        while retry_after := (decide(key) if decide is not None else self._take(key)):
+            if deadline is None:
+                deadline = self._time.monotonic() + self._wait
+            if retry_after > deadline - self._time.monotonic():
+                self._reject(context, key, retry_after)
+            if wait(self._time, retry_after, context.signal):
+                context.signal.raise_if_aborted()
         return callback(context)
 
     async def execute_async(
@@ -299,16 +297,14 @@ class RateLimiterStrategy(Limiter):
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
         decide = self._decide
-        retry_after = decide(key) if decide is not None else await self._take_async(key)
-        if retry_after:
-            time_provider = self._time
-            deadline = time_provider.monotonic() + self._wait
-            while retry_after:
-                if retry_after > deadline - time_provider.monotonic():
-                    await self._reject_async(context, key, retry_after)
-                if await wait_async(time_provider, retry_after, context.signal):
-                    context.signal.raise_if_aborted()
-                retry_after = decide(key) if decide is not None else await self._take_async(key)
+        deadline = None
+        while retry_after := (decide(key) if decide is not None else await self._take_async(key)):
+            if deadline is None:
+                deadline = self._time.monotonic() + self._wait
+            if retry_after > deadline - self._time.monotonic():
+                await self._reject_async(context, key, retry_after)
+            if await wait_async(self._time, retry_after, context.signal):
+                context.signal.raise_if_aborted()
         return await callback(context)
 
     def __repr__(self) -> str:
