@@ -331,7 +331,6 @@ class SharedCircuitCore(CircuitCore):
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""
-        if self.shared:
-            return
-        self.shared = True
-        self._resync = True
+        if not self.shared:
+            self.shared = True
+            self._resync = True

@@ -153,7 +153,7 @@ class ConcurrencyLimiterStrategy(Limiter):
     __slots__ = ("_limit", "_permits", "_pool", "carry_key")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options.name, options.key, options.wait, options.on_rejected, context.telemetry)
+        super().__init__(options, context)
         self._limit = options.limit
         self.carry_key, permits = carried(context, self.name, "concurrency", options.limit, options.queue)
         if permits is None:

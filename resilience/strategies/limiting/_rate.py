@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
@@ -199,20 +200,13 @@ class Limiter:
     __slots__ = ("_key", "_on_rejected", "_telemetry", "_wait", "name")
 
     def __init__(
-        self,
-        name: str,
-        key: str | Callable[[ResilienceContext], str],
-        wait: Duration,
-        on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None,
-        telemetry: TelemetrySource,
+        self, options: RateLimiterStrategyOptions | ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext
     ) -> None:
-        # The option values, not either limiter's options class: this module imports neither
-        # `_concurrency` nor anything that does, and the concurrency limiter imports it.
-        self.name = name
-        self._key = key
-        self._wait = to_seconds(wait)
-        self._on_rejected = on_rejected
-        self._telemetry = telemetry
+        self.name = options.name
+        self._key = options.key
+        self._wait = to_seconds(options.wait)
+        self._on_rejected = options.on_rejected
+        self._telemetry: TelemetrySource = context.telemetry
 
     def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
         """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
@@ -238,7 +232,7 @@ class RateLimiterStrategy(Limiter):
     __slots__ = ("_decide", "_rate", "_store", "_time", "carry_key", "traits")
 
     def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options.name, options.key, options.wait, options.on_rejected, context.telemetry)
+        super().__init__(options, context)
         # `take`'s (limit, per, burst, algorithm), in its order.
         self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._time: TimeProvider = context.time_provider
