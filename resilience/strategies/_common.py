@@ -98,6 +98,13 @@ class Handler:
         check = self._result
         return check is not None and bool(check(value))
 
+    def handles(self, outcome: Outcome[Any]) -> bool:
+        """Whether `outcome` (an exception or a result) is handled."""
+        error = outcome.error
+        if error is not None:
+            return self.error(error, outcome)
+        return self.result(outcome.value, outcome)
+
 
 def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) -> StrategyTraits:
     """The traits of a strategy over a store: the flavour of execution the store cannot serve, refused.
@@ -137,9 +144,7 @@ def called_back(callback: Callable[[Any], object], result: object) -> object:
 async def call_back_async(callback: Callable[[Any], object], arguments: object) -> object:
     """Run a user callback in an async execution and return its result, awaited if awaitable."""
     result = callback(arguments)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+    return await result if inspect.isawaitable(result) else result
 
 
 def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
     from resilience._time import TimeProvider
+    from resilience.strategies._base import StrategyBuildContext
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
@@ -179,22 +180,15 @@ class CircuitController:
 
     __slots__ = ("__weakref__", "_generator", "_hooks", "_rolling", "_telemetry", "_time", "core", "lock")
 
-    def __init__(
-        self,
-        core: CircuitCore,
-        hooks: CircuitHooks,
-        *,
-        time_provider: TimeProvider,
-        telemetry: TelemetrySource,
-    ) -> None:
+    def __init__(self, core: CircuitCore, hooks: CircuitHooks, context: StrategyBuildContext) -> None:
         self.core = core
         # The core's window when it is a `RollingWindow` (never replaced): `succeeded`'s lock-free path.
         self._rolling = core.window if type(core.window) is RollingWindow else None
         self.lock = threading.Lock()
         self._hooks = hooks
         self._generator = hooks.break_duration_generator
-        self._time = time_provider
-        self._telemetry = telemetry
+        self._time: TimeProvider = context.time_provider
+        self._telemetry: TelemetrySource = context.telemetry
 
     # -- under the lock: decisions -------------------------------------------------------------
 

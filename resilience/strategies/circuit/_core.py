@@ -316,12 +316,8 @@ class CircuitCore:
 
     def isolate(self, now: float) -> Transition | None:
         """Hold the circuit open until `close()`; None if it already was isolated."""
-        if self.state is CircuitState.ISOLATED:
-            return None
-        return self._open(now, manual=True)
+        return None if self.state is CircuitState.ISOLATED else self._open(now, manual=True)
 
     def close(self) -> Transition | None:
         """Close the circuit by hand; None if it already was closed."""
-        if self.state is CircuitState.CLOSED:
-            return None
-        return self._close(manual=True)
+        return None if self.state is CircuitState.CLOSED else self._close(manual=True)

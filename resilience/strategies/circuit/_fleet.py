@@ -200,29 +200,28 @@ class SharedCircuitCore(CircuitCore):
         if ticket != self.generation:
             return None
         state = self.state
-        if state is _CLOSED:
-            if self.counts_shared:
+        if state is _CLOSED and self.counts_shared:
+            if handled:
+                self.unsent_failures += 1
+            else:
+                self.unsent_successes += 1
+            if self.shared:
                 if handled:
-                    self.unsent_failures += 1
+                    self.window.failure(now)
                 else:
-                    self.unsent_successes += 1
-                if self.shared:
-                    if handled:
-                        self.window.failure(now)
-                    else:
-                        self.window.success(now)
-                    return None
-            transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
-            if transition is not None:  # opened by this process (alone, or on its own run of failures): tell the fleet
-                self._send(Command.OPEN, self.break_duration)
-            return transition
+                    self.window.success(now)
+                return None
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
             self._probe_mine = False
             self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
             # Re-opened for the fleet's break (no generator).
             return self._open(now, known=self.break_duration) if handled else self._close()
-        return super().record(now, ticket, handled=handled, pending_break=pending_break)
+        transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
+        # Opened from closed by this process (alone, or on its own run of failures): tell the fleet.
+        if state is _CLOSED and transition is not None:
+            self._send(Command.OPEN, self.break_duration)
+        return transition
 
     # -- manual control --------------------------------------------------------------------------
 
@@ -332,7 +331,6 @@ class SharedCircuitCore(CircuitCore):
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""
-        if self.shared:
-            return
-        self.shared = True
-        self._resync = True
+        if not self.shared:
+            self.shared = True
+            self._resync = True

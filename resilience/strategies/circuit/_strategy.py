@@ -143,19 +143,16 @@ class CircuitBreakerStrategyOptions:
         store = self.state_store
         controller: CircuitController
         if store is None:
-            controller = CircuitController(
-                CircuitCore(**parameters), hooks, time_provider=context.time_provider, telemetry=context.telemetry
-            )
+            controller = CircuitController(CircuitCore(**parameters), hooks, context)
+            tags = {}
         else:
             from resilience.strategies.circuit._fleet import SharedCircuitCore
             from resilience.strategies.circuit._sync import CircuitSync, SharedCircuitController
 
-            controller = SharedCircuitController(
-                SharedCircuitCore(**parameters), hooks, time_provider=context.time_provider, telemetry=context.telemetry
-            )
-            sync = CircuitSync(store, self.shared_key(context), to_seconds(self.sync_interval), self.manual_control)
-            sync.start(controller, context)
-        tags = {} if store is None else {"circuit.key": self.shared_key(context)}
+            key = self.shared_key(context)
+            controller = SharedCircuitController(SharedCircuitCore(**parameters), hooks, context)
+            CircuitSync(store, key, to_seconds(self.sync_interval), self.manual_control).start(controller, context)
+            tags = {"circuit.key": key}
         context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
         if self.state_provider is not None:
             self.state_provider._controller = controller

@@ -381,15 +381,6 @@ class SyncWorker:
         self._started = 0.0  # when it started (0.0: none in flight)
         self._watchdog: ThreadTimerHandle | None = None  # armed while an exchange is in flight
 
-    def _circuits(self) -> list[CircuitSync]:
-        """The exchange in flight and every circuit waiting behind it (under the condition)."""
-        found = [] if self._running is None else [self._running]
-        for _, _, ref in self._heap:
-            sync = ref()
-            if sync is not None and sync not in found:
-                found.append(sync)
-        return found
-
     def _arm(self, delay: float | None) -> None:
         """Check for a hung exchange after `delay`; None: no check (under the condition)."""
         if self._watchdog is not None:
@@ -408,7 +399,9 @@ class SyncWorker:
             if not started:
                 return
             stuck = now - started
-            due = [sync for sync in self._circuits() if sync.stalled_for != started and sync.alive]
+            # The exchange in flight and every circuit waiting behind it, each once.
+            circuits = dict.fromkeys([self._running, *(ref() for _, _, ref in self._heap)])
+            due = [sync for sync in circuits if sync is not None and sync.stalled_for != started and sync.alive]
             late = [sync for sync in due if stuck >= sync.stall_after]
             for sync in late:
                 sync.stalled_for = started
@@ -459,10 +452,7 @@ class SyncWorker:
                 self._cond.wait(wait)
 
     def _serve(self) -> None:
-        while True:
-            sync = self._next()
-            if sync is None:
-                return
+        while (sync := self._next()) is not None:  # None: no circuit left to serve
             if sync._store.closed:
                 sync.detach()  # and no longer scheduled
             else:
@@ -494,10 +484,7 @@ _WORKERS_LOCK = threading.Lock()
 
 def _worker_of(store: RedisCircuitStateStore) -> SyncWorker:
     with _WORKERS_LOCK:
-        worker = _WORKERS.get(store)
-        if worker is None:
-            worker = _WORKERS[store] = SyncWorker(f"resilience-circuit-sync-{store.prefix}")
-        return worker
+        return _WORKERS.setdefault(store, SyncWorker(f"resilience-circuit-sync-{store.prefix}"))
 
 
 def _after_fork_in_child() -> None:

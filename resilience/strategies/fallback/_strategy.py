@@ -116,10 +116,7 @@ class FallbackStrategy:
         """Whether to fall back from `outcome`: handled, and the caller has not aborted us."""
         if context.abort_reason is not None:
             return False  # the caller gave up: its abort (or what it caused) is the answer
-        error = outcome.error
-        if error is not None:
-            return self._handler.error(error, outcome)
-        return self._handler.result(outcome.value, outcome)
+        return self._handler.handles(outcome)
 
     def _falling_back(self, outcome: Outcome[Any], context: ResilienceContext) -> OnFallbackArguments:
         arguments = OnFallbackArguments(outcome, context)
@@ -158,12 +155,9 @@ class FallbackStrategy:
                 raise
             # Inside the except block: an exception from the fallback keeps this one as context.
             return self._substitute(failure, context)  # type: ignore[no-any-return]
-        if not self._checks_results:
-            return result
-        outcome = Ok(result)
-        if not self._handles(outcome, context):
-            return result
-        return self._substitute(outcome, context)  # type: ignore[no-any-return]
+        if self._checks_results and self._handles(outcome := Ok(result), context):
+            return self._substitute(outcome, context)  # type: ignore[no-any-return]
+        return result
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
@@ -176,12 +170,9 @@ class FallbackStrategy:
             if not self._handles(failure, context):
                 raise
             return await self._substitute_async(failure, context)  # type: ignore[no-any-return]
-        if not self._checks_results:
-            return result
-        outcome = Ok(result)
-        if not self._handles(outcome, context):
-            return result
-        return await self._substitute_async(outcome, context)  # type: ignore[no-any-return]
+        if self._checks_results and self._handles(outcome := Ok(result), context):
+            return await self._substitute_async(outcome, context)  # type: ignore[no-any-return]
+        return result
 
     def __repr__(self) -> str:
         return f"<FallbackStrategy fallback={getattr(self._fallback, '__qualname__', self._fallback)!r}>"

@@ -26,14 +26,16 @@ no attempt outlives it (nor a lock held around it) and a loser's result is dropp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import math
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok, Outcome
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import OperationAbortedError
 from resilience.strategies._base import HANDS_ON
@@ -62,7 +64,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Context: TypeAlias = "ResilienceContext"
 MAX_HEDGED_ATTEMPTS = 10
 
 
@@ -159,25 +160,12 @@ class HedgingStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = (
-        "_action_generator",
-        "_delay",
-        "_delay_generator",
-        "_handler",
-        "_last_wins",
-        "_max",
-        "_on_hedging",
-        "_telemetry",
-        "_time",
-    )
+    __slots__ = ("_delay", "_handler", "_last_wins", "_options", "_telemetry", "_time")
 
     def __init__(self, options: HedgingStrategyOptions, handler: Handler, context: StrategyBuildContext) -> None:
-        self._max = options.max_hedged_attempts
+        self._options = options
         self._delay = to_seconds(options.delay)
-        self._delay_generator = options.delay_generator
-        self._action_generator = options.action_generator
         self._handler = handler
-        self._on_hedging = options.on_hedging
         self._time: TimeProvider = context.time_provider
         self._telemetry: TelemetrySource = context.telemetry
         self._last_wins = False
@@ -201,13 +189,12 @@ class HedgingStrategy:
     ) -> T:
         """Run the attempts as tasks of the caller's loop; return or raise the winner (async)."""
         context.raise_if_aborted()
-        if self._delay_generator is not None or self._delay <= 0:
+        if self._options.delay_generator is not None or self._delay <= 0:
             return await _AsyncRun(self, callback, context).execute()  # type: ignore[no-any-return]
         # The success path: attempt 0 in this task with one timer; the run's bookkeeping is
         # made only if the timer fires or attempt 0 is handled (`_AsyncStart.promote`).
         start = _AsyncStart(self, callback, context)
-        delay = self._delay
-        timer = None if delay == math.inf else self._time.call_later(delay, start.fire)
+        timer = None if self._delay == math.inf else self._time.call_later(self._delay, start.fire)
         result: Any = None
         failure: Err | None = None
         try:
@@ -224,28 +211,18 @@ class HedgingStrategy:
             return follow.unwrap()  # type: ignore[no-any-return]
         return await follow[0].execute(follow[1])  # type: ignore[no-any-return]
 
-    def _judge(self, outcome: Outcome[Any]) -> bool:
-        """Whether `outcome` is handled (does not win)."""
-        error = outcome.error
-        if error is not None:
-            return self._handler.error(error, outcome)
-        return self._handler.result(outcome.value, outcome)
-
     def _report(
         self, context: ResilienceContext, attempt: int, outcome: Outcome[Any], started: float, severity: Severity
     ) -> None:
         """`ExecutionAttempt` of an attempt that ended (handled unless Information); the caller checks it is heard."""
         duration = self._time.monotonic() - started
+        arguments = ExecutionAttemptArguments(attempt, duration, handled=severity is not Severity.INFORMATION)
         self._telemetry.emit(
-            "ExecutionAttempt",
-            severity,
-            operation_key=context.operation_key,
-            outcome=outcome,
-            arguments=ExecutionAttemptArguments(attempt, duration, handled=severity is not Severity.INFORMATION),
+            "ExecutionAttempt", severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )
 
     def __repr__(self) -> str:
-        return f"<HedgingStrategy max_hedged_attempts={self._max} delay={self._delay:g}>"
+        return f"<HedgingStrategy max_hedged_attempts={self._options.max_hedged_attempts} delay={self._delay:g}>"
 
 
 class _Run:
@@ -274,7 +251,7 @@ class _Run:
         self.strategy = strategy
         self.callback = callback
         self.context = context
-        self.state = HedgingState(strategy._max, last_wins=strategy._last_wins)
+        self.state = HedgingState(strategy._options.max_hedged_attempts, last_wins=strategy._last_wins)
         self._lock = threading.Lock()  # attempts end on pool threads; timers fire on others
         self.contexts: dict[int, ResilienceContext] = {}
         self.starts: dict[int, float] = {}
@@ -284,10 +261,6 @@ class _Run:
         self.vars = contextvars.copy_context() if vars_ is None else vars_
 
     # -- decisions, under the lock --------------------------------------------------------------
-
-    def first(self) -> int:
-        with self._lock:
-            return self.state.launch()
 
     def armed(self, attempt: int, delay: float) -> None:
         """After `attempt` started: arm the delay before the next, or start it now (delay 0)."""
@@ -412,6 +385,7 @@ class _Run:
         `(None, substitute)`: the callable `action_generator` gave (None: the original).
         """
         strategy = self.strategy
+        options = strategy._options
         now = strategy._time.monotonic()
         self.starts[attempt] = now
         substitute = None
@@ -420,13 +394,12 @@ class _Run:
             strategy._telemetry.emit(
                 "OnHedging", Severity.WARNING, operation_key=context.operation_key, arguments=arguments
             )
-            if strategy._on_hedging is not None:
-                yield strategy._on_hedging, arguments
-            action = strategy._action_generator
+            if options.on_hedging is not None:
+                yield options.on_hedging, arguments
             target = context.target
-            if action is not None and target is not None:
-                substitute = yield action, HedgingActionArguments(context, attempt, target)
-        generator = strategy._delay_generator
+            if options.action_generator is not None and target is not None:
+                substitute = yield options.action_generator, HedgingActionArguments(context, attempt, target)
+        generator = options.delay_generator
         if generator is None:
             delay = strategy._delay
         elif not self.state.can_launch:
@@ -452,7 +425,7 @@ class _SyncRun(_Run):
 
     def execute(self) -> Any:
         try:
-            self.run_from(self.first())
+            self.run_from(self.state.launch())  # attempt 0: no other thread knows the run yet
             self.wait()
         except BaseException:
             self.abort_all()  # interrupted (on an attempt of its own, or waiting): leave at once
@@ -491,7 +464,7 @@ class _SyncRun(_Run):
                 return
             try:
                 substitute = None
-                if attempt or self.strategy._delay_generator is not None:
+                if attempt or self.strategy._options.delay_generator is not None:
                     hook, substitute = next(steps := self.starting(attempt, context))
                     while hook is not None:
                         hook, substitute = steps.send(call_back(hook, substitute))
@@ -511,16 +484,14 @@ class _SyncRun(_Run):
                 raise
             finally:
                 context.end_scope()
-            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._handler.handles(outcome))
 
     def start_elsewhere(self, attempt: int) -> None:
         job = functools.partial(self.vars.copy().run, self._job, attempt)
         with self._lock:
             self._jobs[attempt] = job
-            waiter = self._waiter
         POOL.submit(job)
-        if waiter is not None:
-            waiter.set()  # the caller waits: it may take the job back and run it itself
+        self.wake()  # if the caller waits, it may take the job back and run it itself
 
     def take_queued(self) -> tuple[int, Callable[[], object]] | None:
         """An attempt of ours that no pool thread took and its job, withdrawn from the pool (None if none)."""
@@ -537,10 +508,8 @@ class _SyncRun(_Run):
     def _job(self, attempt: int) -> None:
         with self._lock:
             self._jobs.pop(attempt, None)
-        try:
+        with contextlib.suppress(BaseException):  # recorded as the answer by run_from; the caller raises it
             self.run_from(attempt)
-        except BaseException:  # noqa: BLE001 - recorded as the answer by run_from; the caller raises it
-            return
 
     def withdraw(self, attempt: int) -> None:
         with self._lock:
@@ -576,7 +545,8 @@ class _AsyncRun(_Run):
     async def execute(self, ended: tuple[int, Outcome[Any], bool] | None = None) -> Any:
         """Run from attempt 0, or go on after attempt `ended[0]` ended in this task; then wait."""
         try:
-            await self.run_from(self.first() if ended is None else self.ended(*ended))
+            # Attempt 0 is launched without the lock: no other thread knows the run yet.
+            await self.run_from(self.state.launch() if ended is None else self.ended(*ended))
             if not self.state.settled:
                 self._waiter = self._loop.create_future()
                 await self._waiter
@@ -623,7 +593,7 @@ class _AsyncRun(_Run):
                 raise
             finally:
                 scope.detach()
-            attempt = self.ended(attempt, outcome, self.strategy._judge(outcome))
+            attempt = self.ended(attempt, outcome, self.strategy._handler.handles(outcome))
 
     def start_elsewhere(self, attempt: int) -> None:
         if threading.get_ident() != self._thread:  # a timer fired on another thread
@@ -633,10 +603,8 @@ class _AsyncRun(_Run):
         self._tasks.add(task)
 
     async def _job(self, attempt: int) -> None:
-        try:
+        with contextlib.suppress(BaseException):  # recorded as the answer by run_from; the caller raises it
             await self.run_from(attempt)
-        except BaseException:  # noqa: BLE001 - recorded as the answer by run_from; the caller raises it
-            return
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -644,17 +612,12 @@ class _AsyncRun(_Run):
             if threading.get_ident() == self._thread:
                 waiter.set_result(None)
             else:  # pragma: no cover - attempts end on the loop; a future is not thread-safe, so never risk it
-                self._loop.call_soon_threadsafe(_resolve, waiter)
+                resolve_threadsafe(self._loop, waiter)
 
 
 def _calling(context: ResilienceContext, substitute: Callable[..., Any] | None) -> ResilienceContext:
     """The attempt's context, calling `substitute` (from `action_generator`) in place of the callable."""
     return context if substitute is None else context.derive(substitute=substitute)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class _AsyncStart:
@@ -723,7 +686,8 @@ class _AsyncStart:
         strategy = self.strategy
         outcome: Outcome[Any] = Ok(result) if failure is None else failure
         run = self.run
-        handled = strategy._judge(outcome) if failure is not None or strategy._handler.checks_results else False
+        handler = strategy._handler
+        handled = (failure is not None or handler.checks_results) and handler.handles(outcome)
         if run is None:
             if not handled:  # attempt 0 won alone
                 if strategy._telemetry.enabled(Severity.INFORMATION):

@@ -78,18 +78,10 @@ class ConcurrencyLimiterStrategyOptions:
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:
-            if isinstance(store, MemoryLockStore | RedisLockStore) or not isinstance(
-                store, SemaphoreStore | AsyncSemaphoreStore
-            ):
-                problems.add(
-                    "store",
-                    wrong_store(
-                        store,
-                        "RedisSemaphoreStore",
-                        "resilience.stores",
-                        "must implement SemaphoreStore or AsyncSemaphoreStore",
-                    ),
-                )
+            semaphore = isinstance(store, SemaphoreStore | AsyncSemaphoreStore)
+            if isinstance(store, MemoryLockStore | RedisLockStore) or not semaphore:
+                requirement = "must implement SemaphoreStore or AsyncSemaphoreStore"
+                problems.add("store", wrong_store(store, "RedisSemaphoreStore", "resilience.stores", requirement))
             elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",
@@ -161,7 +153,7 @@ class ConcurrencyLimiterStrategy(Limiter):
     __slots__ = ("_limit", "_permits", "_pool", "carry_key")
 
     def __init__(self, options: ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options.name, options.key, options.wait, options.on_rejected, context.telemetry)
+        super().__init__(options, context)
         self._limit = options.limit
         self.carry_key, permits = carried(context, self.name, "concurrency", options.limit, options.queue)
         if permits is None:

@@ -11,11 +11,13 @@ out, or aborted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import threading
 from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._time import clock_wait, clock_wait_async
 
 if TYPE_CHECKING:
@@ -27,25 +29,16 @@ if TYPE_CHECKING:
 __all__ = ["LocalPermits"]
 
 
+@dataclass(slots=True, eq=False)
 class _Waiter:
-    __slots__ = ("granted", "wake")
-
-    def __init__(self, wake: Callable[[], object]) -> None:
-        self.granted = False
-        self.wake = wake
+    wake: Callable[[], object]
+    granted: bool = False
 
 
+@dataclass(slots=True, eq=False)
 class _Partition:
-    __slots__ = ("held", "waiters")
-
-    def __init__(self) -> None:
-        self.held = 0
-        self.waiters: deque[_Waiter] = deque()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    held: int = 0
+    waiters: deque[_Waiter] = field(default_factory=deque)
 
 
 class LocalPermits:
@@ -128,9 +121,7 @@ class LocalPermits:
     def _enqueue(self, key: str, wake: Callable[[], object]) -> _Waiter | None:
         """Join the queue of `key` (None when it is full); a permit freed meanwhile is taken at once."""
         with self._lock:
-            partition = self._partitions.get(key)
-            if partition is None:
-                partition = self._partitions[key] = _Partition()
+            partition = self._partitions.setdefault(key, _Partition())
             waiter = _Waiter(wake)
             if partition.held < self._limit and not partition.waiters:
                 partition.held += 1
@@ -197,11 +188,7 @@ class LocalPermits:
         """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(_resolve, future)
-
+        wake = functools.partial(resolve_threadsafe, loop, future)
         waiter = self._enqueue(key, wake)
         if waiter is None:
             return None

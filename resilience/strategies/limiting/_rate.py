@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
@@ -137,15 +138,8 @@ class RateLimiterStrategyOptions:
         store: object = self.store
         if store is not None:
             if not serves(store, RateLimitStore, AsyncRateLimitStore):
-                problems.add(
-                    "store",
-                    wrong_store(
-                        store,
-                        "RedisRateLimitStore",
-                        "resilience.limiters",
-                        "must implement RateLimitStore or AsyncRateLimitStore",
-                    ),
-                )
+                requirement = "must implement RateLimitStore or AsyncRateLimitStore"
+                problems.add("store", wrong_store(store, "RedisRateLimitStore", "resilience.limiters", requirement))
             elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
                 problems.add(
                     "store",
@@ -206,20 +200,13 @@ class Limiter:
     __slots__ = ("_key", "_on_rejected", "_telemetry", "_wait", "name")
 
     def __init__(
-        self,
-        name: str,
-        key: str | Callable[[ResilienceContext], str],
-        wait: Duration,
-        on_rejected: Callable[[OnRateLimiterRejectedArguments], object] | None,
-        telemetry: TelemetrySource,
+        self, options: RateLimiterStrategyOptions | ConcurrencyLimiterStrategyOptions, context: StrategyBuildContext
     ) -> None:
-        # The option values, not either limiter's options class: this module imports neither
-        # `_concurrency` nor anything that does, and the concurrency limiter imports it.
-        self.name = name
-        self._key = key
-        self._wait = to_seconds(wait)
-        self._on_rejected = on_rejected
-        self._telemetry = telemetry
+        self.name = options.name
+        self._key = options.key
+        self._wait = to_seconds(options.wait)
+        self._on_rejected = options.on_rejected
+        self._telemetry: TelemetrySource = context.telemetry
 
     def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
         """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
@@ -245,7 +232,7 @@ class RateLimiterStrategy(Limiter):
     __slots__ = ("_decide", "_rate", "_store", "_time", "carry_key", "traits")
 
     def __init__(self, options: RateLimiterStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options.name, options.key, options.wait, options.on_rejected, context.telemetry)
+        super().__init__(options, context)
         # `take`'s (limit, per, burst, algorithm), in its order.
         self._rate: _Rate = (options.limit, to_seconds(options.per), options.burst, options.algorithm)
         self._time: TimeProvider = context.time_provider
@@ -286,16 +273,14 @@ class RateLimiterStrategy(Limiter):
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
         decide = self._decide
-        retry_after = decide(key) if decide is not None else self._take(key)
-        if retry_after:
-            time_provider = self._time
-            deadline = time_provider.monotonic() + self._wait
-            while retry_after:
-                if retry_after > deadline - time_provider.monotonic():
-                    self._reject(context, key, retry_after)
-                if wait(time_provider, retry_after, context.signal):
-                    context.signal.raise_if_aborted()
-                retry_after = decide(key) if decide is not None else self._take(key)
+        deadline = None  # read from the clock at the first refusal only
+        while retry_after := (decide(key) if decide is not None else self._take(key)):
+            if deadline is None:
+                deadline = self._time.monotonic() + self._wait
+            if retry_after > deadline - self._time.monotonic():
+                self._reject(context, key, retry_after)
+            if wait(self._time, retry_after, context.signal):
+                context.signal.raise_if_aborted()
         return callback(context)
 
     async def execute_async(
@@ -306,16 +291,14 @@ class RateLimiterStrategy(Limiter):
         if type(key) is not str:
             key = resolve_key(self.name, key, context)
         decide = self._decide
-        retry_after = decide(key) if decide is not None else await self._take_async(key)
-        if retry_after:
-            time_provider = self._time
-            deadline = time_provider.monotonic() + self._wait
-            while retry_after:
-                if retry_after > deadline - time_provider.monotonic():
-                    await self._reject_async(context, key, retry_after)
-                if await wait_async(time_provider, retry_after, context.signal):
-                    context.signal.raise_if_aborted()
-                retry_after = decide(key) if decide is not None else await self._take_async(key)
+        deadline = None
+        while retry_after := (decide(key) if decide is not None else await self._take_async(key)):
+            if deadline is None:
+                deadline = self._time.monotonic() + self._wait
+            if retry_after > deadline - self._time.monotonic():
+                await self._reject_async(context, key, retry_after)
+            if await wait_async(self._time, retry_after, context.signal):
+                context.signal.raise_if_aborted()
         return await callback(context)
 
     def __repr__(self) -> str:

@@ -10,22 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import (
-    Handle,
-    Handler,
-    call_back,
-    call_back_async,
-    check_handle,
-    wait,
-    wait_async,
-)
+from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle, wait, wait_async
 from resilience.strategies.retry._core import Backoff, RetryCore
 from resilience.telemetry._event import Severity
 
@@ -47,8 +38,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_INFO = logging.INFO
-_WARNING = logging.WARNING
 _BACKOFFS = ("constant", "linear", "exponential")
 
 
@@ -154,9 +143,8 @@ class RetryStrategy:
 
     __slots__ = (
         "_core",
-        "_delay_generator",
         "_measured",
-        "_on_retry",
+        "_options",
         "_telemetry",
         "_time",
         "_time_left",
@@ -185,8 +173,7 @@ class RetryStrategy:
         )
         self._time = context.time_provider
         self._telemetry = context.telemetry
-        self._delay_generator = options.delay_generator
-        self._on_retry = options.on_retry
+        self._options = options
         self._time_left = time_left
         telemetry = context.telemetry.options
         # Attempt durations are measured only when someone may read them.
@@ -226,8 +213,8 @@ class RetryStrategy:
         delay = 0.0
         if retry:
             delay, state = core.backoff_delay(attempt, state)
-            if self._delay_generator is not None:
-                generated = yield self._delay_generator, RetryDelayArguments(outcome, inner, attempt, delay)
+            if self._options.delay_generator is not None:
+                generated = yield self._options.delay_generator, RetryDelayArguments(outcome, inner, attempt, delay)
                 delay = core.generated_delay(generated, delay)
             if self._time_left is not None:  # a delay that outlasts the deadline: the outcome now
                 left = self._time_left()
@@ -244,8 +231,8 @@ class RetryStrategy:
         self._telemetry.emit(
             "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
         )
-        if self._on_retry is not None:
-            yield self._on_retry, arguments
+        if self._options.on_retry is not None:
+            yield self._options.on_retry, arguments
         yield None, (delay, state)
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
