@@ -6,7 +6,13 @@ objects; `PipelineBuilder.add(...)` takes them, and `build()` validates and crea
 """
 
 from resilience._context import LazyDeadline
-from resilience.strategies._base import DeclaresTraits, Strategy, StrategyBuildContext, StrategyOptions, StrategyTraits
+from resilience.strategies._base import (
+    DeclaresTraits,
+    Strategy,
+    StrategyBuildContext,
+    StrategyOptions,
+    StrategyTraits,
+)
 from resilience.strategies.chaos._strategy import (
     BehaviorGeneratorArguments,
     ChaosBehaviorStrategyOptions,
@@ -51,7 +57,10 @@ from resilience.strategies.hedging._strategy import (
     OnHedgingArguments,
     hedging_strategy,
 )
-from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategyOptions, concurrency_limiter_strategy
+from resilience.strategies.limiting._concurrency import (
+    ConcurrencyLimiterStrategyOptions,
+    concurrency_limiter_strategy,
+)
 from resilience.strategies.limiting._rate import (
     OnRateLimiterRejectedArguments,
     RateLimiterStrategyOptions,

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle, wait, wait_async
+from resilience.strategies._common import (
+    Handle,
+    Handler,
+    call_back,
+    call_back_async,
+    check_handle,
+    wait,
+    wait_async,
+)
 from resilience.strategies.retry._core import Backoff, RetryCore
 from resilience.telemetry._event import Severity
 
