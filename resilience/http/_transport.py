@@ -32,6 +32,7 @@ import functools
 import logging
 import sys
 import threading
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -315,64 +316,38 @@ _SENDERS: Final = Pool("http-sender", sys.maxsize)
 on_fork_in_child(_SENDERS._reset)  # the parent's senders do not exist in a child
 
 
-class _Send:
-    """One abortable send: the sender's answer, or the attempt's giving up, whichever comes first."""
-
-    __slots__ = ("_abandoned", "_answer", "_lock", "done", "send")
-
-    def __init__(self, send: Callable[[], Any]) -> None:
-        self.send = send
-        self._lock = threading.Lock()
-        self._answer: Any = None
-        self._abandoned = False
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        """On a sender: send; hand the answer over, or discard it if the attempt gave up."""
-        answer: Any
-        try:
-            answer = self.send()
-        except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
-            answer = exc
-        with self._lock:
-            abandoned = self._abandoned
-            if not abandoned:
-                self._answer = answer
-        self.done.set()
-        if abandoned and is_response(answer):
-            discard(answer)  # the attempt is gone (lost the race, or timed out)
-
-    def abandon(self, _reason: BaseException) -> None:
-        """The attempt's signal aborted (a signal callback)."""
-        self.done.set()
-
-    def answer(self) -> Any:
-        """The response or error if it arrived; else None, and the sender will discard it."""
-        with self._lock:
-            if self._answer is None:
-                self._abandoned = True
-            return self._answer
-
-
 def send_abortable(send: Callable[[], R]) -> R:
     """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
-    job = _Send(send)
-    remove = signal.add_wakeup(job.abandon)
+    answer: Future[R] = Future()
+    # An abort cancels the answer unless it came: the attempt stops waiting, the sender discards it.
+    remove = signal.add_wakeup(lambda _reason: answer.cancel())
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
-        _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))
-        job.done.wait()
+        _SENDERS.submit(functools.partial(contextvars.copy_context().run, _send_into, answer, send))
+        return answer.result()
+    except CancelledError:
+        if not answer.cancelled():
+            raise  # the send's own error
     finally:
         remove()
-    answer = job.answer()
-    if answer is None:
-        reason = signal.reason
-        assert reason is not None  # only an abort sets `done` before an answer
-        raise reason
-    if isinstance(answer, BaseException):
-        raise answer
-    return answer  # type: ignore[no-any-return]
+    reason = signal.reason
+    assert reason is not None  # only an abort cancels the answer
+    raise reason
+
+
+def _send_into(answer: Future[Any], send: Callable[[], Any]) -> None:
+    """On a sender: `send()`, its response or error into `answer`; discarded if the attempt gave up."""
+    try:
+        response = send()
+    except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
+        with contextlib.suppress(InvalidStateError):  # the attempt gave up: nobody to raise it to
+            answer.set_exception(exc)
+        return
+    try:
+        answer.set_result(response)
+    except InvalidStateError:  # the attempt is gone (lost the race, or timed out)
+        discard(response)
 
 
 def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception], *, abortable: bool) -> R:
