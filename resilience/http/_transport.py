@@ -1,7 +1,7 @@
 """`ResilientTransport` and `AsyncResilientTransport`: every httpx request through a pipeline.
 
 Per request, an `_Exchange` holds what the attempts share: the request, its original
-timeouts, and every response an attempt produced. The pipeline runs `_attempt` (sync) or
+timeouts, and every response an attempt produced. The pipeline runs `attempt` (sync) or
 `_attempt_async` once per attempt; each attempt
 
 1. discards (drains a small body, then closes) every response an earlier attempt of the same
@@ -227,14 +227,15 @@ class _Exchange:
         REQUEST.reset(tokens[0])
         CONTEXT_TAGS.reset(tokens[1])
 
-    def prepare(self, *, own_copy: bool = False) -> httpx.Request:
+    def prepare(self) -> httpx.Request:
         """The request to send: the time left before the nearest HTTP timeout's deadline as its timeouts.
 
-        `own_copy`: a shallow copy of the request, for an attempt sent from another thread while
-        others may be preparing theirs (they would overwrite each other's extensions).
+        Under HTTP hedging (`ABORTABLE`), a shallow copy of the request: a sync attempt is sent
+        from a sender thread while others may be preparing theirs (they would overwrite each
+        other's extensions).
         """
         request = self.request
-        if own_copy:  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
+        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
             shared = request
             request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
             request.extensions = shared.extensions
@@ -350,7 +351,7 @@ def _send_into(answer: Future[Any], send: Callable[[], Any]) -> None:
         discard(response)
 
 
-def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception], *, abortable: bool) -> R:
+def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception]) -> R:
     """One sync attempt of either client: `send()` (its timeout error `timeouts`) between the discards.
 
     The responses this flow produced before are discarded first; a response that answers after
@@ -362,7 +363,7 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
         discard(discarded)
     try:
         # Under HTTP hedging, sent from a sender thread so that a loser is abandoned at once.
-        response = send_abortable(send) if abortable else send()
+        response = send_abortable(send) if ABORTABLE.get() else send()
     except timeouts:
         if exchange.deadline_passed():
             # The client's timeout, set to our deadline, beat the strategy's timer by a hair: let
@@ -374,16 +375,9 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
     return response
 
 
-def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
-    """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
-    abortable = ABORTABLE.get()
-    send = functools.partial(_handle, transport, exchange, abortable)
-    return attempt(exchange, send, httpx.TimeoutException, abortable=abortable)
-
-
-def _handle(transport: httpx.BaseTransport, exchange: _Exchange, own_copy: bool) -> httpx.Response:
-    # Prepared as it is sent, after the discards: the timeouts are the time left now.
-    request = exchange.prepare(own_copy=own_copy)
+def _handle(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
+    """Send a sync request once (`attempt`'s `send`): prepared as it is sent, its timeouts the time left now."""
+    request = exchange.prepare()
     response = transport.handle_request(request)
     response.request = request
     return response
@@ -394,8 +388,8 @@ async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchang
     flow = asyncio.current_task()
     for discarded in exchange.take_earlier(flow):
         await discard_async(discarded)
-    # No copy needed: httpx reads the extensions before its first await, so no other
-    # attempt of this loop can change them in between.
+    # No copy (async hedging leaves `ABORTABLE` unset): httpx reads the extensions before its
+    # first await, so no other attempt of this loop can change them in between.
     request = exchange.prepare()
     try:
         response = await transport.handle_async_request(request)
@@ -426,7 +420,9 @@ class ResilientTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
-        return exchange.send(lambda: self.pipeline.execute(_attempt, self.transport, exchange))
+        send = functools.partial(_handle, self.transport, exchange)
+        # `attempt` is a module function: the pipeline checks a plain function fastest.
+        return exchange.send(lambda: self.pipeline.execute(attempt, exchange, send, httpx.TimeoutException))
 
     def close(self) -> None:
         """Close the wrapped transport."""
