@@ -148,8 +148,7 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
         result = None if on_retry is None else on_retry(args)
         response = args.outcome.value
         if not isinstance(response, httpx.Response):
-            if is_response(response):  # another client's (the requests adapter): sync only
-                discard(response)
+            discard(response)  # another client's (the requests adapter: sync only), or nothing to close
             return result
         if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
             release(response)
