@@ -88,9 +88,7 @@ class ResiliencePipelineRegistry:
         if pipeline is not None:
             return pipeline
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = _Entry()
+            entry = self._entries.setdefault(key, _Entry())
         with _building(entry, key):
             pipeline = self._pipelines.get(key)
             if pipeline is not None:  # built by whoever held the lock before us

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from resilience._validation import Problems
 from resilience.exceptions import BrokenCircuitError, RateLimiterRejectedError
 from resilience.http._classify import current_request, is_transient, retry_allowed
+from resilience.http._strategies import passed_on
 from resilience.http._transport import ABORTABLE
 from resilience.strategies.hedging._strategy import HedgingStrategyOptions
 
@@ -60,14 +61,7 @@ class HttpHedgingStrategyOptions:
     name: str = "Hedging"
 
     def _hedging(self) -> HedgingStrategyOptions:
-        return HedgingStrategyOptions(
-            max_hedged_attempts=self.max_hedged_attempts,
-            delay=self.delay,
-            delay_generator=self.delay_generator,
-            handle=self.handle or is_hedgeable,
-            on_hedging=self.on_hedging,
-            name=self.name,
-        )
+        return passed_on(self, HedgingStrategyOptions, handle=self.handle or is_hedgeable)
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""

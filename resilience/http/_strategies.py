@@ -11,6 +11,7 @@ Each is a `StrategyOptions` that, at `build()`, configures a built-in strategy f
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 from collections import OrderedDict
@@ -37,6 +38,8 @@ from resilience.strategies.timeout._strategy import TimeoutStrategy, TimeoutStra
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
+    from _typeshed import DataclassInstance
+
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
     from resilience._time import TimeProvider
@@ -60,9 +63,22 @@ __all__ = [
     "http_circuit_breaker_strategy",
     "http_retry_strategy",
     "http_timeout_strategy",
+    "passed_on",
 ]
 
 T = TypeVar("T")
+Options = TypeVar("Options", bound="DataclassInstance")
+
+
+def passed_on(options: DataclassInstance, kind: type[Options], **changed: Any) -> Options:
+    """The built-in options `kind` given each field of `options` it has by name, `changed` replacing some.
+
+    As .NET's `Http*StrategyOptions` derive from the built-in options, each HTTP options class
+    declares the options it passes on under their own names; the others keep their defaults.
+    """
+    names = {field.name for field in dataclasses.fields(kind)}
+    given = {field.name: getattr(options, field.name) for field in dataclasses.fields(options) if field.name in names}
+    return kind(**{**given, **changed})
 
 
 # -- retry ------------------------------------------------------------------------------------
@@ -94,16 +110,12 @@ class HttpRetryStrategyOptions:
             value = args.outcome.value
             return parse_retry_after(value, time_provider.time()) if is_response(value) else None
 
-        return RetryStrategyOptions(
-            max_retries=self.max_retries,
-            delay=self.delay,
-            backoff=self.backoff,
-            jitter=self.jitter,
-            max_delay=self.max_delay,
+        return passed_on(
+            self,
+            RetryStrategyOptions,
             handle=retryable,
             delay_generator=delay_generator if self.use_retry_after is True else None,
             on_retry=_closing(self.on_retry),
-            name=self.name,
         )
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
@@ -136,8 +148,7 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
         result = None if on_retry is None else on_retry(args)
         response = args.outcome.value
         if not isinstance(response, httpx.Response):
-            if is_response(response):  # another client's (the requests adapter): sync only
-                discard(response)
+            discard(response)  # another client's (the requests adapter: sync only), or nothing to close
             return result
         if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
             release(response)
@@ -196,7 +207,7 @@ class HttpTimeoutStrategyOptions:
     name: str = "Timeout"
 
     def _timeout(self) -> TimeoutStrategyOptions:
-        return TimeoutStrategyOptions(timeout=self.timeout, on_timeout=self.on_timeout, name=self.name)
+        return passed_on(self, TimeoutStrategyOptions)
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
@@ -288,18 +299,7 @@ class HttpCircuitBreakerStrategyOptions:
     name: str = "CircuitBreaker"
 
     def _circuit(self) -> CircuitBreakerStrategyOptions:
-        return CircuitBreakerStrategyOptions(
-            failure_ratio=self.failure_ratio,
-            minimum_throughput=self.minimum_throughput,
-            sampling_duration=self.sampling_duration,
-            break_duration=self.break_duration,
-            handle=self.handle or is_transient,
-            manual_control=self.manual_control,
-            on_opened=self.on_opened,
-            on_closed=self.on_closed,
-            on_half_opened=self.on_half_opened,
-            name=self.name,
-        )
+        return passed_on(self, CircuitBreakerStrategyOptions, handle=self.handle or is_transient)
 
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""

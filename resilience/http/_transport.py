@@ -1,7 +1,7 @@
 """`ResilientTransport` and `AsyncResilientTransport`: every httpx request through a pipeline.
 
 Per request, an `_Exchange` holds what the attempts share: the request, its original
-timeouts, and every response an attempt produced. The pipeline runs `_attempt` (sync) or
+timeouts, and every response an attempt produced. The pipeline runs `attempt` (sync) or
 `_attempt_async` once per attempt; each attempt
 
 1. discards (drains a small body, then closes) every response an earlier attempt of the same
@@ -32,6 +32,7 @@ import functools
 import logging
 import sys
 import threading
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -226,14 +227,15 @@ class _Exchange:
         REQUEST.reset(tokens[0])
         CONTEXT_TAGS.reset(tokens[1])
 
-    def prepare(self, *, own_copy: bool = False) -> httpx.Request:
+    def prepare(self) -> httpx.Request:
         """The request to send: the time left before the nearest HTTP timeout's deadline as its timeouts.
 
-        `own_copy`: a shallow copy of the request, for an attempt sent from another thread while
-        others may be preparing theirs (they would overwrite each other's extensions).
+        Under HTTP hedging (`ABORTABLE`), a shallow copy of the request: a sync attempt is sent
+        from a sender thread while others may be preparing theirs (they would overwrite each
+        other's extensions).
         """
         request = self.request
-        if own_copy:  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
+        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
             shared = request
             request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
             request.extensions = shared.extensions
@@ -315,67 +317,41 @@ _SENDERS: Final = Pool("http-sender", sys.maxsize)
 on_fork_in_child(_SENDERS._reset)  # the parent's senders do not exist in a child
 
 
-class _Send:
-    """One abortable send: the sender's answer, or the attempt's giving up, whichever comes first."""
-
-    __slots__ = ("_abandoned", "_answer", "_lock", "done", "send")
-
-    def __init__(self, send: Callable[[], Any]) -> None:
-        self.send = send
-        self._lock = threading.Lock()
-        self._answer: Any = None
-        self._abandoned = False
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        """On a sender: send; hand the answer over, or discard it if the attempt gave up."""
-        answer: Any
-        try:
-            answer = self.send()
-        except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
-            answer = exc
-        with self._lock:
-            abandoned = self._abandoned
-            if not abandoned:
-                self._answer = answer
-        self.done.set()
-        if abandoned and is_response(answer):
-            discard(answer)  # the attempt is gone (lost the race, or timed out)
-
-    def abandon(self, _reason: BaseException) -> None:
-        """The attempt's signal aborted (a signal callback)."""
-        self.done.set()
-
-    def answer(self) -> Any:
-        """The response or error if it arrived; else None, and the sender will discard it."""
-        with self._lock:
-            if self._answer is None:
-                self._abandoned = True
-            return self._answer
-
-
 def send_abortable(send: Callable[[], R]) -> R:
     """`send()` from a sender thread; raise the attempt signal's reason as soon as it aborts."""
     signal = _signal()
-    job = _Send(send)
-    remove = signal.add_wakeup(job.abandon)
+    answer: Future[R] = Future()
+    # An abort cancels the answer unless it came: the attempt stops waiting, the sender discards it.
+    remove = signal.add_wakeup(lambda _reason: answer.cancel())
     try:
         # The caller's contextvars (an OpenTelemetry span, say) go with the request.
-        _SENDERS.submit(functools.partial(contextvars.copy_context().run, job.run))
-        job.done.wait()
+        _SENDERS.submit(functools.partial(contextvars.copy_context().run, _send_into, answer, send))
+        return answer.result()
+    except CancelledError:
+        if not answer.cancelled():
+            raise  # the send's own error
     finally:
         remove()
-    answer = job.answer()
-    if answer is None:
-        reason = signal.reason
-        assert reason is not None  # only an abort sets `done` before an answer
-        raise reason
-    if isinstance(answer, BaseException):
-        raise answer
-    return answer  # type: ignore[no-any-return]
+    reason = signal.reason
+    assert reason is not None  # only an abort cancels the answer
+    raise reason
 
 
-def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception], *, abortable: bool) -> R:
+def _send_into(answer: Future[Any], send: Callable[[], Any]) -> None:
+    """On a sender: `send()`, its response or error into `answer`; discarded if the attempt gave up."""
+    try:
+        response = send()
+    except BaseException as exc:  # noqa: BLE001 - handed to the attempt, raised there
+        with contextlib.suppress(InvalidStateError):  # the attempt gave up: nobody to raise it to
+            answer.set_exception(exc)
+        return
+    try:
+        answer.set_result(response)
+    except InvalidStateError:  # the attempt is gone (lost the race, or timed out)
+        discard(response)
+
+
+def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception]) -> R:
     """One sync attempt of either client: `send()` (its timeout error `timeouts`) between the discards.
 
     The responses this flow produced before are discarded first; a response that answers after
@@ -387,7 +363,7 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
         discard(discarded)
     try:
         # Under HTTP hedging, sent from a sender thread so that a loser is abandoned at once.
-        response = send_abortable(send) if abortable else send()
+        response = send_abortable(send) if ABORTABLE.get() else send()
     except timeouts:
         if exchange.deadline_passed():
             # The client's timeout, set to our deadline, beat the strategy's timer by a hair: let
@@ -399,16 +375,9 @@ def attempt(exchange: _Exchange, send: Callable[[], R], timeouts: type[Exception
     return response
 
 
-def _attempt(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
-    """One attempt of a sync request (a module function: the pipeline checks a plain function fastest)."""
-    abortable = ABORTABLE.get()
-    send = functools.partial(_handle, transport, exchange, abortable)
-    return attempt(exchange, send, httpx.TimeoutException, abortable=abortable)
-
-
-def _handle(transport: httpx.BaseTransport, exchange: _Exchange, own_copy: bool) -> httpx.Response:
-    # Prepared as it is sent, after the discards: the timeouts are the time left now.
-    request = exchange.prepare(own_copy=own_copy)
+def _handle(transport: httpx.BaseTransport, exchange: _Exchange) -> httpx.Response:
+    """Send a sync request once (`attempt`'s `send`): prepared as it is sent, its timeouts the time left now."""
+    request = exchange.prepare()
     response = transport.handle_request(request)
     response.request = request
     return response
@@ -419,8 +388,8 @@ async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchang
     flow = asyncio.current_task()
     for discarded in exchange.take_earlier(flow):
         await discard_async(discarded)
-    # No copy needed: httpx reads the extensions before its first await, so no other
-    # attempt of this loop can change them in between.
+    # No copy (async hedging leaves `ABORTABLE` unset): httpx reads the extensions before its
+    # first await, so no other attempt of this loop can change them in between.
     request = exchange.prepare()
     try:
         response = await transport.handle_async_request(request)
@@ -451,7 +420,9 @@ class ResilientTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
-        return exchange.send(lambda: self.pipeline.execute(_attempt, self.transport, exchange))
+        send = functools.partial(_handle, self.transport, exchange)
+        # `attempt` is a module function: the pipeline checks a plain function fastest.
+        return exchange.send(lambda: self.pipeline.execute(attempt, exchange, send, httpx.TimeoutException))
 
     def close(self) -> None:
         """Close the wrapped transport."""

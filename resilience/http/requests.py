@@ -27,13 +27,7 @@ from requests.adapters import HTTPAdapter
 
 from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
-from resilience.http._transport import (
-    ABORTABLE,
-    _Exchange,
-    attempt,
-    server_tags,
-    small_body,
-)
+from resilience.http._transport import _Exchange, attempt, server_tags, small_body
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
@@ -105,14 +99,8 @@ class _RequestsExchange(_Exchange):
         return own  # a urllib3 Timeout object: the caller's, as given
 
 
-def _attempt(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
-    """One attempt: sent with the time left before the nearest deadline as the timeout."""
-    send = functools.partial(_send, adapter, exchange, options)
-    return attempt(exchange, send, requests.exceptions.Timeout, abortable=ABORTABLE.get())
-
-
 def _send(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:
-    # The timeout is read as the request goes, after the discards: the time left now.
+    """Send the request once (`attempt`'s `send`); its timeout is read as it goes: the time left now."""
     return HTTPAdapter.send(adapter, exchange.prepared, timeout=exchange.attempt_timeout(), **options)
 
 
@@ -137,11 +125,10 @@ class ResilientHTTPAdapter(HTTPAdapter):
         pool_maxsize: int = 10,
         pool_block: bool = False,
     ) -> None:
-        checked = require_pipeline(pipeline, "ResilientHTTPAdapter")
+        self.pipeline = require_pipeline(pipeline, "ResilientHTTPAdapter")  # checked before any pool is made
         super().__init__(
             pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=0, pool_block=pool_block
         )
-        self.pipeline = checked
 
     def send(  # noqa: PLR0917 - requests' signature
         self,
@@ -155,7 +142,8 @@ class ResilientHTTPAdapter(HTTPAdapter):
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _RequestsExchange(request, self.pipeline.time_provider, timeout)
         options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
-        return exchange.send(lambda: self.pipeline.execute(_attempt, self, exchange, options))
+        send = functools.partial(_send, self, exchange, options)
+        return exchange.send(lambda: self.pipeline.execute(attempt, exchange, send, requests.exceptions.Timeout))
 
     def __repr__(self) -> str:
         return f"<ResilientHTTPAdapter pipeline={self.pipeline!r}>"

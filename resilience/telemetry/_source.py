@@ -151,10 +151,21 @@ class TelemetrySource:
             and not CAPTURES.listeners
             and not LOGGER.isEnabledFor(severity._level)
         ):
-            # Only OpenTelemetry can hear it.
-            heard = self._to_opentelemetry_only(name, severity, operation_key, outcome, arguments)
-            if heard is not None:
-                return heard
+            # Only OpenTelemetry can hear it. The common production case, a meter provider and no
+            # recording span, buffers the measurements without building the event. No metric records
+            # a span-only event: it is built only for a recording span (building it costs a fifth of
+            # an execution).
+            options = self.options
+            instruments = None if name in _otel.SPAN_ONLY else _otel.metrics_only(options)
+            if instruments is not None:
+                fields = _Fields(self, name, severity)
+                fields.operation_key = operation_key
+                fields.outcome = outcome
+                fields.arguments = arguments
+                _otel.record(instruments, fields, options)
+                return severity
+            if not _otel.exports(name, options):
+                return Severity.NONE
         event = TelemetryEvent(
             name=name,
             severity=severity,
@@ -182,32 +193,6 @@ class TelemetrySource:
         except Exception:
             LOGGER.exception("exporting %s to OpenTelemetry failed", name)
         return event.severity
-
-    def _to_opentelemetry_only(
-        self,
-        name: str,
-        severity: Severity,
-        operation_key: str | None,
-        outcome: Outcome[Any] | None,
-        arguments: object | None,
-    ) -> Severity | None:
-        """Emit an event that only OpenTelemetry can hear; None when a span records (build it whole).
-
-        The common production case, a meter provider and no recording span, buffers the
-        measurements without building the event.
-        """
-        options = self.options
-        # No metric records a span-only event: it is built only for a recording span (building it
-        # costs a fifth of an execution).
-        instruments = None if name in _otel.SPAN_ONLY else _otel.metrics_only(options)
-        if instruments is None:
-            return None if _otel.exports(name, options) else Severity.NONE
-        fields = _Fields(self, name, severity)
-        fields.operation_key = operation_key
-        fields.outcome = outcome
-        fields.arguments = arguments
-        _otel.record(instruments, fields, options)
-        return severity
 
 
 class _Fields:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import httpx
@@ -18,7 +19,7 @@ from resilience.http import (
     is_hedgeable,
     standard_hedging_pipeline,
 )
-from resilience.http._transport import _Send
+from resilience.http._transport import _send_into
 from resilience.strategies import CircuitState
 from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrategy
 from resilience.testing import capture_events
@@ -276,9 +277,7 @@ def test_an_abandoned_send_discards_its_late_response() -> None:
     """The sender side of an abandoned sync attempt: the response arriving afterwards is closed."""
     response = httpx.Response(200, content=b"late")
     transport = httpx.MockTransport(lambda request: response)
-    send = _Send(lambda: transport.handle_request(httpx.Request("GET", "https://example.com/")))
-    send.abandon(RuntimeError("lost"))
-    assert send.done.is_set()
-    assert send.answer() is None  # gave up: the sender owns whatever comes
-    send.run()
+    answer: Future[httpx.Response] = Future()
+    assert answer.cancel()  # the attempt gave up: the sender owns whatever comes
+    _send_into(answer, lambda: transport.handle_request(httpx.Request("GET", "https://example.com/")))
     assert response.is_closed
