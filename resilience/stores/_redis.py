@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
 __all__ = [
-    "RedisClients",
+    "RedisClientsStore",
     "RedisLockStore",
     "RedisSemaphoreStore",
     "companions",
@@ -406,16 +406,17 @@ def _nothing() -> None:
     """The remover of a listener that was never added."""
 
 
-class RedisClients:
-    """The clients of a Redis store, checked once: what every Redis store holds, by composition.
+class RedisClientsStore(Closing):
+    """A store over Redis clients, checked once: its prefix, the flavours it serves, `close()` and repr.
 
-    `sync` and `async_` run the scripts on the client given for each flavour (None without
-    one); `sync_runner(method)` and `async_runner(method)` return them or raise the
-    `ValidationError` naming the client `method` needs. `kind` names the store in errors,
-    `prefix` is its (non-empty) key namespace.
+    `_sync_client` and `_async_client` run the scripts on the client given for each flavour
+    (None without one); `_sync_runner(method)` and `_async_runner(method)` return them or
+    raise the `ValidationError` naming the client `method` needs. It serves the flavours it
+    has a client for (`has_sync_client` / `has_async_client`, and its `capabilities`, which
+    `serves(store, AsyncLockStore)` reads). `kind` names the store in errors.
     """
 
-    __slots__ = ("async_", "kind", "prefix", "sync")
+    capabilities = StoreCapabilities()
 
     def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
         if client is None and async_client is None:
@@ -425,49 +426,10 @@ class RedisClients:
         if not isinstance(given, str) or not given:
             msg = f"{kind}: prefix must be a non-empty str, got {prefix!r}"
             raise ValidationError(msg)
-        self.kind = kind
-        self.prefix = prefix
-        self.sync = None if client is None else _SyncClient(client, kind)
-        self.async_ = None if async_client is None else _AsyncClient(async_client, kind)
-
-    def sync_runner(self, method: str) -> _SyncClient:
-        """The sync client's runner, or the `ValidationError` saying `method` needs one."""
-        if self.sync is None:
-            msg = f"{self.kind}.{method} needs a sync client: pass {_SYNC_HINT}"
-            raise ValidationError(msg)
-        return self.sync
-
-    def async_runner(self, method: str) -> _AsyncClient:
-        """The asyncio client's runner, or the `ValidationError` saying `method` needs one."""
-        if self.async_ is None:
-            msg = f"{self.kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
-            raise ValidationError(msg)
-        return self.async_
-
-    def close(self) -> None:
-        """Close an awaitable async client that was never awaited (the clients stay open: they are yours)."""
-        if self.async_ is not None:
-            self.async_.discard_pending()
-
-    def describe(self, store: object) -> str:
-        """`store`'s repr: its class, prefix and flavours."""
-        flavours = [name for name, side in (("sync", self.sync), ("async", self.async_)) if side is not None]
-        return f"{type(store).__name__}(prefix={self.prefix!r}, flavours={'+'.join(flavours)})"
-
-
-class RedisClientsStore(Closing):
-    """A store over Redis clients (`RedisClients`): its prefix, the flavours it serves, `close()` and repr.
-
-    It serves the flavours it has a client for (`has_sync_client` / `has_async_client`, and
-    its `capabilities`, which `serves(store, AsyncLockStore)` reads); a method of the other
-    flavour raises the `ValidationError` naming the client to pass.
-    """
-
-    capabilities = StoreCapabilities()
-
-    def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
-        self._clients = RedisClients(kind, client, async_client, prefix)
+        self._kind = kind
         self._prefix = prefix
+        self._sync_client = None if client is None else _SyncClient(client, kind)
+        self._async_client = None if async_client is None else _AsyncClient(async_client, kind)
         self.capabilities = dataclasses.replace(
             self.capabilities, serves_sync=client is not None, serves_async=async_client is not None
         )
@@ -480,27 +442,43 @@ class RedisClientsStore(Closing):
     @property
     def has_sync_client(self) -> bool:
         """Whether the sync methods work (a `client=` was given)."""
-        return self._clients.sync is not None
+        return self._sync_client is not None
 
     @property
     def has_async_client(self) -> bool:
         """Whether the `_async` methods work (an `async_client=` was given)."""
-        return self._clients.async_ is not None
+        return self._async_client is not None
+
+    def _sync_runner(self, method: str) -> _SyncClient:
+        """The sync client's runner, or the `ValidationError` saying `method` needs one."""
+        if self._sync_client is None:
+            msg = f"{self._kind}.{method} needs a sync client: pass {_SYNC_HINT}"
+            raise ValidationError(msg)
+        return self._sync_client
+
+    def _async_runner(self, method: str) -> _AsyncClient:
+        """The asyncio client's runner, or the `ValidationError` saying `method` needs one."""
+        if self._async_client is None:
+            msg = f"{self._kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
+            raise ValidationError(msg)
+        return self._async_client
 
     def close(self) -> None:
-        """Close what the store opened (the clients stay open: they are yours)."""
-        self._clients.close()
+        """Close what the store opened: an awaitable async client never awaited (the clients stay yours)."""
+        if self._async_client is not None:
+            self._async_client.discard_pending()
 
     def __repr__(self) -> str:
-        return self._clients.describe(self)
+        flavours = [name for name, ok in (("sync", self.has_sync_client), ("async", self.has_async_client)) if ok]
+        return f"{type(self).__name__}(prefix={self._prefix!r}, flavours={'+'.join(flavours)})"
 
     def _run(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
         """`script` with `call`'s keys and arguments on the sync client (`method` names it in the error without one)."""
-        return self._clients.sync_runner(method).run(script, *call)
+        return self._sync_runner(method).run(script, *call)
 
     async def _run_async(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
         """See `_run`: on the asyncio client."""
-        return await self._clients.async_runner(method).run(script, *call)
+        return await self._async_runner(method).run(script, *call)
 
 
 class _RedisStore(RedisClientsStore):
@@ -532,7 +510,7 @@ class _RedisStore(RedisClientsStore):
 
     def renewal_group(self, key: str) -> Hashable:
         """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
-        client = self._clients.sync_runner("renewal_group").get()
+        client = self._sync_runner("renewal_group").get()
         return client.get_node_from_key(self._main_key(key)).name if _is_cluster(client) else None
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
@@ -543,12 +521,12 @@ class _RedisStore(RedisClientsStore):
         itself (a lost connection) raises. What the lease runtime batches renewals with
         (`SupportsRenewMany`).
         """
-        runner = self._clients.sync_runner("renew_many")
+        runner = self._sync_runner("renew_many")
         return _renewed(runner.run_many(self._renew_script, _each(self._renew_args, items)))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._clients.async_runner("renew_many_async")
+        runner = self._async_runner("renew_many_async")
         return _renewed(await runner.run_many(self._renew_script, _each(self._renew_args, items)))
 
     def _release_steps(
@@ -569,12 +547,10 @@ class _RedisStore(RedisClientsStore):
             return bool((yield runner.run(script, keys, [*args, ""])))
 
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return run_steps(self._release_steps(self._clients.sync_runner("release"), keys, script, args))
+        return run_steps(self._release_steps(self._sync_runner("release"), keys, script, args))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return await run_steps_async(
-            self._release_steps(self._clients.async_runner("release_async"), keys, script, args)
-        )
+        return await run_steps_async(self._release_steps(self._async_runner("release_async"), keys, script, args))
 
     def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
         with self._listener_lock:
@@ -596,7 +572,7 @@ class _RedisStore(RedisClientsStore):
         release is announced only when somebody queues or watches (`wait_released`). Needs the
         sync client.
         """
-        listener = self._sync_listener(self._clients.sync_runner("add_release_listener").get())
+        listener = self._sync_listener(self._sync_runner("add_release_listener").get())
         if listener is None:  # no pub/sub on this client: nothing will call back
             return _nothing
         return listener.listen(self._main_key(key), callback, owner)
@@ -604,7 +580,7 @@ class _RedisStore(RedisClientsStore):
     def _wait_sync(
         self, channel: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
     ) -> bool:
-        runner = self._clients.sync_runner("wait_released")
+        runner = self._sync_runner("wait_released")
         client = runner.get()
 
         def is_free() -> bool:
@@ -628,7 +604,7 @@ class _RedisStore(RedisClientsStore):
         *,
         since: float | None = None,
     ) -> bool:
-        runner = self._clients.async_runner("wait_released_async")
+        runner = self._async_runner("wait_released_async")
         client = await runner.get()
 
         async def is_free() -> bool:
