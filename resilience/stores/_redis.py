@@ -147,13 +147,11 @@ def _lock_info(key: str, reply: Any) -> LockInfo | None:
     if reply is None:
         return None
     waiters, mode, *fields = reply
-    holders = sorted(
-        (
-            HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
-            for owner, token, left_ms in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
-        ),
-        key=lambda holder: holder.token,
-    )
+    holders = [
+        HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
+        for owner, token, left_ms in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+    ]
+    holders.sort(key=lambda holder: holder.token)
     shared = _text(mode) == "shared"
     return LockInfo(key, lock_mode(shared=shared), tuple(holders), int(waiters) if int(waiters) >= 0 else None)
 
