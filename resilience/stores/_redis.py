@@ -614,9 +614,8 @@ class _RedisStore(RedisClientsStore):
             sharded = _is_cluster(client)
             if sharded and callable(getattr(client, "initialize", None)):
                 await client.initialize()  # the asyncio Cluster client learns its slots lazily
-            listener = self._async_listeners.get(loop)  # another waiter may have made it meanwhile
-            if listener is None:
-                listener = self._async_listeners[loop] = AsyncReleaseListener(client.pubsub, sharded=sharded)
+            # Another waiter may have made it meanwhile.
+            listener = self._async_listeners.setdefault(loop, AsyncReleaseListener(client.pubsub, sharded=sharded))
         if listener is None:
             if await is_free():
                 return True
