@@ -138,6 +138,10 @@ class _Subscriptions(Generic[_E]):
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
         self._sharded = sharded
+        self._reset()
+
+    def _reset(self) -> None:
+        """No waiter, no subscription, no connection."""
         self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
         self._subscribed: dict[str, _E] = {}  # channel -> set once the server confirms
         self._idle: dict[str, float] = {}  # channel -> when its last waiter left
@@ -199,11 +203,8 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
 
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
+        self._reset()
         self._lock = threading.Lock()
-        self._waiters = {}
-        self._subscribed = {}
-        self._idle = {}
-        self._pubsub = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
