@@ -866,7 +866,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def keys(self, key: str) -> tuple[str, str]:
         """The Redis keys of semaphore `key`: the holders' sorted set and the token hash."""
-        holders = self._main_key(key)
+        holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
         return holders, f"{holders}:tokens"
 
     def queue_keys(self, key: str) -> tuple[str, str]:
@@ -875,7 +875,8 @@ class RedisSemaphoreStore(_RedisStore):
         return f"{holders}:q", f"{holders}:q:t"
 
     def _keys(self, key: str) -> list[str]:
-        holders = self._main_key(key)
+        # Every script call's keys (the hot path): the holders' key written out, not a call of `_main_key`.
+        holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
         return [holders, f"{holders}:tokens", f"{holders}:q", f"{holders}:q:t", f"{holders}:q:w", f"{holders}:q:p"]
 
     @staticmethod
