@@ -480,7 +480,7 @@ class RedisClientsStore(Closing):
 
 
 class _RedisStore(RedisClientsStore):
-    """What the lock and semaphore stores share: clients, notification, closing.
+    """What the lock and semaphore stores share: clients, batched renewals, notification, closing.
 
     Every method exists whatever the clients (a fixed surface).
     """
