@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import threading
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
 from resilience._validation import check_semaphore_permits
 from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
 from resilience.stores._protocols import StoreCapabilities
+from resilience.stores._steps import inline_twin
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
-    from types import CoroutineType
 
     from resilience._time import TimeProvider
 
@@ -64,23 +63,6 @@ _ROUNDED_MAX = 256
 
 
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _twin(method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _R]]:
-    """The `_async` twin of a memory store's `method`: the store never suspends, so its sync method answers.
-
-    The twin calls the method by name, so a subclass's override of the sync method answers for both.
-    """
-    name = method.__name__
-
-    @functools.wraps(method)
-    async def twin(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        answer: _R = getattr(self, name)(*args, **kwargs)
-        return answer
-
-    return cast("Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _R]]", twin)  # an `async def` makes one
 
 
 def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at: int) -> dict[str, _Entry] | None:
@@ -296,7 +278,7 @@ class _MemoryStore:
         with self._mutex:
             return self._renew(key, owner, ttl, self._now())
 
-    renew_async = _twin(renew)
+    renew_async = inline_twin(renew)
 
     def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """`renew` each `(key, owner, ttl)` under one hold of the store's lock (`SupportsRenewMany`)."""
@@ -567,13 +549,13 @@ class MemoryLockStore(_MemoryStore):
         self._notify(callbacks)
         return held
 
-    acquire_async = _twin(acquire)
-    acquire_shared_async = _twin(acquire_shared)
-    acquire_or_ttl_async = _twin(acquire_or_ttl)
-    acquire_or_queue_async = _twin(acquire_or_queue)
-    release_async = _twin(release)
-    info_async = _twin(info)
-    force_release_async = _twin(force_release)
+    acquire_async = inline_twin(acquire)
+    acquire_shared_async = inline_twin(acquire_shared)
+    acquire_or_ttl_async = inline_twin(acquire_or_ttl)
+    acquire_or_queue_async = inline_twin(acquire_or_queue)
+    release_async = inline_twin(release)
+    info_async = inline_twin(info)
+    force_release_async = inline_twin(force_release)
 
     def __repr__(self) -> str:
         return f"MemoryLockStore(time_provider={self.time_provider!r})"
@@ -621,7 +603,7 @@ class MemorySemaphoreStore(_MemoryStore):
         """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest grant first."""
         return holder_tuples(self.info(key))
 
-    holders_async = _twin(holders)
+    holders_async = inline_twin(holders)
 
     @staticmethod
     def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
@@ -802,12 +784,12 @@ class MemorySemaphoreStore(_MemoryStore):
         self._notify(callbacks)
         return True
 
-    acquire_async = _twin(acquire)
-    acquire_or_ttl_async = _twin(acquire_or_ttl)
-    acquire_or_queue_async = _twin(acquire_or_queue)
-    release_async = _twin(release)
-    info_async = _twin(info)
-    force_release_async = _twin(force_release)
+    acquire_async = inline_twin(acquire)
+    acquire_or_ttl_async = inline_twin(acquire_or_ttl)
+    acquire_or_queue_async = inline_twin(acquire_or_queue)
+    release_async = inline_twin(release)
+    info_async = inline_twin(info)
+    force_release_async = inline_twin(force_release)
 
     def __repr__(self) -> str:
         return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"

@@ -89,10 +89,14 @@ class _Listener(Generic[_E]):
         self._listening = False
         self._failed_at = -_RETRY_AFTER
 
-    def _stopped(self) -> list[_E]:
-        """The connection ended: every waiter, when it was listening (it may have lost a release: try again now)."""
+    def _stopped(self, ready: _E) -> None:
+        """The connection ended: `ready` is set, and so is every waiter's event if it was listening (try again now)."""
         was_listening, self._listening = self._listening, False
-        return [event for events in self._waiters.values() for event in events] if was_listening else []
+        ready.set()
+        if was_listening:  # it may have lost a release
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
 
 
 class SyncReleaseListener(_Listener[threading.Event]):
@@ -154,10 +158,7 @@ class SyncReleaseListener(_Listener[threading.Event]):
         finally:
             with self._lock:
                 self._thread = None
-                woken = self._stopped()
-            ready.set()
-            for event in woken:
-                event.set()
+                self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
@@ -233,10 +234,7 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
             self._failed_at = time.monotonic()
         finally:
             self._task = None
-            woken = self._stopped()
-            ready.set()
-            for event in woken:
-                event.set()
+            self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(conn.close())

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
 __all__ = [
-    "RedisClients",
+    "RedisClientsStore",
     "RedisLockStore",
     "RedisSemaphoreStore",
     "companions",
@@ -147,13 +147,11 @@ def _lock_info(key: str, reply: Any) -> LockInfo | None:
     if reply is None:
         return None
     waiters, mode, *fields = reply
-    holders = sorted(
-        (
-            HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
-            for owner, token, left_ms in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
-        ),
-        key=lambda holder: holder.token,
-    )
+    holders = [
+        HolderInfo(_text(owner), int(token), int(left_ms) / 1000 if int(left_ms) >= 0 else None)
+        for owner, token, left_ms in zip(fields[0::3], fields[1::3], fields[2::3], strict=True)
+    ]
+    holders.sort(key=lambda holder: holder.token)
     shared = _text(mode) == "shared"
     return LockInfo(key, lock_mode(shared=shared), tuple(holders), int(waiters) if int(waiters) >= 0 else None)
 
@@ -406,16 +404,17 @@ def _nothing() -> None:
     """The remover of a listener that was never added."""
 
 
-class RedisClients:
-    """The clients of a Redis store, checked once: what every Redis store holds, by composition.
+class RedisClientsStore(Closing):
+    """A store over Redis clients, checked once: its prefix, the flavours it serves, `close()` and repr.
 
-    `sync` and `async_` run the scripts on the client given for each flavour (None without
-    one); `sync_runner(method)` and `async_runner(method)` return them or raise the
-    `ValidationError` naming the client `method` needs. `kind` names the store in errors,
-    `prefix` is its (non-empty) key namespace.
+    `_sync_client` and `_async_client` run the scripts on the client given for each flavour
+    (None without one); `_sync_runner(method)` and `_async_runner(method)` return them or
+    raise the `ValidationError` naming the client `method` needs. It serves the flavours it
+    has a client for (`has_sync_client` / `has_async_client`, and its `capabilities`, which
+    `serves(store, AsyncLockStore)` reads). `kind` names the store in errors.
     """
 
-    __slots__ = ("async_", "kind", "prefix", "sync")
+    capabilities = StoreCapabilities()
 
     def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
         if client is None and async_client is None:
@@ -425,49 +424,10 @@ class RedisClients:
         if not isinstance(given, str) or not given:
             msg = f"{kind}: prefix must be a non-empty str, got {prefix!r}"
             raise ValidationError(msg)
-        self.kind = kind
-        self.prefix = prefix
-        self.sync = None if client is None else _SyncClient(client, kind)
-        self.async_ = None if async_client is None else _AsyncClient(async_client, kind)
-
-    def sync_runner(self, method: str) -> _SyncClient:
-        """The sync client's runner, or the `ValidationError` saying `method` needs one."""
-        if self.sync is None:
-            msg = f"{self.kind}.{method} needs a sync client: pass {_SYNC_HINT}"
-            raise ValidationError(msg)
-        return self.sync
-
-    def async_runner(self, method: str) -> _AsyncClient:
-        """The asyncio client's runner, or the `ValidationError` saying `method` needs one."""
-        if self.async_ is None:
-            msg = f"{self.kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
-            raise ValidationError(msg)
-        return self.async_
-
-    def close(self) -> None:
-        """Close an awaitable async client that was never awaited (the clients stay open: they are yours)."""
-        if self.async_ is not None:
-            self.async_.discard_pending()
-
-    def describe(self, store: object) -> str:
-        """`store`'s repr: its class, prefix and flavours."""
-        flavours = [name for name, side in (("sync", self.sync), ("async", self.async_)) if side is not None]
-        return f"{type(store).__name__}(prefix={self.prefix!r}, flavours={'+'.join(flavours)})"
-
-
-class RedisClientsStore(Closing):
-    """A store over Redis clients (`RedisClients`): its prefix, the flavours it serves, `close()` and repr.
-
-    It serves the flavours it has a client for (`has_sync_client` / `has_async_client`, and
-    its `capabilities`, which `serves(store, AsyncLockStore)` reads); a method of the other
-    flavour raises the `ValidationError` naming the client to pass.
-    """
-
-    capabilities = StoreCapabilities()
-
-    def __init__(self, kind: str, client: Any, async_client: Any, prefix: str) -> None:
-        self._clients = RedisClients(kind, client, async_client, prefix)
+        self._kind = kind
         self._prefix = prefix
+        self._sync_client = None if client is None else _SyncClient(client, kind)
+        self._async_client = None if async_client is None else _AsyncClient(async_client, kind)
         self.capabilities = dataclasses.replace(
             self.capabilities, serves_sync=client is not None, serves_async=async_client is not None
         )
@@ -480,31 +440,47 @@ class RedisClientsStore(Closing):
     @property
     def has_sync_client(self) -> bool:
         """Whether the sync methods work (a `client=` was given)."""
-        return self._clients.sync is not None
+        return self._sync_client is not None
 
     @property
     def has_async_client(self) -> bool:
         """Whether the `_async` methods work (an `async_client=` was given)."""
-        return self._clients.async_ is not None
+        return self._async_client is not None
+
+    def _sync_runner(self, method: str) -> _SyncClient:
+        """The sync client's runner, or the `ValidationError` saying `method` needs one."""
+        if self._sync_client is None:
+            msg = f"{self._kind}.{method} needs a sync client: pass {_SYNC_HINT}"
+            raise ValidationError(msg)
+        return self._sync_client
+
+    def _async_runner(self, method: str) -> _AsyncClient:
+        """The asyncio client's runner, or the `ValidationError` saying `method` needs one."""
+        if self._async_client is None:
+            msg = f"{self._kind}.{method} needs an asyncio client: pass {_ASYNC_HINT}"
+            raise ValidationError(msg)
+        return self._async_client
 
     def close(self) -> None:
-        """Close what the store opened (the clients stay open: they are yours)."""
-        self._clients.close()
+        """Close what the store opened: an awaitable async client never awaited (the clients stay yours)."""
+        if self._async_client is not None:
+            self._async_client.discard_pending()
 
     def __repr__(self) -> str:
-        return self._clients.describe(self)
+        flavours = [name for name, ok in (("sync", self.has_sync_client), ("async", self.has_async_client)) if ok]
+        return f"{type(self).__name__}(prefix={self._prefix!r}, flavours={'+'.join(flavours)})"
 
     def _run(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
         """`script` with `call`'s keys and arguments on the sync client (`method` names it in the error without one)."""
-        return self._clients.sync_runner(method).run(script, *call)
+        return self._sync_runner(method).run(script, *call)
 
     async def _run_async(self, method: str, script: scripts.LuaScript, call: _Call) -> Any:
         """See `_run`: on the asyncio client."""
-        return await self._clients.async_runner(method).run(script, *call)
+        return await self._async_runner(method).run(script, *call)
 
 
 class _RedisStore(RedisClientsStore):
-    """What the lock and semaphore stores share: clients, notification, closing.
+    """What the lock and semaphore stores share: clients, batched renewals, notification, closing.
 
     Every method exists whatever the clients (a fixed surface).
     """
@@ -512,6 +488,10 @@ class _RedisStore(RedisClientsStore):
     _kind: str = "RedisStore"
     # Waiters queue in the store (`acquire_or_queue`); `pool_key` is set per store.
     capabilities = StoreCapabilities(fair_queue=True)
+    _renew_script: scripts.LuaScript
+    # The Redis key named after a key: its release channel, and where Cluster serves it.
+    _main_key: Callable[[str], str]
+    _renew_args: Callable[[str, str, float], _Call]
 
     def __init__(self, client: Any, async_client: Any, prefix: str) -> None:
         super().__init__(self._kind, client, async_client, prefix)
@@ -526,10 +506,26 @@ class _RedisStore(RedisClientsStore):
             weakref.WeakKeyDictionary()
         )
 
-    def _node_of(self, redis_key: str) -> Hashable:
-        """The Cluster master serving `redis_key` now, by name (None on a standalone server)."""
-        client = self._clients.sync_runner("renewal_group").get()
-        return client.get_node_from_key(redis_key).name if _is_cluster(client) else None
+    def renewal_group(self, key: str) -> Hashable:
+        """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
+        client = self._sync_runner("renewal_group").get()
+        return client.get_node_from_key(self._main_key(key)).name if _is_cluster(client) else None
+
+    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """`renew(key, owner, ttl)` for each item in one pipelined round trip (per Cluster node).
+
+        Each answer is what `renew` answers for that lease (the same script, owner-checked, on
+        the server's clock), or the error its command alone raised; a failure of the round trip
+        itself (a lost connection) raises. What the lease runtime batches renewals with
+        (`SupportsRenewMany`).
+        """
+        runner = self._sync_runner("renew_many")
+        return _renewed(runner.run_many(self._renew_script, _each(self._renew_args, items)))
+
+    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
+        """See `renew_many`."""
+        runner = self._async_runner("renew_many_async")
+        return _renewed(await runner.run_many(self._renew_script, _each(self._renew_args, items)))
 
     def _release_steps(
         self, runner: _SyncClient | _AsyncClient, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]
@@ -549,12 +545,10 @@ class _RedisStore(RedisClientsStore):
             return bool((yield runner.run(script, keys, [*args, ""])))
 
     def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return run_steps(self._release_steps(self._clients.sync_runner("release"), keys, script, args))
+        return run_steps(self._release_steps(self._sync_runner("release"), keys, script, args))
 
     async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return await run_steps_async(
-            self._release_steps(self._clients.async_runner("release_async"), keys, script, args)
-        )
+        return await run_steps_async(self._release_steps(self._async_runner("release_async"), keys, script, args))
 
     def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
         with self._listener_lock:
@@ -565,21 +559,26 @@ class _RedisStore(RedisClientsStore):
                 )
         return listener
 
-    def _listen(self, channel: str, callback: Callable[[], object], owner: str | None = None) -> Callable[[], None]:
-        listener = self._sync_listener(self._clients.sync_runner("add_release_listener").get())
+    def add_release_listener(
+        self, key: str, callback: Callable[[], object], owner: str | None = None
+    ) -> Callable[[], None]:
+        """Call `callback()` (on the listener thread) when `key` is released; returns the remover.
+
+        What a sync waiter sleeps on: woken by a release without polling (one `SUBSCRIBE` per
+        key, shared by every waiter of the store). With `owner`, only when the release hands
+        the turn to that queued waiter (for a semaphore: when the freed slots serve it). A
+        release is announced only when somebody queues or watches (`wait_released`). Needs the
+        sync client.
+        """
+        listener = self._sync_listener(self._sync_runner("add_release_listener").get())
         if listener is None:  # no pub/sub on this client: nothing will call back
             return _nothing
-        return listener.listen(channel, callback, owner)
+        return listener.listen(self._main_key(key), callback, owner)
 
     def _wait_sync(
-        self,
-        channel: str,
-        timeout: float,
-        held: scripts.LuaScript,
-        check: _Call,
-        owner: str | None = None,
+        self, channel: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
     ) -> bool:
-        runner = self._clients.sync_runner("wait_released")
+        runner = self._sync_runner("wait_released")
         client = runner.get()
 
         def is_free() -> bool:
@@ -603,7 +602,7 @@ class _RedisStore(RedisClientsStore):
         *,
         since: float | None = None,
     ) -> bool:
-        runner = self._clients.async_runner("wait_released_async")
+        runner = self._async_runner("wait_released_async")
         client = await runner.get()
 
         async def is_free() -> bool:
@@ -615,9 +614,8 @@ class _RedisStore(RedisClientsStore):
             sharded = _is_cluster(client)
             if sharded and callable(getattr(client, "initialize", None)):
                 await client.initialize()  # the asyncio Cluster client learns its slots lazily
-            listener = self._async_listeners.get(loop)  # another waiter may have made it meanwhile
-            if listener is None:
-                listener = self._async_listeners[loop] = AsyncReleaseListener(client.pubsub, sharded=sharded)
+            # Another waiter may have made it meanwhile.
+            listener = self._async_listeners.setdefault(loop, AsyncReleaseListener(client.pubsub, sharded=sharded))
         if listener is None:
             if await is_free():
                 return True
@@ -663,6 +661,7 @@ class RedisLockStore(_RedisStore):
 
     _kind = "RedisLockStore"
     capabilities = StoreCapabilities(kind="lock", fair_queue=True)
+    _renew_script = scripts.LOCK_RENEW
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -673,6 +672,9 @@ class RedisLockStore(_RedisStore):
     def key(self, key: str) -> str:
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
+
+    def _main_key(self, key: str) -> str:
+        return self.key(key)
 
     def queue_keys(self, key: str) -> tuple[str, str] | None:
         """The Redis keys of `key`'s waiter queue (arrivals, refreshed entry expiries), in its hash slot.
@@ -749,21 +751,6 @@ class RedisLockStore(_RedisStore):
         """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
         return bool(self._run("renew", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
-    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """`renew(key, owner, ttl)` for each item in one pipelined round trip (per Cluster node).
-
-        Each answer is what `renew` answers for that lease (the same script, owner-checked, on
-        the server's clock), or the error its command alone raised; a failure of the round trip
-        itself (a lost connection) raises. What the lease runtime batches renewals with
-        (`SupportsRenewMany`).
-        """
-        runner = self._clients.sync_runner("renew_many")
-        return _renewed(runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
-
-    def renewal_group(self, key: str) -> Hashable:
-        """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
-        return self._node_of(self.key(key))
-
     def release(self, key: str, owner: str) -> bool:
         """Give up the lock if `owner` holds it (True): to the live head of its queue, or free.
 
@@ -786,18 +773,6 @@ class RedisLockStore(_RedisStore):
         """
         check = self._held_check(key, owner)
         return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
-
-    def add_release_listener(
-        self, key: str, callback: Callable[[], object], owner: str | None = None
-    ) -> Callable[[], None]:
-        """Call `callback()` (on the listener thread) when `key` is released; returns the remover.
-
-        What a sync waiter sleeps on: woken by a release without polling (one `SUBSCRIBE` per
-        key, shared by every waiter of the store). With `owner`, only when the release hands
-        the turn to that queued waiter. A release is announced only when somebody queues or
-        watches (`wait_released`). Needs the sync client.
-        """
-        return self._listen(self.key(key), callback, owner)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
@@ -830,11 +805,6 @@ class RedisLockStore(_RedisStore):
     async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
         """See `renew`."""
         return bool(await self._run_async("renew_async", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
-
-    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """See `renew_many`."""
-        runner = self._clients.async_runner("renew_many_async")
-        return _renewed(await runner.run_many(scripts.LOCK_RENEW, _each(self._renew_args, items)))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
@@ -885,9 +855,14 @@ class RedisSemaphoreStore(_RedisStore):
     _kind = "RedisSemaphoreStore"
     # Its `acquire_or_ttl` takes the limit too.
     capabilities = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
+    _renew_script = scripts.SEMAPHORE_RENEW
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)
+
+    def _main_key(self, key: str) -> str:
+        """The holders' sorted set of `key`: its braces make the key's hash tag."""
+        return "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
 
     def keys(self, key: str) -> tuple[str, str]:
         """The Redis keys of semaphore `key`: the holders' sorted set and the token hash."""
@@ -896,10 +871,11 @@ class RedisSemaphoreStore(_RedisStore):
 
     def queue_keys(self, key: str) -> tuple[str, str]:
         """The Redis keys of `key`'s waiter queue (arrivals, entry expiries), in its hash slot."""
-        holders = self.keys(key)[0]
+        holders = self._main_key(key)
         return f"{holders}:q", f"{holders}:q:t"
 
-    def _all_keys(self, key: str) -> list[str]:
+    def _keys(self, key: str) -> list[str]:
+        # Every script call's keys (the hot path): the holders' key written out, not a call of `_main_key`.
         holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
         return [holders, f"{holders}:tokens", f"{holders}:q", f"{holders}:q:t", f"{holders}:q:w", f"{holders}:q:p"]
 
@@ -914,7 +890,7 @@ class RedisSemaphoreStore(_RedisStore):
     ) -> tuple[list[str], list[object]]:
         limit_and_permits = self._limit(limit, permits)
         args = [_check_str("owner", owner), ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
-        return self._all_keys(key), [*args, *limit_and_permits[1:]]
+        return self._keys(key), [*args, *limit_and_permits[1:]]
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
         return list(self.keys(key)), [_check_str("owner", owner), ttl_ms(ttl), scripts.TOMBSTONE_MS]
@@ -925,8 +901,8 @@ class RedisSemaphoreStore(_RedisStore):
         """What a wait checks, and for whom: a queued waiter (`owner` and `limit`) its turn, anyone else held slots."""
         if owner is not None and limit is not None:
             turn = [_check_str("owner", owner), *self._limit(limit, permits)]
-            return scripts.SEMAPHORE_TURN, (self._all_keys(key), turn), owner
-        return scripts.SEMAPHORE_HELD, (self._all_keys(key), [_wait_ms(timeout)]), None
+            return scripts.SEMAPHORE_TURN, (self._keys(key), turn), owner
+        return scripts.SEMAPHORE_HELD, (self._keys(key), [_wait_ms(timeout)]), None
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """Take `permits` slots for `owner` if that many are free: its token, or None.
@@ -962,15 +938,6 @@ class RedisSemaphoreStore(_RedisStore):
         """Push `owner`'s slots out to now + `ttl`; False if it holds none any more."""
         return bool(self._run("renew", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
-    def renewal_group(self, key: str) -> Hashable:
-        """See `RedisLockStore.renewal_group`."""
-        return self._node_of(self.keys(key)[0])
-
-    def renew_many(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """See `RedisLockStore.renew_many` (each holder's answer as `renew` gives it)."""
-        runner = self._clients.sync_runner("renew_many")
-        return _renewed(runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
-
     def release(self, key: str, owner: str) -> bool:
         """Free `owner`'s slots (True only if it held some) and wake the waiters they serve.
 
@@ -979,7 +946,7 @@ class RedisSemaphoreStore(_RedisStore):
         the waiters the free slots then serve are woken.
         """
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return self._run_release_sync(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
+        return self._run_release_sync(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
 
     def holders(self, key: str) -> list[tuple[str, int, float, int]]:
         """The live holders of `key`: `(owner, token, seconds left, permits)`, first lease end first."""
@@ -993,13 +960,7 @@ class RedisSemaphoreStore(_RedisStore):
         With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
         slots are free for it, and woken only by a release whose slots serve it.
         """
-        return self._wait_sync(self.keys(key)[0], timeout, *self._wait_check(key, timeout, owner, limit, permits))
-
-    def add_release_listener(
-        self, key: str, callback: Callable[[], object], owner: str | None = None
-    ) -> Callable[[], None]:
-        """See `RedisLockStore.add_release_listener`: with `owner`, only when freed slots serve that queued waiter."""
-        return self._listen(self.keys(key)[0], callback, owner)
+        return self._wait_sync(self._main_key(key), timeout, *self._wait_check(key, timeout, owner, limit, permits))
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
@@ -1024,15 +985,10 @@ class RedisSemaphoreStore(_RedisStore):
         """See `renew`."""
         return bool(await self._run_async("renew_async", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
 
-    async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
-        """See `renew_many`."""
-        runner = self._clients.async_runner("renew_many_async")
-        return _renewed(await runner.run_many(scripts.SEMAPHORE_RENEW, _each(self._renew_args, items)))
-
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return await self._run_release_async(self._all_keys(key), scripts.SEMAPHORE_RELEASE, args)
+        return await self._run_release_async(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
 
     async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
         """See `holders`."""
@@ -1043,15 +999,15 @@ class RedisSemaphoreStore(_RedisStore):
     ) -> bool:
         """See `wait_released`."""
         check = self._wait_check(key, timeout, owner, limit, permits)
-        return await self._wait_async(self.keys(key)[0], timeout, *check)
+        return await self._wait_async(self._main_key(key), timeout, *check)
 
     def info(self, key: str) -> LockInfo | None:
         """The semaphore's live holders (by token) and waiters; None when no slot is held."""
-        return _semaphore_info(key, self._run("info", scripts.SEMAPHORE_INFO, (self._all_keys(key), [])))
+        return _semaphore_info(key, self._run("info", scripts.SEMAPHORE_INFO, (self._keys(key), [])))
 
     async def info_async(self, key: str) -> LockInfo | None:
         """See `info`."""
-        reply = await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._all_keys(key), []))
+        reply = await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._keys(key), []))
         return _semaphore_info(key, reply)
 
     def force_release(self, key: str) -> bool:

@@ -291,7 +291,7 @@ class RedisCircuitStateStore(RedisClientsStore):
 
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
-        runner = self._clients.async_runner("exchange_async")
+        runner = self._async_runner("exchange_async")
         if self._factory is not None:
             loop = asyncio.get_running_loop()
             runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(

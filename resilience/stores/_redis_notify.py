@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from resilience._runtime._threads import on_fork_in_child, start_thread
 from resilience.stores._steps import checked, run_steps, run_steps_async
@@ -43,6 +43,8 @@ _LINGER = 2.0
 
 _TURNS_KEPT = 64
 """Turns kept per channel for waiters not registered yet: most are other processes' waiters."""
+
+_E = TypeVar("_E", threading.Event, asyncio.Event)
 
 _RELEASED = frozenset({"message", "smessage"})
 _SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
@@ -105,18 +107,6 @@ async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
     return free
 
 
-def _drop_waiter(
-    waiters: dict[str, dict[Any, str | None]], idle: dict[str, float], channel: str, waiter: object
-) -> None:
-    """Forget `waiter` of `channel`; a channel left without waiters turns idle (unsubscribed after `_LINGER`)."""
-    entries = waiters.get(channel)
-    if entries is not None:
-        entries.pop(waiter, None)
-        if not entries:
-            del waiters[channel]
-            idle[channel] = time.monotonic()
-
-
 def _idle_read_pause(started: float) -> float:
     """How long to pause after a read that returned no message, begun at `started`.
 
@@ -139,24 +129,82 @@ def _forget_after_fork() -> None:
 on_fork_in_child(_forget_after_fork)
 
 
-class SyncReleaseListener:
+class _Subscriptions(Generic[_E]):
+    """What both listeners keep: each channel's waiters and subscription, and how a message wakes them.
+
+    A waiter is a wake-up callback, kept with the queued owner it waits for (None: any release).
+    """
+
+    def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
+        self._open = open_pubsub
+        self._sharded = sharded
+        self._reset()
+
+    def _reset(self) -> None:
+        """No waiter, no subscription, no connection."""
+        self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
+        self._subscribed: dict[str, _E] = {}  # channel -> set once the server confirms
+        self._idle: dict[str, float] = {}  # channel -> when its last waiter left
+        self._pubsub: Any = None
+
+    def _drop(self, channel: str, wake: Callable[[], object]) -> None:
+        """Forget a waiter of `channel`; a channel left without waiters turns idle (unsubscribed after `_LINGER`)."""
+        entries = self._waiters.get(channel)
+        if entries is not None:
+            entries.pop(wake, None)
+            if not entries:
+                del self._waiters[channel]
+                self._idle[channel] = time.monotonic()
+
+    def _lingered(self, now: float) -> list[str]:
+        """Forget the channels idle for `_LINGER`: those still subscribed, to unsubscribe."""
+        done = [channel for channel, since in self._idle.items() if now - since >= _LINGER]
+        for channel in done:
+            del self._idle[channel]
+            self._forget_channel(channel)
+        return [channel for channel in done if self._subscribed.pop(channel, None) is not None]
+
+    def _forget_channel(self, channel: str) -> None:
+        """Drop what else is kept of a channel that lingered out."""
+
+    def _dispatch(self, kind: str, channel: str, turn: str | None) -> None:
+        """Act on a parsed message: confirm a subscription, or wake the waiters a release wakes."""
+        if kind == "subscribed":
+            confirmed = self._subscribed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+            return
+        for wake, owner in list(self._waiters.get(channel, {}).items()):
+            if not _woken(owner, turn):
+                continue
+            try:
+                wake()
+            except Exception:  # noqa: BLE001 -- one listener never stops the others
+                _log.debug("a release listener raised", exc_info=True)
+
+    def _wake_everyone(self) -> None:
+        """Closing: every subscription counts as confirmed and every waiter is woken (each tries again now)."""
+        for confirmed in self._subscribed.values():
+            confirmed.set()
+        for waiters in self._waiters.values():
+            for wake in waiters:
+                wake()
+        self._waiters.clear()
+
+
+class SyncReleaseListener(_Subscriptions[threading.Event]):
     """Wakes sync waiters on release: one pub/sub connection and at most one thread."""
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool, name: str) -> None:
-        self._open = open_pubsub
-        self._sharded = sharded
+        super().__init__(open_pubsub, sharded=sharded)
         self._name = name
         _LISTENERS.add(self)
         self._forget()
 
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
+        self._reset()
         self._lock = threading.Lock()
-        # channel -> wake-up callback -> the queued owner it waits for (None: any release)
-        self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
-        self._subscribed: dict[str, threading.Event] = {}  # channel -> set once the server confirms
-        self._idle: dict[str, float] = {}
-        self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -190,7 +238,7 @@ class SyncReleaseListener:
 
     def _remove(self, channel: str, callback: Callable[[], object]) -> None:
         with self._lock:
-            _drop_waiter(self._waiters, self._idle, channel, callback)
+            self._drop(channel, callback)
 
     def close(self) -> None:
         """Stop the listener thread and close the subscription connection."""
@@ -200,13 +248,8 @@ class SyncReleaseListener:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 * _POLL + 1.0)
         with self._lock:
-            for confirmed in self._subscribed.values():
-                confirmed.set()
+            self._wake_everyone()
             self._close_pubsub()
-            for waiters in self._waiters.values():
-                for wake in waiters:
-                    wake()
-            self._waiters.clear()
             self._stop = threading.Event()
 
     def _register(self, channel: str, callback: Callable[[], object], owner: str | None) -> threading.Event | None:
@@ -234,12 +277,7 @@ class SyncReleaseListener:
     # -- under self._lock ---------------------------------------------------------------------
 
     def _unsubscribe_idle(self, now: float) -> None:
-        for channel, since in list(self._idle.items()):
-            if now - since < _LINGER:
-                continue
-            del self._idle[channel]
-            if self._subscribed.pop(channel, None) is None:
-                continue
+        for channel in self._lingered(now):
             try:
                 _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
@@ -284,34 +322,15 @@ class SyncReleaseListener:
                 with self._lock:
                     self._dispatch(*parsed)
 
-    def _dispatch(self, kind: str, channel: str, turn: str | None) -> None:
-        if kind == "subscribed":
-            confirmed = self._subscribed.get(channel)
-            if confirmed is not None:
-                confirmed.set()
-            return
-        for wake, owner in list(self._waiters.get(channel, {}).items()):
-            if not _woken(owner, turn):
-                continue
-            try:
-                wake()
-            except Exception:  # noqa: BLE001 -- one listener never stops the others
-                _log.debug("a release listener raised", exc_info=True)
 
-
-class AsyncReleaseListener:
+class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
     """Wakes the async waiters of one event loop: one pub/sub connection and one task."""
 
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
-        self._open = open_pubsub
-        self._sharded = sharded
-        self._waiters: dict[str, dict[asyncio.Event, str | None]] = {}  # event -> owner (None: any)
-        self._subscribed: dict[str, asyncio.Event] = {}  # channel -> set once the server confirms
+        super().__init__(open_pubsub, sharded=sharded)
         self._confirmed_at: dict[str, float] = {}  # channel -> when the server last confirmed it
         # channel -> owner -> when its turn was announced with no waiter of it registered (yet)
         self._turns: dict[str, dict[str, float]] = {}
-        self._idle: dict[str, float] = {}
-        self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._subscribing: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -334,7 +353,7 @@ class AsyncReleaseListener:
         """
         event = asyncio.Event()
         # Registered before the subscription's await, so that `aclose` meanwhile still wakes it.
-        self._waiters.setdefault(channel, {})[event] = owner
+        self._waiters.setdefault(channel, {})[event.set] = owner
         self._idle.pop(channel, None)
         try:
             if owner is not None and self._turns.get(channel, {}).pop(owner, None) is not None:
@@ -352,7 +371,7 @@ class AsyncReleaseListener:
         else:
             return True
         finally:
-            _drop_waiter(self._waiters, self._idle, channel, event)
+            self._drop(channel, event.set)
 
     async def aclose(self) -> None:
         """Stop the listener task and close the subscription connection."""
@@ -367,12 +386,7 @@ class AsyncReleaseListener:
             for subscribing in self._subscribing:
                 subscribing.cancel()
             await asyncio.wait(self._subscribing, timeout=1.0)
-        for confirmed in self._subscribed.values():
-            confirmed.set()
-        for waiters in self._waiters.values():
-            for event in waiters:
-                event.set()
-        self._waiters.clear()
+        self._wake_everyone()
         await self._close_pubsub()
 
     def _subscribe(self, channel: str) -> asyncio.Event | None:
@@ -422,15 +436,12 @@ class AsyncReleaseListener:
                 closer = getattr(pubsub, "aclose", None) or pubsub.reset
                 await closer()
 
+    def _forget_channel(self, channel: str) -> None:
+        self._confirmed_at.pop(channel, None)
+        self._turns.pop(channel, None)
+
     async def _unsubscribe_idle(self, now: float) -> None:
-        for channel, since in list(self._idle.items()):
-            if now - since < _LINGER:
-                continue
-            del self._idle[channel]
-            self._confirmed_at.pop(channel, None)
-            self._turns.pop(channel, None)
-            if self._subscribed.pop(channel, None) is None:
-                continue
+        for channel in self._lingered(now):
             try:
                 await _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
@@ -450,16 +461,9 @@ class AsyncReleaseListener:
             kind, channel, turn = parsed
             if kind == "subscribed":
                 self._confirmed_at[channel] = time.monotonic()
-                confirmed = self._subscribed.get(channel)
-                if confirmed is not None:
-                    confirmed.set()
-                continue
-            waiters = self._waiters.get(channel, {})
-            for event, owner in waiters.items():
-                if _woken(owner, turn):
-                    event.set()
-            if turn is not None and turn not in waiters.values():
+            elif turn is not None and turn not in self._waiters.get(channel, {}).values():
                 self._keep_turn(channel, turn)
+            self._dispatch(kind, channel, turn)
 
     def _keep_turn(self, channel: str, owner: str) -> None:
         """Remember a turn announced before its waiter registered (the newest `_TURNS_KEPT` per channel)."""

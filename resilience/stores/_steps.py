@@ -5,19 +5,25 @@ client's call has already run when its value is yielded, and `run_steps` sends t
 back; an asyncio client's call returns an awaitable, which `run_steps_async` awaits, sending
 back its result or throwing its error in at the `yield`. So one body, with its `try` blocks,
 serves the sync method and its `_async` twin, which differ only by the client they pass.
+A store that never suspends (in memory) makes its twins of its sync methods (`inline_twin`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
-__all__ = ["Steps", "checked", "run_steps", "run_steps_async"]
+if TYPE_CHECKING:
+    from types import CoroutineType
+
+__all__ = ["Steps", "checked", "inline_twin", "run_steps", "run_steps_async"]
 
 _log = logging.getLogger("resilience")
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 Steps = Generator[Any, Any, _T]
 """Steps that yield client calls' values (or awaitables) and return the answer."""
@@ -62,3 +68,20 @@ def checked(is_free: Callable[[], Any]) -> Steps[bool]:
     except Exception:  # noqa: BLE001 -- a hint only
         _log.debug("release check failed", exc_info=True)
         return False
+
+
+def inline_twin(
+    method: Callable[Concatenate[Any, _P], _T],
+) -> Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _T]]:
+    """The `_async` twin of a store's `method` that never suspends: its sync method answers.
+
+    The twin calls the method by name, so a subclass's override of the sync method answers for both.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def twin(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        answer: _T = getattr(self, name)(*args, **kwargs)
+        return answer
+
+    return cast("Callable[Concatenate[Any, _P], CoroutineType[Any, Any, _T]]", twin)  # an `async def` makes one

@@ -216,5 +216,5 @@ def test_client_forms_and_key_checks(sync_redis: Any) -> None:
     with pytest.raises(ValidationError, match="circuit_key"):
         store.key(3)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="needs an asyncio client"):
-        store._clients.async_runner("exchange_async")
+        store._async_runner("exchange_async")
     assert "RedisCircuitStateStore(prefix='circuit'" in repr(store)

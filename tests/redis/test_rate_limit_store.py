@@ -133,7 +133,7 @@ async def test_bad_arguments_are_refused_before_any_round_trip(limits: Limits, k
 def test_missing_flavour_says_which_client_to_pass(sync_redis: Any, async_redis: Any) -> None:
     """Calling the flavour without a client names the client to pass."""
     with pytest.raises(ValidationError, match="needs a sync client"):
-        RedisRateLimitStore(async_client=async_redis)._clients.sync_runner("take")
+        RedisRateLimitStore(async_client=async_redis)._sync_runner("take")
 
 
 def test_threads_never_over_admit(deployment: Deployment, key: str) -> None:

@@ -168,11 +168,11 @@ def test_a_client_class_is_a_factory(redis_server: Any) -> None:
             super().__init__(port=redis_server.port)
 
     store = RedisLockStore(Local, async_client=redis.asyncio.Redis)
-    assert store._clients.sync is not None
-    assert store._clients.sync._client is None
+    assert store._sync_client is not None
+    assert store._sync_client._client is None
     assert store.acquire("class-factory", "o", 1) is not None
     assert store.release("class-factory", "o")
-    store._clients.sync.get().close()
+    store._sync_client.get().close()
 
 
 def test_a_sync_factory_must_return_a_sync_client() -> None:
@@ -452,7 +452,7 @@ def test_a_failing_check_means_wait(sync_redis: Any, key: str, monkeypatch: pyte
     def broken(*args: Any) -> Any:
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store._clients.sync, "run", broken)
+    monkeypatch.setattr(store._sync_client, "run", broken)
     assert store.wait_released(key, 0.05) is False
     store.close()
 
@@ -464,7 +464,7 @@ async def test_a_failing_async_check_means_wait(async_redis: Any, key: str, monk
     async def broken(*args: Any) -> Any:
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store._clients.async_, "run", broken)
+    monkeypatch.setattr(store._async_client, "run", broken)
     assert await store.wait_released_async(key, 0.05) is False
     await store.aclose()
 
