@@ -178,12 +178,7 @@ class Signal:
 
         Returns a function that removes the callback. Exceptions from the callback are logged.
         """
-        key = next(_ids)
-        reason = self._register(key, callback)
-        if reason is not None:
-            _call_each((callback,), reason, "a signal callback raised")
-            return _noop
-        return lambda: self._remove(key)
+        return self._add(next(_ids), callback, "a signal callback raised")
 
     def add_wakeup(self, wakeup: Callable[[BaseException], object]) -> Callable[[], None]:
         """`add_callback` for a waiter's wake-up: tiny and never blocking (set an event, resolve a future).
@@ -192,10 +187,13 @@ class Signal:
         abort is deferred (`abort_deferred`): a waiter is woken however many callbacks are slow.
         What one raises is logged.
         """
-        key = _Wakeup()
-        reason = self._register(key, wakeup)
+        return self._add(_Wakeup(), wakeup, "waking a waiter for a signal failed")
+
+    def _add(self, key: object, callback: Callable[[BaseException], object], what: str) -> Callable[[], None]:
+        """Register `callback` under `key`, or call it at once if the signal aborted; its remover."""
+        reason = self._register(key, callback)
         if reason is not None:
-            _call_each((wakeup,), reason, "waking a waiter for a signal failed")
+            _call_each((callback,), reason, what)
             return _noop
         return lambda: self._remove(key)
 
@@ -364,12 +362,10 @@ class CancelScope:
             if signal._callbacks:  # unset once the signal aborted: nothing to remove then
                 signal._remove(self)
         elif signal._callbacks or signal._parent is not None:  # forgotten and detached at once
-            with _LOCK:  # `_unlink` inline: one frame less on every async timeout
-                parent, signal._parent = signal._parent, None
+            with _LOCK:
                 if signal._callbacks:
                     signal._callbacks.pop(self, None)
-                if parent is not None and parent._callbacks is not None:
-                    parent._callbacks.pop(signal, None)
+                signal._unlink()
         if not self._requested:
             return False
         task = self._task
