@@ -362,10 +362,12 @@ class CancelScope:
             if signal._callbacks:  # unset once the signal aborted: nothing to remove then
                 signal._remove(self)
         elif signal._callbacks or signal._parent is not None:  # forgotten and detached at once
-            with _LOCK:
+            with _LOCK:  # `_unlink` inline: one frame less on every async timeout
+                parent, signal._parent = signal._parent, None
                 if signal._callbacks:
                     signal._callbacks.pop(self, None)
-                signal._unlink()
+                if parent is not None and parent._callbacks is not None:
+                    parent._callbacks.pop(signal, None)
         if not self._requested:
             return False
         task = self._task
