@@ -8,6 +8,7 @@ abort (timeout, lock) or renumber attempts (retry), derives a child with the sam
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, overload
@@ -361,7 +362,7 @@ class ResilienceContext:
         `substitute` is called, with the execution's arguments, in place of its callable by
         the inner part run under the child (hedging's `action_generator`).
         """
-        child = ResilienceContext.__new__(ResilienceContext)
+        child = new_context()
         child._operation_key = self._operation_key
         props = self._properties
         if properties:
@@ -387,7 +388,7 @@ class ResilienceContext:
         `deadline` (a `LazyDeadline`) aborts the scope's signal in time without a timer until
         the signal is made. The strategy ends the scope with `end_scope()`.
         """
-        child = ResilienceContext.__new__(ResilienceContext)
+        child = new_context()
         child._operation_key = self._operation_key
         props = self._properties
         child._properties = None if props is None else _properties_over(props, None)
@@ -414,9 +415,9 @@ class ResilienceContext:
         )
 
 
-def new_context() -> ResilienceContext:
-    """A fresh root context, without the constructor's argument handling."""
-    return object.__new__(ResilienceContext)  # the class-level defaults are a blank context
+# One C call, no frame: the class-level defaults make the new object a blank context.
+new_context = functools.partial(object.__new__, ResilienceContext)
+"""A fresh root context, without the constructor's argument handling."""
 
 
 def execution_context(parent: ResilienceContext | None, call: list[Any]) -> ResilienceContext:
@@ -426,7 +427,7 @@ def execution_context(parent: ResilienceContext | None, call: list[Any]) -> Resi
     that can abort derive child signals) and reads its properties through; a substitute the
     parent runs under is not inherited: the new execution runs its own callable.
     """
-    context: ResilienceContext = object.__new__(ResilienceContext)
+    context = new_context()
     context._call = call
     if parent is not None:
         context._operation_key = parent._operation_key

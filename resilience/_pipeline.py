@@ -21,6 +21,7 @@ from resilience._context import (
     ResilienceContext,
     current_context,
     execution_context,
+    new_context,
     reset_context,
     set_context,
     use_context,
@@ -412,17 +413,6 @@ class _Plan:
             reset_context(token)
 
 
-# A root context is one allocation: the class holds every default (`execution_context`).
-_new_context = functools.partial(object.__new__, ResilienceContext)
-
-
-def _chain_async(plan: _Plan, context: ResilienceContext, fn: Callable[..., Awaitable[T]]) -> Awaitable[T]:
-    """The async chain's awaitable for an execution of `fn` (refused at once if not callable)."""
-    if not callable(fn):
-        raise _not_callable(fn, "execute_async")
-    return plan.chain_async(context)
-
-
 def require_pipeline(value: object, owner: str) -> ResiliencePipeline:
     """`value` if it is a pipeline; else a `ValidationError` that asks for `.build()` where it fits."""
     if isinstance(value, ResiliencePipeline):
@@ -503,7 +493,7 @@ class ResiliencePipeline(Closing):
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
         # With no ambient context, `execution_context(None, call)` without the function call.
-        context = _new_context() if parent is None else execution_context(parent, call)
+        context = new_context() if parent is None else execution_context(parent, call)
         context._call = call
         if (
             self._listened
@@ -605,7 +595,8 @@ class ResiliencePipeline(Closing):
             raise ValidationError(plan.async_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        context = execution_context(parent, call)
+        context = new_context() if parent is None else execution_context(parent, call)  # see `execute`
+        context._call = call
         if (
             self._listened
             or LOGGER.isEnabledFor(_INFO)
@@ -617,7 +608,9 @@ class ResiliencePipeline(Closing):
             context._quiet = True
             token = set_context(context) if plan.ambient else None  # see `_run`
             try:
-                return await _chain_async(plan, context, fn)
+                if not callable(fn):
+                    raise _not_callable(fn, "execute_async")
+                return await plan.chain_async(context)  # type: ignore[no-any-return]
             finally:
                 if token is not None:
                     reset_context(token)
@@ -643,7 +636,9 @@ class ResiliencePipeline(Closing):
             started = self._executing(context)
             token = set_context(context) if plan.ambient else None  # see `_run`
             try:
-                result = await _chain_async(plan, context, fn)
+                if not callable(fn):  # refused as an outcome of the execution (its event reports it)
+                    raise _not_callable(fn, "execute_async")  # noqa: TRY301
+                result: T = await plan.chain_async(context)
             except Exception as exc:
                 self._executed(context, started, Err(exc))
                 raise

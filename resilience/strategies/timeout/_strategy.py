@@ -18,7 +18,6 @@ executions of one strategy share one timer: `_Deadlines`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import math
@@ -39,6 +38,7 @@ from resilience.strategies._common import call_back, call_back_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
+    import asyncio
     import datetime as dt
     from collections.abc import Awaitable, Callable, Iterable
 
@@ -230,9 +230,15 @@ class _Queued(_Deadline):
     """An async execution's deadline, waiting in a `_Deadlines` queue (which fires it when due)."""
 
     __slots__ = ("done", "due", "loop")
-    done: bool
     due: float
-    loop: asyncio.AbstractEventLoop
+
+    def __init__(self, signal: Signal, timeout: float, loop: asyncio.AbstractEventLoop) -> None:
+        # Every field in one frame (no `_Deadline.__init__` call): one per async execution.
+        self.signal = signal
+        self.timeout = timeout
+        self.error = None
+        self.done = False
+        self.loop = loop
 
 
 class _Deadlines:
@@ -267,11 +273,9 @@ class _Deadlines:
         self._alarm: list[TimerHandle] | None = None  # the armed timer (None: none), its own token
         _ALL_DEADLINES.add(self)
 
-    def add(self, signal: Signal) -> _Queued:
-        """A deadline `timeout` from now that aborts `signal`, armed."""
-        deadline = _Queued(signal, self.timeout)
-        deadline.done = False
-        deadline.loop = asyncio.get_running_loop()
+    def add(self, signal: Signal, loop: asyncio.AbstractEventLoop) -> _Queued:
+        """A deadline `timeout` from now that aborts `signal` (on `loop`, the execution's), armed."""
+        deadline = _Queued(signal, self.timeout, loop)
         with self._lock:
             deadline.due = self.clock.monotonic() + self.timeout
             self.pending.append(deadline)
@@ -426,7 +430,7 @@ class TimeoutStrategy:
         deadline: _Queued | None = None  # added once the child is adopted: nothing aborts it before
         try:
             async with scope as signal:
-                deadline = deadlines.add(signal)
+                deadline = deadlines.add(signal, scope.loop)
                 result = await callback(context.derive(signal=signal))
                 deadlines.end(deadline, disarm=deadlines is not self._deadlines)
         except BaseException as exc:
