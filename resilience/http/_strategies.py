@@ -76,7 +76,7 @@ def passed_on(options: DataclassInstance, kind: type[Options], **changed: Any) -
     As .NET's `Http*StrategyOptions` derive from the built-in options, each HTTP options class
     declares the options it passes on under their own names; the others keep their defaults.
     """
-    names = {field.name for field in dataclasses.fields(kind)}
+    names = {field.name for field in dataclasses.fields(kind) if field.init}
     given = {field.name: getattr(options, field.name) for field in dataclasses.fields(options) if field.name in names}
     return kind(**{**given, **changed})
 

@@ -11,8 +11,10 @@ Rules every script keeps (docs/redis.md explains why):
   pass to `PEXPIRE` (`_TTL_CHECK`), because a script that fails half-way keeps its writes.
 
 Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (the last token
-issued, kept after release as a tombstone so that the next token is at least one more). While
-held, the key expires with the lease, so `PTTL` is the remaining lease time.
+issued, kept after release as a tombstone so that the next token is at least one more), and
+the fields `w` (a caller outside the queue watches), `q` (the queue may have entries, below),
+`r`, `s` and `r:<owner>` (shared holds); docs/redis.md has the table. While held, the key
+expires with the lease, so `PTTL` is the remaining lease time.
 
 Fair waiting (docs/redis.md, modelled on Redisson's fair lock): waiters on a lock form a FIFO
 queue in two companion keys in the lock's hash slot (`_redis.companions` names them): `<q>` (a
@@ -117,11 +119,11 @@ end
 #
 # The lock hash's field `q` (`mark`: as the script read it, false when absent) marks the queue:
 # while the hash holds a token, the queue has no entry unless `q` is set. `join` sets it in a
-# hash with a token; a write of a token that may find a queue (into a hash that had none, or
-# by a hand-off) sets it when absent (to 0); only a release that finds the queue empty deletes
-# it. So an uncontended acquire and release skip the queue; a hash without a token says
-# nothing. Its value is a server-ms time until which the queue key lives when it exists (0:
-# unknown). Every entry lives `entry_ms` from its owner's last attempt, so the key must live
+# hash with a token; a write of a token that may find a queue (into a hash that had none, by
+# a hand-off, or any fresh shared hold) sets it when absent (to 0); only a release that finds
+# the queue empty deletes it. So an uncontended acquire and release skip the queue; a hash
+# without a token says nothing. Its value is a server-ms time until which the queue key lives
+# when it exists (0: unknown). Every entry lives `entry_ms` from its owner's last attempt, so the key must live
 # that long from each attempt: when `q` says it does, `join` writes nothing but the entry (the
 # common case: waiters join a queue that others keep); else it sets `q` two entry lives ahead
 # and the key's expiry SLACK_MS beyond (a server may date an expiry from the script's start,
@@ -254,8 +256,8 @@ local function live_head()
 end
 -- Queue `owner` at the back (its arrival kept when it is queued already: then its entry is
 -- refreshed), unless `bound` entries wait (gone ones count until the head reaches them or
--- the queue key expires, at most an entry life after the last attempt's). `hashed`: the lock
--- hash holds a token, so `q` is kept (see `mark`).
+-- the queue key expires, at most an entry life and SLACK_MS after the last entry's end).
+-- `hashed`: the lock hash holds a token, so `q` is kept (see `mark`).
 local function join(owner, entry_ms, bound, hashed)
   entry_ms = tonumber(entry_ms)
   local lives = tonumber(mark) or 0

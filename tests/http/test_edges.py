@@ -253,3 +253,50 @@ async def test_a_streamed_request_body_is_not_hedged(server: ScriptedServer, kin
     assert (response.status_code, response.content) == (200, b"stored")
     assert [seen.body for seen in server.requests_to("/upload")] == [b"part one, part two"]
     assert [e.name for e in events if e.name == "OnHedging"] == []  # no second attempt even started
+
+
+@pytest.mark.parametrize(
+    ("http_options", "built_in", "passed"),
+    [
+        (
+            "HttpRetryStrategyOptions",
+            "RetryStrategyOptions",
+            {"max_retries", "delay", "backoff", "jitter", "max_delay", "handle", "on_retry", "name"},
+        ),
+        ("HttpTimeoutStrategyOptions", "TimeoutStrategyOptions", {"timeout", "on_timeout", "name"}),
+        (
+            "HttpCircuitBreakerStrategyOptions",
+            "CircuitBreakerStrategyOptions",
+            {
+                "failure_ratio",
+                "minimum_throughput",
+                "sampling_duration",
+                "break_duration",
+                "handle",
+                "manual_control",
+                "on_opened",
+                "on_closed",
+                "on_half_opened",
+                "name",
+            },
+        ),
+        (
+            "HttpHedgingStrategyOptions",
+            "HedgingStrategyOptions",
+            {"max_hedged_attempts", "delay", "delay_generator", "handle", "on_hedging", "name"},
+        ),
+    ],
+)
+def test_http_options_pass_on_exactly_the_options_they_share_by_name(
+    http_options: str, built_in: str, passed: set[str]
+) -> None:
+    """An HTTP options class hands the built-in strategy the fields both declare by name: a
+    new field that happened to share a name with a built-in option would change this set."""
+    import dataclasses
+
+    import resilience.http
+    import resilience.strategies
+
+    ours = {field.name for field in dataclasses.fields(getattr(resilience.http, http_options)) if field.init}
+    theirs = {field.name for field in dataclasses.fields(getattr(resilience.strategies, built_in)) if field.init}
+    assert ours & theirs == passed

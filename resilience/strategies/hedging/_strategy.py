@@ -367,7 +367,7 @@ class _Run:
         """`attempt` was launched but has not started: make sure it never does."""
 
     def wake(self) -> None:
-        """The execution settled: wake the caller if it waits."""
+        """Wake the caller if it waits: the execution settled, or a queued job it may take back."""
 
     def start_elsewhere(self, attempt: int) -> None:
         """Run `attempt` on another runner (a pool thread, a task)."""
