@@ -12,9 +12,9 @@ Rules every script keeps (docs/redis.md explains why):
 
 Lock key `<prefix>:<key>`: a hash with `owner` (absent when free) and `token` (the last token
 issued, kept after release as a tombstone so that the next token is at least one more), and
-the fields `w` (a caller outside the queue watches), `q` (the queue may have entries, below),
-`r`, `s` and `r:<owner>` (shared holds); docs/redis.md has the table. While held, the key
-expires with the lease, so `PTTL` is the remaining lease time.
+fields for a caller outside the queue that watches the lock, the queue's mark (below) and the
+shared holds: docs/redis.md has the table. While held, the key expires with the lease, so
+`PTTL` is the remaining lease time.
 
 Fair waiting (docs/redis.md, modelled on Redisson's fair lock): waiters on a lock form a FIFO
 queue in two companion keys in the lock's hash slot (`_redis.companions` names them): `<q>` (a
