@@ -2,8 +2,9 @@
 
 It runs `election(client, key, identity=..., ttl=...).run(lead)` on the test server and logs to
 a Redis list, with the server's clock (µs): `elected <identity> <term> <time>` on its first act
-as leader, `write <identity> <term> <accepted>` for each write to the fenced resource of the
-key (`fencing.py`) while it believes it leads, and `result <identity> returned|lost`
+as leader, `write <identity> <term> <accepted> <time>` for each write to the fenced resource
+of the key (`fencing.py`) while it believes it leads (the time the resource applied it: a
+process stopped between the write and its log line logs it late), and `result <identity> returned|lost`
 at the end, or `result <identity> interrupted <caught at> <seen out of line at>`.
 """
 
@@ -19,7 +20,7 @@ import redis
 from resilience import LockLeaseLostError
 from resilience.primitives import LockHandle, election
 from resilience.stores._redis import companions
-from tests.reliability.fencing import fenced_write, server_us
+from tests.reliability.fencing import fenced_write_at, server_us
 
 
 def waiting_line(key: str) -> str:
@@ -47,8 +48,8 @@ def main() -> None:
         for _ in range(int(args.lead_for / 0.05)):
             if handle.signal.aborted:
                 return
-            accepted = fenced_write(client, args.key, handle.token, args.identity)
-            client.rpush(args.log, f"write {args.identity} {handle.token} {int(accepted)}")
+            accepted, at = fenced_write_at(client, args.key, handle.token, args.identity)
+            client.rpush(args.log, f"write {args.identity} {handle.token} {int(accepted)} {at}")
             handle.signal.wait(0.05)
 
     try:

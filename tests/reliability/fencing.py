@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FENCED_WRITE", "Checker", "Record", "fenced_write", "server_us"]
+__all__ = ["FENCED_WRITE", "Checker", "Record", "fenced_write", "fenced_write_at", "server_us"]
 
 # The keys: the highest accepted token, the accepted log, the rejected log; the arguments:
 # the token and the writer.
@@ -48,6 +48,15 @@ def fenced_keys(key: str) -> list[str]:
 def fenced_write(client: Any, key: str, token: int, writer: str) -> bool:
     """Write to the fenced resource of `key` with `token`: True if the resource accepted it."""
     return bool(client.eval(FENCED_WRITE, 3, *fenced_keys(key), str(token), writer))
+
+
+def fenced_write_at(client: Any, key: str, token: int, writer: str) -> tuple[bool, int]:
+    """As `fenced_write`, with the server's clock (µs) read in the same transaction: when it was applied."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.eval(FENCED_WRITE, 3, *fenced_keys(key), str(token), writer)
+        pipe.time()
+        accepted, (seconds, micros) = pipe.execute()
+    return bool(accepted), int(seconds) * 1_000_000 + int(micros)
 
 
 def server_us(client: Any) -> int:

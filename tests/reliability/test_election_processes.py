@@ -161,11 +161,23 @@ def test_a_stopped_leader_loses_leadership_and_its_late_writes_are_refused(
     assert stopped.wait(timeout=30) == 0
     assert ["result", old_leader, "lost"] in read_log(client, candidates.log)
     _no_stale_write_accepted(client, candidates.key)
-    # Every write of the old term after the new leader began was refused by fencing.
-    lines = read_log(client, candidates.log)
-    first_new = next(n for n, line in enumerate(lines) if line[:3] == ["elected", new_leader, str(new_term)])
-    late = [line for line in lines[first_new:] if line[0] == "write" and line[1] == old_leader]
+    # Every write of the old term the resource applied after the new leader's first write was
+    # refused by fencing. Judged on the server time of each write, not the log's order: the
+    # SIGSTOP may land between a write and its log line, which then follows the new leader's.
+    first_new: list[int] = []
+
+    def new_term_wrote() -> bool:
+        first_new[:] = [int(line[4]) for line in _writes(client, candidates.log, new_leader) if line[3] == "1"]
+        return bool(first_new)
+
+    wait_for(new_term_wrote, timeout=30)
+    late = [line for line in _writes(client, candidates.log, old_leader) if int(line[4]) > min(first_new)]
     assert all(line[3] == "0" for line in late), late
+
+
+def _writes(client: Any, log: str, identity: str) -> list[list[str]]:
+    """`identity`'s writes to the fenced resource: `write <identity> <term> <accepted> <server µs>`."""
+    return [line for line in _lines(client, log, "write") if line[1] == identity]
 
 
 def _no_stale_write_accepted(client: Any, key: str) -> None:
