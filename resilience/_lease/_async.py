@@ -117,6 +117,9 @@ async def _renew_batch(batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
     batch.answered(sent, todo, got)
 
 
+_RECHECK = 0.1
+"""How often a scheduler whose timer fired while its loop was stopped looks at the loop again (seconds)."""
+
 _SCHEDULERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, tuple[TimeProvider, Scheduler]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -129,30 +132,50 @@ def _scheduler_for(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
         schedulers = _SCHEDULERS[loop] = {}
     entry = schedulers.get(id(time_provider))
     if entry is None:
-        thread = threading.get_ident()
-        # Weakly: the scheduler (the registry's value) must not keep its loop (the key) alive,
-        # or no closed loop would ever be freed.
-        loop_ref = weakref.ref(loop)
-
-        def fired(callback: Callable[[], object]) -> None:
-            target = loop_ref()
-            if target is None or target.is_closed():
-                # The loop is gone, and its leases with it: forget them. An ended lease left in
-                # the heap can still reach the loop (its loss error's traceback, its tag's
-                # context), which would keep the loop alive for good.
-                with _lease._LOCK:
-                    scheduler._heap.clear()
-                if target is not None:
-                    _SCHEDULERS.pop(target, None)
-                return
-            _on_loop(target, thread, callback)
-
-        def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
-            return time_provider.call_later(delay, lambda: fired(callback))
-
-        scheduler = Scheduler(time_provider, call_later, _dispatch_async)
-        entry = schedulers[id(time_provider)] = (time_provider, scheduler)
+        entry = schedulers[id(time_provider)] = (time_provider, _new_scheduler(loop, time_provider))
     return entry[1]
+
+
+def _new_scheduler(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider) -> Scheduler:
+    """A `Scheduler` whose timer fires on `loop` (its thread), or forgets its leases once the loop is closed."""
+    thread = threading.get_ident()
+    # Weakly: the scheduler (the registry's value) must not keep its loop (the key) alive,
+    # or no closed loop would ever be freed.
+    loop_ref = weakref.ref(loop)
+
+    def forget(target: asyncio.AbstractEventLoop | None) -> None:
+        # The loop is gone, and its leases with it: forget them. An ended lease left in
+        # the heap can still reach the loop (its loss error's traceback, its tag's
+        # context), which would keep the loop alive for good.
+        with _lease._LOCK:
+            scheduler._heap.clear()
+        if target is not None:
+            _SCHEDULERS.pop(target, None)
+
+    def fired(callback: Callable[[], object]) -> None:
+        target = loop_ref()
+        if target is None or target.is_closed():
+            forget(target)
+            return
+        _on_loop(target, thread, callback)
+        if threading.get_ident() != thread and not target.is_running():
+            stopped()
+
+    def stopped() -> None:
+        # The hop waits in a stopped loop, and `close` would drop it: the scheduler would
+        # wait for a firing that never comes, its heap keeping the loop. Looked at again
+        # until the loop runs (the hop with it) or is closed (its leases forgotten).
+        target = loop_ref()
+        if target is None or target.is_closed():
+            forget(target)
+        elif not target.is_running():
+            time_provider.call_later(_RECHECK, stopped)
+
+    def call_later(delay: float, callback: Callable[[], object]) -> TimerHandle:
+        return time_provider.call_later(delay, lambda: fired(callback))
+
+    scheduler = Scheduler(time_provider, call_later, _dispatch_async)
+    return scheduler
 
 
 async def _call_async_hook(hook: Callable[..., object], *args: object) -> None:

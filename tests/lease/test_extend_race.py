@@ -1,8 +1,14 @@
 """A late renewal reply never overwrites a newer `extend` (regressions of issue #11).
 
 The store below answers the first background renewal 0.3 s after it acted, so the holder's
-`extend(0.5)` is sent and answered while that renewal is in flight. The store's expiry is then
-the extend's (it acted last); the holder's local deadline must never be later than it.
+`extend(EXTEND)` is sent and answered while that renewal (of `TTL`) is in flight. The store's
+expiry is then the extend's (it acted last); the holder's local deadline must never be later
+than it: a late reply that won would put it `TTL - EXTEND` (2 s) past the store's expiry.
+
+The extend halves the heartbeat (0.5 s): the renewal held back by the one in flight goes
+out 0.2 s after the late reply, so the first checks read the deadline that reply left. The
+ttls are seconds: a loaded machine that starves the loop or the timer thread for a second
+does not lose the lease (with a 0.5 s extend, that held-back renewal had 0.2 s).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from resilience.primitives import LockHandle, lock
 from resilience.stores import MemoryLockStore
 
 DELAY = 0.3
+TTL = 4.0
+HEARTBEAT = 1.0
+EXTEND = 2.0
 
 
 class LateReplyStore(MemoryLockStore):
@@ -65,7 +74,7 @@ def _check(store: LateReplyStore, handle: LockHandle) -> None:
         # now + left however long a loaded machine pauses between the two reads.
         now = time.monotonic()
         left = handle.expires_in()
-        assert left <= 0.5 + 1e-6, f"expires_in() claims {left:.3f}s after extend(0.5)"
+        assert left <= EXTEND + 1e-6, f"expires_in() claims {left:.3f}s after extend({EXTEND})"
         assert now + left <= store.expiry() + 1e-3
         time.sleep(0.01)
 
@@ -75,11 +84,11 @@ def test_a_late_renewal_reply_does_not_undo_an_extend() -> None:
 
     def body(handle: LockHandle) -> None:
         assert store.in_flight.wait(5)
-        assert handle.extend(0.5)
+        assert handle.extend(EXTEND)
         assert store.answered.wait(5)
         _check(store, handle)
 
-    lock(store).run(f"k-{uuid.uuid4().hex}", body, ttl=1.0)  # no LockLostError: kept all along
+    lock(store).run(f"k-{uuid.uuid4().hex}", body, ttl=TTL, heartbeat=HEARTBEAT)  # no LockLostError: kept all along
 
 
 async def test_a_late_async_renewal_reply_does_not_undo_an_extend() -> None:
@@ -87,18 +96,18 @@ async def test_a_late_async_renewal_reply_does_not_undo_an_extend() -> None:
 
     async def body(handle: LockHandle) -> None:
         assert await asyncio.to_thread(store.in_flight.wait, 5)
-        assert await handle.extend_async(0.5)
+        assert await handle.extend_async(EXTEND)
         while not store.answered.is_set():
             await asyncio.sleep(0.005)
         end = time.monotonic() + 0.4
         while time.monotonic() < end:
             now = time.monotonic()  # before expires_in() reads the clock, as in _check
             left = handle.expires_in()
-            assert left <= 0.5 + 1e-6
+            assert left <= EXTEND + 1e-6
             assert now + left <= store.expiry() + 1e-3
             await asyncio.sleep(0.01)
 
-    await lock(store).run_async(f"k-{uuid.uuid4().hex}", body, ttl=1.0)
+    await lock(store).run_async(f"k-{uuid.uuid4().hex}", body, ttl=TTL, heartbeat=HEARTBEAT)
 
 
 @pytest.mark.parametrize("ttl", [0.6, 0.4])

@@ -160,6 +160,43 @@ def test_a_closed_loop_whose_lease_was_lost_is_freed_soon(monkeypatch: pytest.Mo
     assert sum(ref() is not None for ref in loops) == 0
 
 
+class _SlowCloseLoop(asyncio.SelectorEventLoop):
+    def close(self) -> None:
+        # A loaded machine pauses the thread between the loop's last run and its close: the
+        # lost lease's heap entry (its deadline, 0.3 s) fires meanwhile, its hop queued here.
+        time.sleep(0.5)
+        super().close()
+
+
+def test_a_loop_closed_after_its_scheduler_fired_is_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`close` drops the scheduler's hop queued while the loop was stopped: the loop is freed all the same."""
+    monkeypatch.setattr(logging.getLogger("resilience"), "disabled", True)  # as above: no records kept
+    store = MemoryLockStore()
+    pipeline = (
+        ResiliencePipelineBuilder()
+        .add_lock(f"lost-{uuid.uuid4().hex}", ttl=0.3, store=store, cancel_on_lost=True)
+        .build()
+    )
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def body() -> None:
+        store._leases.clear()
+        await asyncio.sleep(2)
+
+    async def run() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        with pytest.raises(LockLostError):
+            await pipeline.execute_async(body)
+
+    with asyncio.Runner(loop_factory=_SlowCloseLoop) as runner:
+        runner.run(run())
+    deadline = time.monotonic() + 3
+    while loops[0]() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
+    assert loops[0]() is None
+
+
 def _clients(server: RedisServer) -> int:
     return sum(1 for line in server.command("CLIENT", "LIST").splitlines() if "addr=" in line)
 
