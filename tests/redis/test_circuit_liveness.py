@@ -294,7 +294,9 @@ async def test_an_asyncio_circuit_learns_the_fleets_state_before_its_first_call(
 
 def test_an_idle_member_cannot_keep_the_probe_from_a_member_with_calls(client: Any, key: str) -> None:
     """Two members, the one holding the probe never called: the other, calling every 0.5 s, gets
-    the probe by its second call (the first one asks for it)."""
+    the probe within a few calls (the first one asks for it; on a quiet machine the second is
+    the probe, but a sync thread starved by load may let an unused grant lapse and claim again).
+    A holder that kept the probe from a member with calls would fail every one of them."""
     RedisCircuitStateStore(client).exchange(key, CircuitExchange(0, 4, 0.5, 4, 30.0, 0.3, 0, 0, 0, 0, 0.0))
     idle = shared(RedisCircuitStateStore(client), key)  # a store of its own: another member
     until(lambda: client.hget(f"circuit:{key}", "st") == b"2")  # the idle member claimed the probe
@@ -302,12 +304,12 @@ def test_an_idle_member_cannot_keep_the_probe_from_a_member_with_calls(client: A
     busy = shared(RedisCircuitStateStore(client), key, provider=provider)
     assert provider.state is CircuitState.HALF_OPEN  # someone else's probe
     fates: list[str] = []
-    for _ in range(3):
+    for _ in range(8):
         time.sleep(0.5)
         outcome = busy.settle(lambda: "probe")
         fates.append("ok" if outcome.is_ok else type(outcome.error).__name__)  # type: ignore[attr-defined]
         if outcome.is_ok:
             break
-    assert "ok" in fates[:2], fates
+    assert fates[-1] == "ok", fates
     assert provider.state is CircuitState.CLOSED
     until(lambda: idle.settle(lambda: "flows").is_ok, timeout=2)  # the fleet's close reaches it
