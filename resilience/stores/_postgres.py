@@ -385,20 +385,8 @@ class _PostgresStore(Closing):
         A missing table gets a note naming `create_schema()`. A pool that timed out waiting
         for a connection says nothing of why; one direct connection attempt (psycopg's sync
         or async `connect`) finds the real cause (refused, bad password, no such database):
-        a note, and the error's cause.
-        """
-        if self._diagnosis_due(exc):
-            try:
-                yield (yield self._connector(pool, connect)()).close()
-            except self._psycopg.Error as cause:
-                self._cause = cause
-        self._noted(exc)
-
-    def _diagnosis_due(self, exc: Exception) -> bool:
-        """Whether to try one direct connection: `exc` is a pool timeout; notes a missing table.
-
-        One attempt per `_DIAGNOSE_EVERY` at most (an outage is no connection storm); False
-        meanwhile, and the last attempt's finding is reused.
+        a note, and the error's cause. One attempt per `_DIAGNOSE_EVERY` at most (an outage is
+        no connection storm); meanwhile the last attempt's finding is reused.
         """
         psycopg, psycopg_pool = _psycopg()
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
@@ -406,15 +394,16 @@ class _PostgresStore(Closing):
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return
         now = time.monotonic()
-        if not isinstance(exc, psycopg_pool.PoolTimeout) or now - self._diagnosed_at < _DIAGNOSE_EVERY:
-            return False
-        self._diagnosed_at, self._cause = now, None
-        return True
-
-    def _noted(self, exc: Exception) -> None:
-        """A pool timeout told what the last diagnosis found: a note, and its cause."""
-        if self._cause is not None and isinstance(exc, _psycopg()[1].PoolTimeout):
+        if now - self._diagnosed_at >= _DIAGNOSE_EVERY:
+            self._diagnosed_at, self._cause = now, None
+            try:
+                yield (yield self._connector(pool, connect)()).close()
+            except psycopg.Error as cause:
+                self._cause = cause
+        if self._cause is not None:
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
             exc.__cause__ = self._cause
 
