@@ -739,26 +739,22 @@ class MemorySemaphoreStore(_MemoryStore):
             holders = self._live(key, now)
             pruned = recorded - self._held(holders)  # slots of lapsed holders: nobody announced them
             limit = self._limits.get(key, 0)
-            if holders is None or owner not in holders:
-                if not self._leave(key, owner) or key not in self._listeners:
-                    return False
-                released = False
-                free = limit - self._held(holders)
-                already = 0  # the queue moved up: every waiter the free slots serve is woken
-            else:
-                freed = holders.pop(owner)[2]
+            freed = 0 if holders is None or owner not in holders else holders.pop(owner)[2]  # 0: not a holder
+            if freed:
                 if not holders:
                     del self._holders[key]
-                released = True
-                if key not in self._listeners:  # the common case: nobody waits
-                    self._forget_limit(key)
-                    return released
-                free = limit - self._held(holders)
-                already = free - freed - pruned
                 self._forget_limit(key)
+            elif not self._leave(key, owner):
+                return False
+            if key not in self._listeners:  # the common case: nobody waits
+                return freed > 0
+            free = limit - self._held(holders)
+            # Woken: the waiters the free slots serve that the slots free before did not; after
+            # a waiter left instead, the queue moved up: every waiter the free slots serve.
+            already = free - freed - pruned if freed else 0
             callbacks = self._take_listeners(key, self._served(key, free, already, now))
         self._notify(callbacks)
-        return released
+        return freed > 0
 
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token) and the length of its waiter queue, or None when none holds it."""
