@@ -669,8 +669,7 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
                     if permits <= free or holders is None:
                         return None, None  # the slots are free, but promised to waiters ahead
                     return None, min(expires for _, expires, _ in holders.values()) - now
-                if key in self._queues:
-                    self._leave(key, owner)
+                self._leave(key, owner)
                 if holders is None:
                     self._sweep(now)
                     holders = self._holders[key] = {}
