@@ -68,8 +68,7 @@ class RedisRateLimitStore(RedisClientsStore):
     ) -> float:
         """Take `permits` permits of `key` if free: 0.0, else the seconds until they are (see `RateLimitStore`)."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._sync_runner("take")
-        return int(runner.run(script, [self.key(key, algorithm)], argv)) / 1_000_000
+        return int(self._run("take", script, ([self.key(key, algorithm)], argv))) / 1_000_000
 
     async def take_async(  # noqa: PLR0917 - the protocol's positional signature
         self,
@@ -82,5 +81,4 @@ class RedisRateLimitStore(RedisClientsStore):
     ) -> float:
         """See `take`."""
         script, argv = self._arguments(key, (limit, per, burst, algorithm, permits))
-        runner = self._async_runner("take_async")
-        return int(await runner.run(script, [self.key(key, algorithm)], argv)) / 1_000_000
+        return int(await self._run_async("take_async", script, ([self.key(key, algorithm)], argv))) / 1_000_000

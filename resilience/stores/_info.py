@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from resilience.stores._protocols import AsyncSupportsInspection, SupportsInspection
     from resilience.stores._steps import Steps
 
-__all__ = ["HolderInfo", "LockInfo", "LockMode", "force_release_by_owner", "lock_mode"]
+__all__ = ["HolderInfo", "HoldersFromInfo", "LockInfo", "LockMode", "force_release_by_owner", "lock_mode"]
 
 LockMode = Literal["exclusive", "shared", "semaphore"]
 """How a key is held: by one lock holder, by shared (read) holders, or by semaphore holders."""
@@ -46,9 +47,33 @@ class LockInfo:
     """The length of the key's waiter queue; None when the store does not record waiters."""
 
 
-def holder_tuples(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
+def _holder_tuples(found: LockInfo | None) -> list[tuple[str, int, float, int]]:
     """`info`'s holders as `(owner, token, seconds left, permits)`: what a semaphore store's `holders` returns."""
     return [] if found is None else [(h.owner, h.token, h.expires_in or 0.0, h.permits) for h in found.holders]
+
+
+class HoldersFromInfo:
+    """A semaphore store's `holders` and `holders_async`, read from its `info` (`SupportsInspection`)."""
+
+    def holders(self: SupportsInspection, key: str) -> list[tuple[str, int, float, int]]:
+        """The live holders of `key`: `(owner, token, seconds left, permits)`, by token."""
+        return _holder_tuples(self.info(key))
+
+    async def holders_async(self: AsyncSupportsInspection, key: str) -> list[tuple[str, int, float, int]]:
+        """See `holders`."""
+        return _holder_tuples(await self.info_async(key))
+
+
+def acquire_answer(reply: Any) -> tuple[int | None, float | None]:
+    """`(token, None)` or `(None, seconds until it may be free, or None)` from an acquire's one number.
+
+    What the Redis acquire scripts and the PostgreSQL acquire functions answer: a token (> 0),
+    -(ms until a holder's lease ends) (< 0), or 0 when no time is told.
+    """
+    value = int(reply)
+    if value > 0:
+        return value, None
+    return None, (-value / 1000 if value < 0 else None)
 
 
 def lock_mode(*, shared: bool) -> LockMode:

@@ -12,16 +12,17 @@ Memory stays bounded when keys are unbounded: nothing is kept for a key whose le
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import math
 import threading
 import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from resilience._runtime._threads import resolve_threadsafe
 from resilience._time import SYSTEM_TIME, clock_wait, clock_wait_async, lease_clock
 from resilience._validation import check_semaphore_permits
-from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
+from resilience.stores._info import HolderInfo, HoldersFromInfo, LockInfo, lock_mode
 from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._steps import inline_twin
 
@@ -248,16 +249,7 @@ class _MemoryStore:
             return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-
-        def settle() -> None:
-            if not future.done():
-                future.set_result(None)
-
-        def on_release() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(settle)
-
-        remove = self.add_release_listener(key, on_release, owner)
+        remove = self.add_release_listener(key, functools.partial(resolve_threadsafe, loop, future), owner)
         try:
             if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
@@ -561,7 +553,7 @@ class MemoryLockStore(_MemoryStore):
         return f"MemoryLockStore(time_provider={self.time_provider!r})"
 
 
-class MemorySemaphoreStore(_MemoryStore):
+class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
     """An in-process `SemaphoreStore`/`AsyncSemaphoreStore`: up to `limit` slots per key.
 
     Each holder gets its own token and takes `permits` slots at once, all or none
@@ -598,12 +590,6 @@ class MemorySemaphoreStore(_MemoryStore):
         # Under the mutex: a key with neither holders nor waiters keeps no state.
         if key not in self._holders and key not in self._queues:
             self._limits.pop(key, None)
-
-    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
-        """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest grant first."""
-        return holder_tuples(self.info(key))
-
-    holders_async = inline_twin(holders)
 
     @staticmethod
     def _held(holders: dict[str, tuple[int, float, int]] | None) -> int:
@@ -683,8 +669,7 @@ class MemorySemaphoreStore(_MemoryStore):
                     if permits <= free or holders is None:
                         return None, None  # the slots are free, but promised to waiters ahead
                     return None, min(expires for _, expires, _ in holders.values()) - now
-                if key in self._queues:
-                    self._leave(key, owner)
+                self._leave(key, owner)
                 if holders is None:
                     self._sweep(now)
                     holders = self._holders[key] = {}
@@ -739,26 +724,22 @@ class MemorySemaphoreStore(_MemoryStore):
             holders = self._live(key, now)
             pruned = recorded - self._held(holders)  # slots of lapsed holders: nobody announced them
             limit = self._limits.get(key, 0)
-            if holders is None or owner not in holders:
-                if not self._leave(key, owner) or key not in self._listeners:
-                    return False
-                released = False
-                free = limit - self._held(holders)
-                already = 0  # the queue moved up: every waiter the free slots serve is woken
-            else:
-                freed = holders.pop(owner)[2]
+            freed = 0 if holders is None or owner not in holders else holders.pop(owner)[2]  # 0: not a holder
+            if freed:
                 if not holders:
                     del self._holders[key]
-                released = True
-                if key not in self._listeners:  # the common case: nobody waits
-                    self._forget_limit(key)
-                    return released
-                free = limit - self._held(holders)
-                already = free - freed - pruned
                 self._forget_limit(key)
+            elif not self._leave(key, owner):
+                return False
+            if key not in self._listeners:  # the common case: nobody waits
+                return freed > 0
+            free = limit - self._held(holders)
+            # Woken: the waiters the free slots serve that the slots free before did not; after
+            # a waiter left instead, the queue moved up: every waiter the free slots serve.
+            already = free - freed - pruned if freed else 0
             callbacks = self._take_listeners(key, self._served(key, free, already, now))
         self._notify(callbacks)
-        return released
+        return freed > 0
 
     def info(self, key: str) -> LockInfo | None:
         """`key`'s live holders (by token) and the length of its waiter queue, or None when none holds it."""
@@ -790,6 +771,7 @@ class MemorySemaphoreStore(_MemoryStore):
     release_async = inline_twin(release)
     info_async = inline_twin(info)
     force_release_async = inline_twin(force_release)
+    holders_async = inline_twin(HoldersFromInfo.holders)
 
     def __repr__(self) -> str:
         return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"

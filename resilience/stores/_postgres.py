@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from resilience._runtime._closing import Closing
 from resilience._validation import check_semaphore_permits, ttl_ms
 from resilience.exceptions import ValidationError
-from resilience.stores._info import HolderInfo, LockInfo, holder_tuples, lock_mode
+from resilience.stores._info import HolderInfo, HoldersFromInfo, LockInfo, acquire_answer, lock_mode
 from resilience.stores._postgres_notify import AsyncReleaseListener, SyncReleaseListener
 from resilience.stores._postgres_sql import LockSql, SemaphoreSql, check_table
 from resilience.stores._protocols import StoreCapabilities
@@ -99,15 +99,12 @@ class _Statement(Generic[_T]):
 
 
 def _acquired(rows: list[Any]) -> tuple[int | None, float | None]:
-    """The acquire functions' answer: a token (> 0); -(ms until a holder's lease ends) (< 0); 0 when no time is told.
+    """The acquire functions' answer (`acquire_answer`), in the one row's one column.
 
-    0: the lock's holders are gone but a waiter goes first; the semaphore's slots are free but
-    promised to waiters ahead, or its holders' time is unknown.
+    0, no time told: the lock's holders are gone but a waiter goes first; the semaphore's slots
+    are free but promised to waiters ahead, or its holders' time is unknown.
     """
-    value = int(rows[0][0])
-    if value > 0:
-        return value, None
-    return None, (-value / 1000 if value < 0 else None)
+    return acquire_answer(rows[0][0])
 
 
 @dataclass(slots=True, eq=False)
@@ -385,20 +382,8 @@ class _PostgresStore(Closing):
         A missing table gets a note naming `create_schema()`. A pool that timed out waiting
         for a connection says nothing of why; one direct connection attempt (psycopg's sync
         or async `connect`) finds the real cause (refused, bad password, no such database):
-        a note, and the error's cause.
-        """
-        if self._diagnosis_due(exc):
-            try:
-                yield (yield self._connector(pool, connect)()).close()
-            except self._psycopg.Error as cause:
-                self._cause = cause
-        self._noted(exc)
-
-    def _diagnosis_due(self, exc: Exception) -> bool:
-        """Whether to try one direct connection: `exc` is a pool timeout; notes a missing table.
-
-        One attempt per `_DIAGNOSE_EVERY` at most (an outage is no connection storm); False
-        meanwhile, and the last attempt's finding is reused.
+        a note, and the error's cause. One attempt per `_DIAGNOSE_EVERY` at most (an outage is
+        no connection storm); meanwhile the last attempt's finding is reused.
         """
         psycopg, psycopg_pool = _psycopg()
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
@@ -406,15 +391,16 @@ class _PostgresStore(Closing):
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return
         now = time.monotonic()
-        if not isinstance(exc, psycopg_pool.PoolTimeout) or now - self._diagnosed_at < _DIAGNOSE_EVERY:
-            return False
-        self._diagnosed_at, self._cause = now, None
-        return True
-
-    def _noted(self, exc: Exception) -> None:
-        """A pool timeout told what the last diagnosis found: a note, and its cause."""
-        if self._cause is not None and isinstance(exc, _psycopg()[1].PoolTimeout):
+        if now - self._diagnosed_at >= _DIAGNOSE_EVERY:
+            self._diagnosed_at, self._cause = now, None
+            try:
+                yield (yield self._connector(pool, connect)()).close()
+            except psycopg.Error as cause:
+                self._cause = cause
+        if self._cause is not None:
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
             exc.__cause__ = self._cause
 
@@ -627,7 +613,7 @@ class PostgresLockStore(_PostgresStore):
         return LockInfo(key, lock_mode(shared=bool(rows[0][3])), holders, int(rows[0][4]))
 
 
-class PostgresSemaphoreStore(_PostgresStore):
+class PostgresSemaphoreStore(_PostgresStore, HoldersFromInfo):
     """A semaphore store over PostgreSQL: up to `limit` slots per key, each holder with its own token.
 
     One row per holder, with the `permits` it took (`SupportsPermits`); acquiring is one call
@@ -707,14 +693,6 @@ class PostgresSemaphoreStore(_PostgresStore):
             HolderInfo(owner, int(token), int(left) / 1000, int(permits)) for owner, token, left, permits in rows
         )
         return LockInfo(key, "semaphore", holders, None) if holders else None
-
-    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
-        """The live holders of `key`: `(owner, token, seconds left, permits)`, oldest token first."""
-        return holder_tuples(self.info(key))
-
-    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
-        """See `holders`."""
-        return holder_tuples(await self.info_async(key))
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1

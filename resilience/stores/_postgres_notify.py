@@ -151,7 +151,10 @@ class SyncReleaseListener(_Listener[threading.Event]):
             ready.set()
             while not self._closed:
                 for notify in conn.notifies(timeout=_POLL):
-                    self._wake(notify.payload)
+                    with self._lock:
+                        events = _first(self._waiters, notify.payload)
+                    for event in events:
+                        event.set()
         except Exception:  # noqa: BLE001 -- a broken listener only costs waiters their hint
             _log.debug("release listener on %s stopped", self._channel, exc_info=True)
             self._failed_at = time.monotonic()
@@ -162,12 +165,6 @@ class SyncReleaseListener(_Listener[threading.Event]):
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
-
-    def _wake(self, name: str) -> None:
-        with self._lock:
-            events = _first(self._waiters, name)
-        for event in events:
-            event.set()
 
     def close(self) -> None:
         """Stop the thread (within one poll) and close its connection."""

@@ -27,9 +27,10 @@ from resilience.exceptions import ValidationError
 from resilience.stores import _redis_scripts as scripts
 from resilience.stores._info import (
     HolderInfo,
+    HoldersFromInfo,
     LockInfo,
+    acquire_answer,
     force_release_by_owner,
-    holder_tuples,
     lock_mode,
 )
 from resilience.stores._protocols import StoreCapabilities
@@ -132,14 +133,6 @@ def companions(lock_key: str) -> tuple[str, str, str, str] | None:
 def _wait_ms(timeout: float) -> int:
     """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
     return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
-
-
-def _answer(reply: Any) -> tuple[int | None, float | None]:
-    """An acquire script's reply: a token (> 0), -ms until it may be free (< 0) or 0 (time unknown)."""
-    value = int(reply)
-    if value > 0:
-        return value, None
-    return None, (-value / 1000 if value < 0 else None)
 
 
 def _lock_info(key: str, reply: Any) -> LockInfo | None:
@@ -321,8 +314,12 @@ def _many_steps(
         return list(calls)
     try:
         replies = yield pipelined(client, [(script.sha, call) for call in sent])
-        if again := _noscript(replies):
-            _put(replies, again, (yield pipelined(client, [(None, sent[n]) for n in again], script.source)))
+        # The calls whose replies say NOSCRIPT go again as EVAL (which caches the script).
+        again = [n for n, reply in enumerate(replies) if isinstance(reply, Exception) and _is_noscript(reply)]
+        if again:
+            retried = yield pipelined(client, [(None, sent[n]) for n in again], script.source)
+            for n, reply in zip(again, retried, strict=True):
+                replies[n] = reply
     except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
         raise _unencodable(exc) from exc
     return _in_place(calls, replies)
@@ -364,16 +361,6 @@ async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Ca
     async with _pipeline(client) as pipe:
         _queue(client, pipe, commands, source)
         return list(await pipe.execute(raise_on_error=False))
-
-
-def _noscript(replies: list[Any]) -> list[int]:
-    """Where the replies say NOSCRIPT: those calls go again as EVAL (which caches the script)."""
-    return [n for n, reply in enumerate(replies) if isinstance(reply, Exception) and _is_noscript(reply)]
-
-
-def _put(replies: list[Any], positions: list[int], retried: list[Any]) -> None:
-    for n, reply in zip(positions, retried, strict=True):
-        replies[n] = reply
 
 
 def _in_place(calls: Sequence[_Call | Exception], replies: list[Any]) -> list[Any]:
@@ -505,6 +492,17 @@ class _RedisStore(RedisClientsStore):
         self._async_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncReleaseListener] = (
             weakref.WeakKeyDictionary()
         )
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        """Push `owner`'s live lease (the lock, a shared hold of it, or its slots) out to now + `ttl`.
+
+        False if it is not ours any more: never re-acquires, a lease that ended stays ended.
+        """
+        return bool(self._run("renew", self._renew_script, self._renew_args(key, owner, ttl)))
+
+    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
+        """See `renew`."""
+        return bool(await self._run_async("renew_async", self._renew_script, self._renew_args(key, owner, ttl)))
 
     def renewal_group(self, key: str) -> Hashable:
         """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
@@ -732,7 +730,8 @@ class RedisLockStore(_RedisStore):
         to the head of its waiter queue, the life left in the head's queue entry. With
         `shared`, a shared hold.
         """
-        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, self._acquire_args(key, owner, ttl, shared=shared)))
+        call = self._acquire_args(key, owner, ttl, shared=shared)
+        return acquire_answer(self._run("acquire", scripts.LOCK_ACQUIRE, call))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -745,11 +744,7 @@ class RedisLockStore(_RedisStore):
         its token and sets its ttl.
         """
         call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
-        return _answer(self._run("acquire", scripts.LOCK_ACQUIRE, call))
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s live lease out to now + `ttl`; False if it is not ours (never re-acquires)."""
-        return bool(self._run("renew", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
+        return acquire_answer(self._run("acquire", scripts.LOCK_ACQUIRE, call))
 
     def release(self, key: str, owner: str) -> bool:
         """Give up the lock if `owner` holds it (True): to the live head of its queue, or free.
@@ -787,7 +782,7 @@ class RedisLockStore(_RedisStore):
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
         call = self._acquire_args(key, owner, ttl, shared=shared)
-        return _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
+        return acquire_answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, *, shared: bool = False
@@ -795,16 +790,12 @@ class RedisLockStore(_RedisStore):
         """See `acquire_or_queue`."""
         call = self._acquire_args(key, owner, ttl, scripts.QUEUE_ENTRY_MS, shared=shared)
         sent = time.monotonic()
-        answer = _answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
+        answer = acquire_answer(await self._run_async("acquire_async", scripts.LOCK_ACQUIRE, call))
         if answer[0] is None:
             if len(self._asked) >= _ASKED_KEPT:  # waits that never came (cancelled between the two)
                 self._asked.clear()
             self._asked[key, owner] = sent
         return answer
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return bool(await self._run_async("renew_async", scripts.LOCK_RENEW, self._renew_args(key, owner, ttl)))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
@@ -840,7 +831,7 @@ class RedisLockStore(_RedisStore):
         return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
 
 
-class RedisSemaphoreStore(_RedisStore):
+class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
     """A semaphore store over Redis: up to `limit` slots per key, each holder with its own token.
 
     A holder takes `permits` slots at once, all or none (`SupportsPermits`). Keys
@@ -866,7 +857,7 @@ class RedisSemaphoreStore(_RedisStore):
 
     def keys(self, key: str) -> tuple[str, str]:
         """The Redis keys of semaphore `key`: the holders' sorted set and the token hash."""
-        holders = "{" + f"{self._prefix}:{_check_str('key', key)}" + "}"
+        holders = self._main_key(key)
         return holders, f"{holders}:tokens"
 
     def queue_keys(self, key: str) -> tuple[str, str]:
@@ -910,7 +901,7 @@ class RedisSemaphoreStore(_RedisStore):
         Slots that waiters queue for go to the first of them: anyone else is refused.
         """
         call = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._run("acquire", scripts.SEMAPHORE_ACQUIRE, call))[0]
+        return acquire_answer(self._run("acquire", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     def acquire_or_ttl(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -920,7 +911,7 @@ class RedisSemaphoreStore(_RedisStore):
         `(None, None)` when enough slots are free but promised to waiters queued ahead.
         """
         call = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
+        return acquire_answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def acquire_or_queue(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
@@ -932,11 +923,7 @@ class RedisSemaphoreStore(_RedisStore):
         again; `release(key, owner)` by a waiter that gives up leaves the queue.
         """
         call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """Push `owner`'s slots out to now + `ttl`; False if it holds none any more."""
-        return bool(self._run("renew", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
+        return acquire_answer(self._run("acquire_or_ttl", scripts.SEMAPHORE_ACQUIRE, call))
 
     def release(self, key: str, owner: str) -> bool:
         """Free `owner`'s slots (True only if it held some) and wake the waiters they serve.
@@ -947,10 +934,6 @@ class RedisSemaphoreStore(_RedisStore):
         """
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return self._run_release_sync(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
-
-    def holders(self, key: str) -> list[tuple[str, int, float, int]]:
-        """The live holders of `key`: `(owner, token, seconds left, permits)`, first lease end first."""
-        return holder_tuples(self.info(key))
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -965,34 +948,26 @@ class RedisSemaphoreStore(_RedisStore):
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
         call = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._run_async("acquire_async", scripts.SEMAPHORE_ACQUIRE, call))[0]
+        return acquire_answer(await self._run_async("acquire_async", scripts.SEMAPHORE_ACQUIRE, call))[0]
 
     async def acquire_or_ttl_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_ttl`."""
         call = self._acquire_args(key, owner, ttl, limit, permits)
-        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
+        return acquire_answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def acquire_or_queue_async(
         self, key: str, owner: str, ttl: float, limit: int, permits: int = 1
     ) -> tuple[int | None, float | None]:
         """See `acquire_or_queue`."""
         call = self._acquire_args(key, owner, ttl, limit, permits, entry_ms=scripts.QUEUE_ENTRY_MS)
-        return _answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """See `renew`."""
-        return bool(await self._run_async("renew_async", scripts.SEMAPHORE_RENEW, self._renew_args(key, owner, ttl)))
+        return acquire_answer(await self._run_async("acquire_or_ttl_async", scripts.SEMAPHORE_ACQUIRE, call))
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
         args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         return await self._run_release_async(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
-
-    async def holders_async(self, key: str) -> list[tuple[str, int, float, int]]:
-        """See `holders`."""
-        return holder_tuples(await self.info_async(key))
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1

@@ -32,6 +32,8 @@ from resilience.stores._steps import checked, run_steps, run_steps_async
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from resilience.stores._steps import Steps
+
 __all__ = ["AsyncReleaseListener", "SyncReleaseListener"]
 
 _log = logging.getLogger("resilience")
@@ -167,6 +169,14 @@ class _Subscriptions(Generic[_E]):
     def _forget_channel(self, channel: str) -> None:
         """Drop what else is kept of a channel that lingered out."""
 
+    def _unsubscribe_idle(self, now: float) -> Steps[None]:
+        """Unsubscribe the channels idle for `_LINGER` (steps: run on the sync or the asyncio pub/sub)."""
+        for channel in self._lingered(now):
+            try:
+                yield _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
+            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
+                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
+
     def _dispatch(self, kind: str, channel: str, turn: str | None) -> None:
         """Act on a parsed message: confirm a subscription, or wake the waiters a release wakes."""
         if kind == "subscribed":
@@ -276,13 +286,6 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
 
     # -- under self._lock ---------------------------------------------------------------------
 
-    def _unsubscribe_idle(self, now: float) -> None:
-        for channel in self._lingered(now):
-            try:
-                _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
-            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
-                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
-
     def _ensure_thread(self) -> None:
         if self._thread is None:
             self._thread = start_thread(self._run, self._stop, name=self._name)
@@ -302,7 +305,7 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
             with self._lock:
                 if stop.is_set():
                     return
-                self._unsubscribe_idle(time.monotonic())
+                run_steps(self._unsubscribe_idle(time.monotonic()))
                 if not self._subscribed:
                     self._close_pubsub()
                     self._thread = None
@@ -440,16 +443,9 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
         self._confirmed_at.pop(channel, None)
         self._turns.pop(channel, None)
 
-    async def _unsubscribe_idle(self, now: float) -> None:
-        for channel in self._lingered(now):
-            try:
-                await _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
-            except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
-                _log.debug("unsubscribe failed for %r", channel, exc_info=True)
-
     async def _run(self) -> None:
         while True:
-            await self._unsubscribe_idle(time.monotonic())
+            await run_steps_async(self._unsubscribe_idle(time.monotonic()))
             if not self._subscribed:
                 self._task = None
                 await self._close_pubsub()
