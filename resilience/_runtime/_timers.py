@@ -27,13 +27,6 @@ _MAX_WAIT = 3600.0
 """The timer thread wakes at least this often: `Condition.wait` refuses more than TIMEOUT_MAX."""
 
 
-def clamp_delay(delay: float) -> float:
-    """A delay any timer accepts: NaN and negatives are 0, more than `MAX_DELAY` is `MAX_DELAY`."""
-    if not delay > 0:  # NaN included
-        return 0.0
-    return min(delay, MAX_DELAY)
-
-
 def _real_monotonic() -> Callable[[], float]:
     """`time.monotonic` as the interpreter provides it, even if this module is imported during a freeze."""
     clock = time.monotonic
@@ -98,8 +91,13 @@ class TimerThread:
         self.cancelled = 0
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> ThreadTimerHandle:
-        """Run `callback` on the timer thread after `delay` seconds of real time."""
-        handle = ThreadTimerHandle(self, self.monotonic() + clamp_delay(delay), callback)
+        """Run `callback` on the timer thread after `delay` seconds of real time.
+
+        NaN and negative delays are 0; more than `MAX_DELAY` is `MAX_DELAY`.
+        """
+        if not delay > 0:  # NaN included
+            delay = 0.0
+        handle = ThreadTimerHandle(self, self.monotonic() + min(delay, MAX_DELAY), callback)
         # The condition's own lock, entered directly: `with self._cond` goes through two
         # Python-level calls (Condition.__enter__/__exit__), 0.2 us of a 1.4 us schedule+cancel.
         with self._lock:

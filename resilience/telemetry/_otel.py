@@ -31,7 +31,7 @@ import sys
 import threading
 import weakref
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from resilience._outcome import Err
 from resilience._runtime._threads import start_thread
@@ -50,9 +50,9 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from resilience._outcome import Outcome
-    from resilience.telemetry._event import Severity, TelemetryEvent
+    from resilience.telemetry._event import TelemetryEvent
     from resilience.telemetry._options import TelemetryOptions
+    from resilience.telemetry._source import _Fields
 
 __all__ = [
     "CONTEXT_TAGS",
@@ -61,13 +61,16 @@ __all__ = [
     "EventFields",
     "attributes",
     "export",
-    "exports",
     "is_active",
     "metrics_only",
     "observe",
     "record",
+    "recording_span",
     "tracer",
 ]
+
+EventFields: TypeAlias = "TelemetryEvent | _Fields"
+"""What `record`, `tags` and `attributes` read: a `TelemetryEvent`, or the metrics-only path's cheaper stand-in."""
 
 CONTEXT_TAGS: Final[ContextVar[Callable[[EventFields], Mapping[str, Any]] | None]] = ContextVar(
     "resilience_context_tags", default=None
@@ -89,8 +92,7 @@ _NOT_COUNTED = frozenset({"ExecutionAttempt", "PipelineExecuting", "PipelineExec
 # Events that no metric records (not counted, no duration histogram): only a span sees them.
 SPAN_ONLY = frozenset({"PipelineExecuting"})
 _LOCK_WAIT = frozenset({"OnLockAcquired", "OnLockRejected"})
-_LOCK_HOLD = frozenset({"OnLockReleased", "OnLockLost"})
-_LOCK_EVENTS = _LOCK_WAIT | _LOCK_HOLD | {"OnLockRenewalFailed"}
+_LOCK_EVENTS = _LOCK_WAIT | {"OnLockReleased", "OnLockLost", "OnLockRenewalFailed"}
 
 # Events whose outcome is a failure the strategy handled, even when it is a result (an HTTP 503).
 _HANDLED = frozenset({"OnRetry", "OnCircuitOpened", "OnFallback"})
@@ -384,7 +386,8 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     return None if type(provider).__name__ in _NOOP_PROVIDERS else provider
 
 
-def _recording_span(options: TelemetryOptions) -> Any:
+def recording_span(options: TelemetryOptions) -> Any:
+    """The current span when it records (a tracer provider is set in code or in `options`), else None."""
     trace = _trace_api or _api_modules()[1]
     if trace is None:
         return None
@@ -427,14 +430,7 @@ def is_active(options: TelemetryOptions) -> bool:
                 return False
         except AttributeError:  # an API without these globals: the checks below decide
             pass
-    return _meter_provider(options) is not None or _recording_span(options) is not None
-
-
-def exports(name: str, options: TelemetryOptions) -> bool:
-    """Whether `export` would do anything with an event called `name` right now."""
-    if name in SPAN_ONLY:
-        return _recording_span(options) is not None  # a meter would record nothing for it
-    return is_active(options)
+    return _meter_provider(options) is not None or recording_span(options) is not None
 
 
 def tracer(options: TelemetryOptions) -> Tracer | None:
@@ -465,9 +461,6 @@ def _error_type(event: EventFields, extra: Mapping[str, Any] | None) -> str | No
         if raised is LockLostError and getattr(event.arguments, "mode", None) == "semaphore":
             raised = SemaphoreLeaseLostError
         return exception_type(raised)
-    outcome = event.outcome
-    if outcome is None:
-        return None
     handled = name in _HANDLED or (name == "ExecutionAttempt" and getattr(event.arguments, "handled", False) is True)
     status = None if extra is None or not handled else extra.get("http.response.status_code")
     return None if status is None else str(status)
@@ -513,7 +506,7 @@ def attributes(event: EventFields, options: TelemetryOptions) -> dict[str, Any]:
 def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
     """Record the event's metrics and add it to the current span, where either is active."""
     provider = _meter_provider(options)
-    span = _recording_span(options)
+    span = recording_span(options)
     if provider is not None:
         # Under a recording span the histograms record at once, in this context (exemplars).
         record(INSTRUMENTS.get(provider), event, options, now=span is not None)
@@ -524,33 +517,9 @@ def export(event: TelemetryEvent, options: TelemetryOptions) -> None:
 def metrics_only(options: TelemetryOptions) -> Instruments | None:
     """The instruments to record in when a meter provider records and no span does, else None."""
     provider = _meter_provider(options)
-    if provider is None or _recording_span(options) is not None:
+    if provider is None or recording_span(options) is not None:
         return None
-    last = INSTRUMENTS._last  # the cache's own fast path, without its call
-    if last is not None and last[0] is provider:
-        return last[1]
     return INSTRUMENTS.get(provider)
-
-
-class EventFields(Protocol):
-    """What `record` reads of an event: a `TelemetryEvent`, or the hot path's cheaper stand-in."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def severity(self) -> Severity: ...
-    @property
-    def pipeline_name(self) -> str | None: ...
-    @property
-    def pipeline_instance(self) -> str | None: ...
-    @property
-    def strategy_name(self) -> str | None: ...
-    @property
-    def operation_key(self) -> str | None: ...
-    @property
-    def outcome(self) -> Outcome[Any] | None: ...
-    @property
-    def arguments(self) -> object | None: ...
 
 
 def _record_now(_key: _Key, histogram: Histogram, tags: Callable[[], dict[str, Any]], value: float) -> None:
@@ -564,8 +533,8 @@ def _record_now(_key: _Key, histogram: Histogram, tags: Callable[[], dict[str, A
 def record(instruments: Instruments, event: EventFields, options: TelemetryOptions, *, now: bool = False) -> None:
     """Buffer the event's measurements; the tags are built only the first time a key is seen.
 
-    `event` may be any object with the fields of a `TelemetryEvent`: the hot path passes the
-    emitting source's fields without building the event itself. `now`: record the durations at
+    `event` is a `TelemetryEvent`, or the metrics-only path's stand-in with the same fields (the
+    emitting source's, without building the event itself). `now`: record the durations at
     once (a span records, and an exemplar may take its trace), counting still batched.
     """
     name = event.name

@@ -152,9 +152,9 @@ class TelemetrySource:
             and not LOGGER.isEnabledFor(severity._level)
         ):
             # Only OpenTelemetry can hear it. The common production case, a meter provider and no
-            # recording span, buffers the measurements without building the event. No metric records
-            # a span-only event: it is built only for a recording span (building it costs a fifth of
-            # an execution).
+            # recording span, buffers the measurements without building the event. Otherwise only a
+            # recording span can take it (no metric records a span-only event), and the event is
+            # built only for one (building it costs a fifth of an execution).
             options = self.options
             instruments = None if name in _otel.SPAN_ONLY else _otel.metrics_only(options)
             if instruments is not None:
@@ -164,7 +164,7 @@ class TelemetrySource:
                 fields.arguments = arguments
                 _otel.record(instruments, fields, options)
                 return severity
-            if not _otel.exports(name, options):
+            if _otel.recording_span(options) is None:
                 return Severity.NONE
         event = TelemetryEvent(
             name=name,
