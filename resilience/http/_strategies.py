@@ -36,7 +36,7 @@ from resilience.strategies.retry._strategy import RetryStrategyOptions
 from resilience.strategies.timeout._strategy import TimeoutStrategy, TimeoutStrategyOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
     from _typeshed import DataclassInstance
 
@@ -374,11 +374,15 @@ class AuthorityCircuitBreaker:
         """Run `callback` through the circuit of the request's authority (sync)."""
         return self._current().execute(callback, context)
 
-    async def execute_async(
+    def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
-    ) -> T:
-        """Await `callback` through the circuit of the request's authority (async)."""
-        return await self._current().execute_async(callback, context)
+    ) -> Coroutine[Any, Any, T]:
+        """Await `callback` through the circuit of the request's authority (async).
+
+        A plain `def` that hands back the circuit's own coroutine: one level less in the chain
+        that each suspension and resume of the request's task passes through.
+        """
+        return self._current().execute_async(callback, context)
 
     def __repr__(self) -> str:
         return f"<AuthorityCircuitBreaker circuits={len(self._circuits)}>"

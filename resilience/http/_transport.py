@@ -296,12 +296,13 @@ class _Exchange:
             live, self._live = self._live, []
         return [response for _, response in live if response is not keep]
 
-    def send(self, execute: Callable[[], R]) -> R:
-        """Run the pipeline (`execute()`) with this request published; close every other response."""
+    def send(self, pipeline: ResiliencePipeline, send: Callable[[], R], timeouts: type[Exception]) -> R:
+        """Run `attempt` through `pipeline` with this request published; close every other response."""
         tokens = self.enter()
         response: R | None = None  # kept: the returned response; none when the pipeline raised
         try:
-            response = execute()
+            # `attempt` is a module function: the pipeline checks a plain function fastest.
+            response = pipeline.execute(attempt, self, send, timeouts)
             return response
         finally:
             self.leave(tokens)
@@ -421,8 +422,7 @@ class ResilientTransport(httpx.BaseTransport):
         """Send `request` through the pipeline; return the response it settles on."""
         exchange = _Exchange(request, self.pipeline.time_provider)
         send = functools.partial(_handle, self.transport, exchange)
-        # `attempt` is a module function: the pipeline checks a plain function fastest.
-        return exchange.send(lambda: self.pipeline.execute(attempt, exchange, send, httpx.TimeoutException))
+        return exchange.send(self.pipeline, send, httpx.TimeoutException)
 
     def close(self) -> None:
         """Close the wrapped transport."""

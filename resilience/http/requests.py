@@ -27,7 +27,7 @@ from requests.adapters import HTTPAdapter
 
 from resilience._pipeline import require_pipeline
 from resilience.http._classify import REQUEST, authority_of, register_client
-from resilience.http._transport import _Exchange, attempt, server_tags, small_body
+from resilience.http._transport import _Exchange, server_tags, small_body
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class ResilientHTTPAdapter(HTTPAdapter):
         exchange = _RequestsExchange(request, self.pipeline.time_provider, timeout)
         options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
         send = functools.partial(_send, self, exchange, options)
-        return exchange.send(lambda: self.pipeline.execute(attempt, exchange, send, requests.exceptions.Timeout))
+        return exchange.send(self.pipeline, send, requests.exceptions.Timeout)
 
     def __repr__(self) -> str:
         return f"<ResilientHTTPAdapter pipeline={self.pipeline!r}>"
