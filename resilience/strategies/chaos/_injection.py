@@ -46,8 +46,6 @@ __all__ = [
     "fresh_fault",
 ]
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True, slots=True)
 class EnabledGeneratorArguments:
@@ -107,6 +105,9 @@ def coerce_rate(value: object) -> float:
     if math.isnan(value):
         return 0.0
     return min(max(float(value), 0.0), 1.0)
+
+
+T = TypeVar("T")
 
 
 class ChaosStrategyBase:
