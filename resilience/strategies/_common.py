@@ -1,8 +1,10 @@
-"""What the retry and circuit-breaker strategies share: `handle` rules, callbacks, waits.
+"""What the built-in strategies share: `handle` rules, callbacks, step generators, waits.
 
 - `Handler` compiles a `handle` option (an exception type, a tuple of types, or a predicate
   over the `Outcome`) plus an optional `handle_result` predicate into two quick checks.
 - `call_back` / `call_back_async` run a user callback (awaiting an awaitable in async).
+- `run_steps` / `run_steps_async` drive a strategy's `Steps`: the sync and async shells of a
+  strategy share what surrounds its user callbacks by driving one generator.
 - `wait` / `wait_async` sleep on the time provider and end at once when a signal aborts.
 """
 
@@ -18,7 +20,7 @@ from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
 
     from resilience._signal import Signal
     from resilience._time import TimeProvider
@@ -27,10 +29,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Handle",
     "Handler",
+    "Steps",
     "call_back",
     "call_back_async",
     "called_back",
     "check_handle",
+    "run_steps",
+    "run_steps_async",
     "store_traits",
     "wait",
     "wait_async",
@@ -38,6 +43,9 @@ __all__ = [
 
 Handle: TypeAlias = "type[Exception] | tuple[type[Exception], ...] | Callable[[Outcome[Any]], bool] | None"
 """What `handle` accepts: exception type(s), a predicate over the outcome, or None (the default)."""
+
+Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object, None]"
+"""What a strategy's sync and async shells share, as one generator both drive (`run_steps`)."""
 
 
 def _is_exception_type(value: object) -> bool:
@@ -145,6 +153,35 @@ async def call_back_async(callback: Callable[[Any], object], arguments: object) 
     """Run a user callback in an async execution and return its result, awaited if awaitable."""
     result = callback(arguments)
     return await result if inspect.isawaitable(result) else result
+
+
+def run_steps(steps: Steps) -> Any:
+    """Drive `steps` in a sync execution; return their answer.
+
+    The steps yield `(callback, arguments)` for each user callback (called here, its result
+    sent back), then `(None, answer)`. A callback that raises closes the steps (their `finally`
+    blocks run) before it propagates.
+    """
+    hook, value = next(steps)
+    try:
+        while hook is not None:
+            hook, value = steps.send(call_back(hook, value))
+    except BaseException:
+        steps.close()
+        raise
+    return value
+
+
+async def run_steps_async(steps: Steps) -> Any:
+    """Drive `steps` in an async execution (a callback's awaitable is awaited); their answer."""
+    hook, value = next(steps)
+    try:
+        while hook is not None:
+            hook, value = steps.send(await call_back_async(hook, value))
+    except BaseException:
+        steps.close()
+        raise
+    return value
 
 
 def wait(time_provider: TimeProvider, seconds: float, signal: Signal) -> bool:

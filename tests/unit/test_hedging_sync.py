@@ -26,9 +26,10 @@ from resilience import (
     get_lock_token,
     use_context,
 )
+from resilience._runtime._pool import Pool
 from resilience.strategies import HedgingActionArguments, HedgingDelayArguments, OnHedgingArguments
 from resilience.strategies.hedging import _strategy as hedging_module
-from resilience.strategies.hedging._pool import POOL_SIZE, HedgingPool
+from resilience.strategies.hedging._pool import POOL_SIZE
 from resilience.telemetry import Severity, TelemetryEvent, TelemetryOptions
 
 if TYPE_CHECKING:
@@ -307,7 +308,7 @@ def test_a_hedge_still_queued_when_the_execution_ends_never_runs(
     clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A saturated pool queues the hedge; the winner withdraws it and returns without waiting."""
-    pool = HedgingPool(size=1)
+    pool = Pool("hedging", 1)
     monkeypatch.setattr(hedging_module, "POOL", pool)
     busy, release = threading.Event(), threading.Event()
     pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT)))
@@ -324,7 +325,7 @@ def test_a_hedge_queued_behind_a_saturated_pool_runs_on_the_waiting_caller(
     clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Attempt 0 failed while the hedge waits for a pool thread: the idle caller runs it itself."""
-    pool = HedgingPool(size=1)
+    pool = Pool("hedging", 1)
     monkeypatch.setattr(hedging_module, "POOL", pool)
     busy, release = threading.Event(), threading.Event()
     pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT)))
@@ -341,7 +342,7 @@ def test_an_aborted_execution_withdraws_its_queued_hedge(
     clock: FakeTimeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An outer timeout fires while the hedge waits for a pool thread: it never starts, nothing waits for it."""
-    pool = HedgingPool(size=1)
+    pool = Pool("hedging", 1)
     monkeypatch.setattr(hedging_module, "POOL", pool)
     busy, release, freed = threading.Event(), threading.Event(), threading.Event()
     pool.submit(lambda: (busy.set(), release.wait(REAL_WAIT), freed.set()))
@@ -367,7 +368,7 @@ def test_an_aborted_execution_withdraws_its_queued_hedge(
 
 def test_the_pool_is_bounded_and_withdraws_queued_jobs() -> None:
     """At most `size` threads; a queued job can be withdrawn; idle threads end."""
-    pool = HedgingPool(size=2, idle_seconds=0.01)
+    pool = Pool("hedging", 2, idle=0.01)
     release = threading.Event()
     ran: list[str] = []
     started = threading.Semaphore(0)
@@ -400,7 +401,7 @@ def test_the_pool_is_bounded_and_withdraws_queued_jobs() -> None:
 
 def test_a_job_that_raises_does_not_kill_its_thread(caplog: pytest.LogCaptureFixture) -> None:
     """A bug in a job is logged; the thread keeps serving."""
-    pool = HedgingPool(size=1)
+    pool = Pool("hedging", 1)
     done = threading.Event()
 
     def broken() -> None:

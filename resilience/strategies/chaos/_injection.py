@@ -19,37 +19,32 @@ import copy
 import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from resilience._outcome import Outcome
 from resilience._validation import Problems
 from resilience.exceptions import ValidationError
 from resilience.strategies._base import StrategyTraits
-from resilience.strategies._common import call_back, call_back_async, called_back, wait, wait_async
+from resilience.strategies._common import called_back, run_steps, run_steps_async, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator
+    from collections.abc import Awaitable, Callable
 
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._common import Steps
     from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "ChaosStrategyBase",
     "EnabledGeneratorArguments",
     "InjectionRateGeneratorArguments",
-    "Steps",
     "chaos_problems",
     "check_fault",
     "fresh_fault",
 ]
-
-T = TypeVar("T")
-
-Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object, None]"
-"""A chaos kind's injection steps, which both shells drive (see `ChaosStrategyBase._inject`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +105,9 @@ def coerce_rate(value: object) -> float:
     if math.isnan(value):
         return 0.0
     return min(max(float(value), 0.0), 1.0)
+
+
+T = TypeVar("T")
 
 
 class ChaosStrategyBase:
@@ -222,9 +220,7 @@ class ChaosStrategyBase:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Inject (see `_inject`) or call `callback` (sync)."""
         if self._decide(context):
-            hook, step = next(steps := self._inject(context))
-            while hook is not None:
-                hook, step = steps.send(call_back(hook, step))
+            step = run_steps(self._inject(context))
             if isinstance(step, Outcome):
                 return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
             if step is not None and wait(self._time, step, context.signal):
@@ -236,9 +232,7 @@ class ChaosStrategyBase:
     ) -> T:
         """Inject (see `_inject`) or await `callback` (async)."""
         if await self._decide_async(context):
-            hook, step = next(steps := self._inject(context))
-            while hook is not None:
-                hook, step = steps.send(await call_back_async(hook, step))
+            step = await run_steps_async(self._inject(context))
             if isinstance(step, Outcome):
                 return step.unwrap()  # type: ignore[no-any-return] # the injected value stands in for T
             if step is not None and await wait_async(self._time, step, context.signal):

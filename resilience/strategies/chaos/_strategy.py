@@ -27,7 +27,6 @@ from resilience.strategies.chaos._injection import (
     ChaosStrategyBase,
     EnabledGeneratorArguments,
     InjectionRateGeneratorArguments,
-    Steps,
     chaos_problems,
     check_fault,
     fresh_fault,
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._common import Steps
 
 __all__ = [
     "BehaviorGeneratorArguments",

@@ -8,7 +8,6 @@ and async callers share the controller.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import weakref
@@ -18,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from resilience._context import new_context
 from resilience._validation import generated_seconds
 from resilience.exceptions import ValidationError
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import Steps, run_steps, run_steps_async
 from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator
+    from collections.abc import Callable
 
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
@@ -139,7 +138,9 @@ class CircuitBreakerManualControl:
         if isolated:
             # Built while isolated: start isolated. No execution runs (build() may be sync or
             # async), so only the OnCircuitOpened event reports it, not on_opened.
-            controller.start_isolated()
+            transition = controller.move(isolate=True)
+            if transition is not None:
+                controller.announce(transition, new_context())
 
     def _follow(self, *, isolated: bool) -> None:
         """A shared circuit of this control learned a manual move made elsewhere in the fleet."""
@@ -255,10 +256,8 @@ class CircuitController:
 
     # -- outside the lock: reports -------------------------------------------------------------
 
-    def _steps(
-        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
-    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
-        """Emit `transition`'s event and yield `(callback, arguments)` for the shells to run; `(None, None)` ends.
+    def _steps(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> Steps:
+        """Emit `transition`'s event and yield its callback, for both shells.
 
         An opening of this circuit's own with a break-duration generator yields the generator
         first (the shell sends back its answer), sets the break it answered (the default if it
@@ -302,19 +301,13 @@ class CircuitController:
 
     def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        with contextlib.closing(self._steps(transition, context, outcome)) as steps:
-            hook, arguments = next(steps)
-            while hook is not None:
-                hook, arguments = steps.send(call_back(hook, arguments))
+        run_steps(self._steps(transition, context, outcome))
 
     async def report_async(
         self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition in an async execution (awaiting async callbacks)."""
-        with contextlib.closing(self._steps(transition, context, outcome)) as steps:
-            hook, arguments = next(steps)
-            while hook is not None:
-                hook, arguments = steps.send(await call_back_async(hook, arguments))
+        await run_steps_async(self._steps(transition, context, outcome))
 
     # -- manual control ------------------------------------------------------------------------
 
@@ -323,12 +316,6 @@ class CircuitController:
         now = self._time.monotonic()
         with self.lock:
             return self.core.isolate(now) if isolate else self.core.close()
-
-    def start_isolated(self) -> None:
-        """Built under an isolated control: isolate now, reporting the event only."""
-        transition = self.move(isolate=True)
-        if transition is not None:
-            self.announce(transition, new_context())
 
 
 def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:

@@ -16,7 +16,7 @@ from resilience._context import reset_context, set_context
 from resilience._outcome import Err, Ok, Outcome
 from resilience._validation import Problems
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
+from resilience.strategies._common import Handle, Handler, Steps, check_handle, run_steps, run_steps_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -118,32 +118,23 @@ class FallbackStrategy:
             return False  # the caller gave up: its abort (or what it caused) is the answer
         return self._handler.handles(outcome)
 
-    def _falling_back(self, outcome: Outcome[Any], context: ResilienceContext) -> OnFallbackArguments:
+    def _substitute(self, outcome: Outcome[Any], context: ResilienceContext) -> Steps:
+        """Report `OnFallback`, then call back `on_fallback` and the fallback; the answer is the fallback's value.
+
+        While they run, the strategy's context is the ambient one (a nested execution derives from it).
+        """
         arguments = OnFallbackArguments(outcome, context)
         self._telemetry.emit(
             "OnFallback", Severity.WARNING, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )
-        return arguments
-
-    def _substitute(self, outcome: Outcome[Any], context: ResilienceContext) -> Any:
-        arguments = self._falling_back(outcome, context)
         token = set_context(context)
         try:
             if self._on_fallback is not None:
-                call_back(self._on_fallback, arguments)
-            return call_back(self._fallback, FallbackArguments(outcome, context))
+                yield self._on_fallback, arguments
+            value = yield self._fallback, FallbackArguments(outcome, context)
         finally:
             reset_context(token)
-
-    async def _substitute_async(self, outcome: Outcome[Any], context: ResilienceContext) -> Any:
-        arguments = self._falling_back(outcome, context)
-        token = set_context(context)
-        try:
-            if self._on_fallback is not None:
-                await call_back_async(self._on_fallback, arguments)
-            return await call_back_async(self._fallback, FallbackArguments(outcome, context))
-        finally:
-            reset_context(token)
+        yield None, value
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call the inner part; on a handled outcome return the fallback's value (sync)."""
@@ -154,9 +145,9 @@ class FallbackStrategy:
             if not self._handles(failure, context):
                 raise
             # Inside the except block: an exception from the fallback keeps this one as context.
-            return self._substitute(failure, context)  # type: ignore[no-any-return]
+            return run_steps(self._substitute(failure, context))  # type: ignore[no-any-return]
         if self._checks_results and self._handles(outcome := Ok(result), context):
-            return self._substitute(outcome, context)  # type: ignore[no-any-return]
+            return run_steps(self._substitute(outcome, context))  # type: ignore[no-any-return]
         return result
 
     async def execute_async(
@@ -169,9 +160,9 @@ class FallbackStrategy:
             failure = Err(exc)
             if not self._handles(failure, context):
                 raise
-            return await self._substitute_async(failure, context)  # type: ignore[no-any-return]
+            return await run_steps_async(self._substitute(failure, context))  # type: ignore[no-any-return]
         if self._checks_results and self._handles(outcome := Ok(result), context):
-            return await self._substitute_async(outcome, context)  # type: ignore[no-any-return]
+            return await run_steps_async(self._substitute(outcome, context))  # type: ignore[no-any-return]
         return result
 
     def __repr__(self) -> str:

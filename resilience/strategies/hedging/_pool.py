@@ -13,22 +13,14 @@ from __future__ import annotations
 from resilience._runtime._pool import Pool
 from resilience._runtime._threads import on_fork_in_child
 
-__all__ = ["IDLE_SECONDS", "POOL", "POOL_SIZE", "HedgingPool"]
+__all__ = ["IDLE_SECONDS", "POOL", "POOL_SIZE"]
 
 POOL_SIZE = 16
 """Threads at most, for every sync hedged attempt of the process."""
 IDLE_SECONDS = 30.0
 """A thread with nothing to do for this long ends."""
 
-
-class HedgingPool(Pool):
-    """The runtime's pool, sized for hedged attempts: every thread up to `size` starts at once."""
-
-    def __init__(self, size: int = POOL_SIZE, idle_seconds: float = IDLE_SECONDS) -> None:
-        super().__init__("hedging", size, idle=idle_seconds)
-
-
-POOL = HedgingPool()
-"""The process's one hedging pool."""
+POOL = Pool("hedging", POOL_SIZE, idle=IDLE_SECONDS)
+"""The process's one hedging pool: the runtime's, every thread up to `POOL_SIZE` started at once when attempts wait."""
 
 on_fork_in_child(POOL._reset)  # the parent's threads do not exist in a child

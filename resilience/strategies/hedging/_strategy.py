@@ -39,7 +39,7 @@ from resilience._runtime._threads import resolve_threadsafe
 from resilience._validation import Duration, Problems, to_seconds
 from resilience.exceptions import OperationAbortedError
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import Handle, Handler, call_back, call_back_async, check_handle
+from resilience.strategies._common import Handle, Handler, Steps, check_handle, run_steps, run_steps_async
 from resilience.strategies.hedging._core import HedgingState, generated_delay
 from resilience.strategies.hedging._pool import POOL
 from resilience.strategies.retry._strategy import ExecutionAttemptArguments
@@ -47,7 +47,7 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Awaitable, Callable, Generator, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
     from resilience._time import TimeProvider, TimerHandle
@@ -375,14 +375,11 @@ class _Run:
 
     # -- what the shells share ------------------------------------------------------------------
 
-    def starting(
-        self, attempt: int, context: ResilienceContext
-    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
+    def starting(self, attempt: int, context: ResilienceContext) -> Steps:
         """What precedes an attempt's call, for both shells: report a hedged attempt, arm the next delay.
 
-        Yields `(callback, arguments)` for each user callback (`on_hedging`, `action_generator`,
-        `delay_generator`: the shell calls or awaits it and sends back its result), then
-        `(None, substitute)`: the callable `action_generator` gave (None: the original).
+        The user callbacks are `on_hedging`, `action_generator` and `delay_generator`; the
+        steps' answer is the callable `action_generator` gave (None: the original).
         """
         strategy = self.strategy
         options = strategy._options
@@ -465,9 +462,7 @@ class _SyncRun(_Run):
             try:
                 substitute = None
                 if attempt or self.strategy._options.delay_generator is not None:
-                    hook, substitute = next(steps := self.starting(attempt, context))
-                    while hook is not None:
-                        hook, substitute = steps.send(call_back(hook, substitute))
+                    substitute = run_steps(self.starting(attempt, context))
                 else:  # `starting` with nothing to call back: the first attempt's 3% (docs/decisions.md)
                     self.starts[0] = self.strategy._time.monotonic()
                     self.armed(0, self.strategy._delay)
@@ -576,9 +571,7 @@ class _AsyncRun(_Run):
                 return
             scope = context.signal  # the attempt's own: aborting it cancels the attempt
             try:
-                hook, substitute = next(steps := self.starting(attempt, context))
-                while hook is not None:
-                    hook, substitute = steps.send(await call_back_async(hook, substitute))
+                substitute = await run_steps_async(self.starting(attempt, context))
             except Exception as exc:  # noqa: BLE001 - a callback failed: it is the execution's answer
                 scope.detach()
                 self.ended_fatally(attempt, exc)

@@ -37,7 +37,6 @@ from resilience.strategies.limiting._rate import (
     carried,
     check_key,
     reject,
-    resolve_key,
 )
 from resilience.strategies.lock._strategy import LockStrategy, LockStrategyOptions
 from resilience.telemetry._source import Tally
@@ -182,9 +181,7 @@ class ConcurrencyLimiterStrategy(Limiter):
                 return callback(context)
             finally:
                 pool.append(None)
-        key = self._key
-        if type(key) is not str:
-            key = resolve_key(self.name, key, context)
+        key = self._resolve_key(context)
         permits = self._permits
         if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
             self._reject(context, key)
@@ -207,9 +204,7 @@ class ConcurrencyLimiterStrategy(Limiter):
                 return await callback(context)
             finally:
                 pool.append(None)
-        key = self._key
-        if type(key) is not str:
-            key = resolve_key(self.name, key, context)
+        key = self._resolve_key(context)
         permits = self._permits
         if not permits.try_acquire(key) and (
             self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)

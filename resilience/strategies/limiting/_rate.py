@@ -43,7 +43,6 @@ __all__ = [
     "carried",
     "rate_limiter_strategy",
     "reject",
-    "resolve_key",
 ]
 
 T = TypeVar("T")
@@ -82,17 +81,6 @@ def check_key(problems: Problems, key: object) -> None:
     """Record what is wrong with a limiter's `key` option (a str, possibly empty, or a callable)."""
     if not isinstance(key, str) and not callable(key):
         problems.add("key", f"must be a str or a callable taking the context, got {key!r}")
-
-
-def resolve_key(name: str, key: str | Callable[[ResilienceContext], str], context: ResilienceContext) -> str:
-    """The partition key of one execution."""
-    if isinstance(key, str):
-        return key
-    resolved: object = key(context)
-    if not isinstance(resolved, str):
-        msg = f"{name}.key: the key function returned {resolved!r}; it must return a str"
-        raise ValidationError(msg)
-    return resolved
 
 
 def reject(
@@ -208,6 +196,17 @@ class Limiter:
         self._on_rejected = options.on_rejected
         self._telemetry: TelemetrySource = context.telemetry
 
+    def _resolve_key(self, context: ResilienceContext) -> str:
+        """The partition key of one execution."""
+        key = self._key
+        if isinstance(key, str):
+            return key
+        resolved: object = key(context)
+        if not isinstance(resolved, str):
+            msg = f"{self.name}.key: the key function returned {resolved!r}; it must return a str"
+            raise ValidationError(msg)
+        return resolved
+
     def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
         """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
         error, arguments = reject(self._telemetry, context, key, retry_after)
@@ -269,9 +268,7 @@ class RateLimiterStrategy(Limiter):
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
-        key = self._key
-        if type(key) is not str:
-            key = resolve_key(self.name, key, context)
+        key = self._resolve_key(context)
         decide = self._decide
         deadline = None  # read from the clock at the first refusal only
         while retry_after := (decide(key) if decide is not None else self._take(key)):
@@ -287,9 +284,7 @@ class RateLimiterStrategy(Limiter):
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
-        key = self._key
-        if type(key) is not str:
-            key = resolve_key(self.name, key, context)
+        key = self._resolve_key(context)
         decide = self._decide
         deadline = None
         while retry_after := (decide(key) if decide is not None else await self._take_async(key)):

@@ -19,9 +19,10 @@ from resilience.strategies._base import HANDS_ON
 from resilience.strategies._common import (
     Handle,
     Handler,
-    call_back,
-    call_back_async,
+    Steps,
     check_handle,
+    run_steps,
+    run_steps_async,
     wait,
     wait_async,
 )
@@ -30,7 +31,7 @@ from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Awaitable, Callable, Generator, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
@@ -205,12 +206,11 @@ class RetryStrategy:
         outcome: Outcome[Any],
         started: float | None,
         state: float,
-    ) -> Generator[tuple[Callable[[Any], object] | None, Any], object, None]:
+    ) -> Steps:
         """What follows a failed attempt, for both shells: report it, decide, run the callbacks.
 
-        Yields `(callback, arguments)` for each user callback (the shell calls or awaits it and
-        sends back its result), then `(None, None)`: stop, or `(None, (delay, state))`: retry
-        after `delay` seconds with the jitter state `state`. Only failures pay for a generator.
+        The steps' answer is None: stop, or `(delay, state)`: retry after `delay` seconds with
+        the jitter state `state`. Only failures pay for a generator.
         """
         core = self._core
         attempt = inner.attempt
@@ -267,9 +267,7 @@ class RetryStrategy:
                     return result
             finally:
                 inner.end_scope()
-            hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
-            while hook is not None:
-                hook, arguments = steps.send(call_back(hook, arguments))
+            arguments = run_steps(self._failed(context, inner, outcome, started, state))
             if arguments is None or wait(clock, arguments[0], context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
             state = arguments[1]
@@ -298,9 +296,7 @@ class RetryStrategy:
                     return result
             finally:
                 inner.end_scope()
-            hook, arguments = next(steps := self._failed(context, inner, outcome, started, state))
-            while hook is not None:
-                hook, arguments = steps.send(await call_back_async(hook, arguments))
+            arguments = await run_steps_async(self._failed(context, inner, outcome, started, state))
             if arguments is None or await wait_async(clock, arguments[0], context.signal):
                 return outcome.unwrap()  # type: ignore[no-any-return]
             state = arguments[1]

@@ -34,7 +34,7 @@ from resilience._time import lease_clock
 from resilience._validation import Duration, Problems, generated_seconds, to_seconds
 from resilience.exceptions import TimeoutRejectedError
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import Steps, call_back, call_back_async, run_steps, run_steps_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from resilience._signal import Signal
     from resilience._time import TimeProvider, TimerHandle
     from resilience.strategies._base import StrategyBuildContext
-    from resilience.telemetry._source import TelemetrySource
 
 __all__ = [
     "OnTimeoutArguments",
@@ -95,13 +94,7 @@ class TimeoutStrategyOptions:
 
     def create(self, context: StrategyBuildContext, /) -> TimeoutStrategy:
         """A timeout strategy for one built pipeline."""
-        return TimeoutStrategy(
-            to_seconds(self.timeout),
-            time_provider=context.time_provider,
-            telemetry=context.telemetry,
-            timeout_generator=self.timeout_generator,
-            on_timeout=self.on_timeout,
-        )
+        return TimeoutStrategy(self, context)
 
 
 def timeout_strategy(
@@ -363,26 +356,26 @@ class TimeoutStrategy:
 
     __slots__ = ("_deadlines", "_generator", "_on_timeout", "_telemetry", "_time", "timeout")
 
-    def __init__(
-        self,
-        timeout: float,
-        *,
-        time_provider: TimeProvider,
-        telemetry: TelemetrySource,
-        timeout_generator: Callable[[TimeoutGeneratorArguments], object] | None,
-        on_timeout: Callable[[OnTimeoutArguments], object] | None,
-    ) -> None:
-        self.timeout = timeout
-        self._time = time_provider
-        self._telemetry = telemetry
-        self._generator = timeout_generator
-        self._on_timeout = on_timeout
-        self._deadlines = _Deadlines(timeout, lease_clock(time_provider))
+    def __init__(self, options: TimeoutStrategyOptions, context: StrategyBuildContext) -> None:
+        self.timeout = to_seconds(options.timeout)
+        self._time = context.time_provider
+        self._telemetry = context.telemetry
+        self._generator = options.timeout_generator
+        self._on_timeout = options.on_timeout
+        self._deadlines = _Deadlines(self.timeout, lease_clock(self._time))
 
-    def _timed_out(self, context: ResilienceContext, timeout: float) -> OnTimeoutArguments:
+    def _timed_out(self, context: ResilienceContext, timeout: float, signal: Signal) -> Steps:
+        """This strategy's deadline ended the call: report `OnTimeout`, call back `on_timeout`.
+
+        The steps' answer is the `TimeoutRejectedError` the deadline aborted `signal` with.
+        """
+        reason = signal.reason
+        assert isinstance(reason, TimeoutRejectedError)
         arguments = OnTimeoutArguments(context, timeout)
         self._telemetry.emit("OnTimeout", Severity.ERROR, operation_key=context.operation_key, arguments=arguments)
-        return arguments
+        if self._on_timeout is not None:
+            yield self._on_timeout, arguments
+        yield None, reason
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` with a cooperative deadline (sync)."""
@@ -402,11 +395,7 @@ class TimeoutStrategy:
         except Exception as exc:
             if not deadline.expired(inner):
                 raise
-            reason = inner.signal.reason
-            assert isinstance(reason, TimeoutRejectedError)
-            arguments = self._timed_out(context, deadline.timeout)
-            if self._on_timeout is not None:
-                call_back(self._on_timeout, arguments)
+            reason = run_steps(self._timed_out(context, deadline.timeout, inner.signal))
             if exc is reason:
                 raise
             raise reason from exc
@@ -439,11 +428,7 @@ class TimeoutStrategy:
             deadlines.end(deadline, disarm=True)
             if not isinstance(exc, Exception) or not deadline.fired:
                 raise
-            reason = signal.reason
-            assert isinstance(reason, TimeoutRejectedError)
-            arguments = self._timed_out(context, deadline.timeout)
-            if self._on_timeout is not None:
-                await call_back_async(self._on_timeout, arguments)
+            reason = await run_steps_async(self._timed_out(context, deadline.timeout, signal))
             if exc is reason:
                 raise
             raise reason from exc
