@@ -377,10 +377,11 @@ class AuthorityCircuitBreaker:
     def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> Coroutine[Any, Any, T]:
-        """Await `callback` through the circuit of the request's authority (async).
+        """The circuit of the request's authority, awaiting `callback` (async): its coroutine.
 
         A plain `def` that hands back the circuit's own coroutine: one level less in the chain
-        that each suspension and resume of the request's task passes through.
+        that each suspension and resume of the request's task passes through. The circuit is
+        chosen (and made, for a new authority) when this is called, not when it is awaited.
         """
         return self._current().execute_async(callback, context)
 

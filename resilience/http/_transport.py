@@ -296,13 +296,13 @@ class _Exchange:
             live, self._live = self._live, []
         return [response for _, response in live if response is not keep]
 
-    def send(self, pipeline: ResiliencePipeline, send: Callable[[], R], timeouts: type[Exception]) -> R:
-        """Run `attempt` through `pipeline` with this request published; close every other response."""
+    def send(self, pipeline: ResiliencePipeline, sender: Callable[[], R], timeouts: type[Exception]) -> R:
+        """Run `attempt` of `sender` through `pipeline` with this request published; close every other response."""
         tokens = self.enter()
         response: R | None = None  # kept: the returned response; none when the pipeline raised
         try:
             # `attempt` is a module function: the pipeline checks a plain function fastest.
-            response = pipeline.execute(attempt, self, send, timeouts)
+            response = pipeline.execute(attempt, self, sender, timeouts)
             return response
         finally:
             self.leave(tokens)

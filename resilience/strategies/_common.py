@@ -160,7 +160,9 @@ def run_steps(steps: Steps) -> Any:
 
     The steps yield `(callback, arguments)` for each user callback (called here, its result
     sent back), then `(None, answer)`. A callback that raises closes the steps (their `finally`
-    blocks run) before it propagates.
+    blocks run) before it propagates; it is never thrown into the steps, so an `except` around
+    a `yield` does not see it. The steps are left at their last yield once answered: write it
+    outside any `try` or `with`. (Not the stores' `run_steps`, which drives client calls.)
     """
     hook, value = next(steps)
     try:

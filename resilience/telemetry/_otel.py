@@ -461,6 +461,8 @@ def _error_type(event: EventFields, extra: Mapping[str, Any] | None) -> str | No
         if raised is LockLostError and getattr(event.arguments, "mode", None) == "semaphore":
             raised = SemaphoreLeaseLostError
         return exception_type(raised)
+    if event.outcome is None:  # an opening learned from the fleet or made by hand: no result, no status
+        return None
     handled = name in _HANDLED or (name == "ExecutionAttempt" and getattr(event.arguments, "handled", False) is True)
     status = None if extra is None or not handled else extra.get("http.response.status_code")
     return None if status is None else str(status)
