@@ -53,7 +53,10 @@ def run(server: RedisServer, client: Any, uid: str, *, seconds: float) -> None:
     args += ["--threads", "4", "--duration", str(seconds)]
     workers = [subprocess.Popen(args, cwd=ROOT) for _ in range(4)]
     try:
-        time.sleep(min(seconds / 3, 3.0))  # the fleet is running
+        started = time.monotonic() + 60  # a loaded machine takes seconds to start four interpreters
+        while not client.llen(log) and time.monotonic() < started:
+            time.sleep(0.05)
+        time.sleep(min(seconds / 8, 1.0))  # the fleet is running: its first bodies are on record
         stopped = stop_at = None
         for _ in range(200):  # SIGSTOP a process while one of its bodies holds a permit
             candidates = [w for w in workers if client.exists(f"inside:{log}:{w.pid}")]

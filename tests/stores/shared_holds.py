@@ -241,7 +241,7 @@ class TestSharedHolds:
         gates: list[threading.Event] = []
 
         async def stream() -> None:
-            while not stop.is_set() and len(gates) < 200:
+            while not stop.is_set() and len(gates) < 100:  # a second of readers; more only loads a store's pool
                 reader_gate = threading.Event()
                 started.append(rw.start(rw_key, f"r{len(gates)}", log, reader_gate, shared=True))
                 await asyncio.sleep(0.01)
