@@ -157,15 +157,8 @@ class ResilienceProperties:
 
     def to_dict(self) -> dict[ResiliencePropertyKey[Any], Any]:
         """A flat snapshot of every visible property."""
-        chain: list[dict[ResiliencePropertyKey[Any], Any]] = []
-        props: ResilienceProperties | None = self
-        while props is not None:
-            if props._own:
-                chain.append(props._own)
-            props = props._parent
-        merged: dict[ResiliencePropertyKey[Any], Any] = {}
-        for own in reversed(chain):
-            merged.update(own)
+        merged = {} if self._parent is None else self._parent.to_dict()
+        merged.update(self._own or {})
         return merged
 
     def __iter__(self) -> Iterator[ResiliencePropertyKey[Any]]:
@@ -476,12 +469,9 @@ def use_context(
     if context is None:
         context = ResilienceContext(operation_key=operation_key, properties=properties, signal=signal)
     elif operation_key is not None or properties is not None or signal is not None:
-        context = context.derive(signal=signal)
+        context = context.derive(signal=signal, properties=properties)
         if operation_key is not None:
             context._operation_key = operation_key
-        if properties:
-            for key, value in properties.items():
-                context.properties.set(key, value)
     token = _CURRENT.set(context)
     try:
         yield context

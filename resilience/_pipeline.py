@@ -15,7 +15,7 @@ import inspect
 import sys
 import threading
 from types import CoroutineType, FunctionType
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from resilience._context import (
     ResilienceContext,
@@ -201,10 +201,7 @@ def _unwrapping(fn: Callable[P, Outcome[T]]) -> Callable[P, T]:
     """`fn`, with an `Err` it returns raised so that the strategies handle it like an exception."""
 
     def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
-        outcome = fn(*args, **kwargs)
-        if not isinstance(outcome, Outcome):
-            _refuse_non_outcome(fn, outcome)
-        return outcome.unwrap()
+        return _unwrapped(fn, fn(*args, **kwargs))
 
     return functools.update_wrapper(unwrap, fn)
 
@@ -214,15 +211,15 @@ def _unwrapping_async(fn: Callable[P, Awaitable[Outcome[T]]]) -> Callable[P, Awa
         awaitable = fn(*args, **kwargs)
         if not _is_awaitable(awaitable):
             raise _refuse_non_awaitable(fn, awaitable)
-        outcome = await awaitable
-        if not isinstance(outcome, Outcome):
-            _refuse_non_outcome(fn, outcome)
-        return outcome.unwrap()
+        return _unwrapped(fn, await awaitable)
 
     return functools.update_wrapper(unwrap, fn)
 
 
-def _refuse_non_outcome(fn: object, result: object) -> NoReturn:
+def _unwrapped(fn: object, result: object) -> Any:
+    """The value of the `Outcome` `fn` returned (an `Err`'s error raised); a `ValidationError` for anything else."""
+    if isinstance(result, Outcome):
+        return result.unwrap()
     if _is_awaitable(result):
         raise _refuse_awaitable(fn, result)
     msg = f"{_name_of(fn)} returned {type(result).__name__}, not an Outcome: return Ok(value) or Err(error)"

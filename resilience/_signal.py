@@ -202,10 +202,9 @@ class Signal:
         with _LOCK:
             reason = self._reason
             if reason is None:
-                callbacks = self._callbacks
-                if callbacks is None:
-                    callbacks = self._callbacks = {}
-                callbacks[key] = callback
+                if self._callbacks is None:
+                    self._callbacks = {}
+                self._callbacks[key] = callback
         return reason
 
     def _remove(self, key: object) -> None:
@@ -274,17 +273,13 @@ class Signal:
         future: asyncio.Future[None] = loop.create_future()
         remove = self.add_wakeup(lambda _reason: resolve_threadsafe(loop, future))
         try:
-            if timeout is None:
+            async with asyncio.timeout(timeout):  # None: no bound
                 await future
-                return True
-            try:
-                async with asyncio.timeout(timeout):
-                    await future
-            except TimeoutError:
-                return self._reason is not None
-            return True
+        except TimeoutError:
+            return self._reason is not None
         finally:
             remove()
+        return True
 
     def cancel_scope(self) -> CancelScope:
         """`async with signal.cancel_scope():` cancels the current task when the signal aborts.

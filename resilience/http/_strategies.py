@@ -29,7 +29,7 @@ from resilience.http._classify import (
     parse_retry_after,
     retry_allowed,
 )
-from resilience.http._transport import DEADLINE, discard, release, release_async
+from resilience.http._transport import DEADLINE, discard, release_async
 from resilience.strategies.circuit._core import CircuitState
 from resilience.strategies.circuit._strategy import CircuitBreakerStrategy, CircuitBreakerStrategyOptions
 from resilience.strategies.retry._strategy import RetryStrategyOptions
@@ -147,13 +147,12 @@ def _closing(on_retry: Callable[[OnRetryArguments], object] | None) -> Callable[
     def close(args: OnRetryArguments) -> object:
         result = None if on_retry is None else on_retry(args)
         response = args.outcome.value
-        if not isinstance(response, httpx.Response):
-            discard(response)  # another client's (the requests adapter: sync only), or nothing to close
+        # Another client's response (the requests adapter: sync only), nothing to close, or a
+        # sync stream (in-memory bodies are both kinds); an async execution awaits the others.
+        if not isinstance(response, httpx.Response) or isinstance(response.stream, httpx.SyncByteStream):
+            discard(response)
             return result
-        if isinstance(response.stream, httpx.SyncByteStream):  # in-memory bodies are both kinds
-            release(response)
-            return result
-        return _close_after(result, response)  # an async-only stream: an async execution awaits it
+        return _close_after(result, response)
 
     return close
 

@@ -60,7 +60,6 @@ __all__ = [
     "ResilientTransport",
     "attempt",
     "discard",
-    "discard_async",
     "release",
     "release_async",
     "send_abortable",
@@ -108,68 +107,48 @@ def _drainable(response: httpx.Response) -> bool:
 
 
 def discard(response: Any) -> None:
-    """Close a response nobody will read, draining a small body first to keep its connection.
+    """Close a response nobody will read, reading a small body first to keep its connection (`release`).
 
     An httpx response, or one of a registered client (`register_client`), closed its own way.
     """
-    if not isinstance(response, httpx.Response):
-        other = discarder(response)
-        if other is not None:
-            try:
-                other(response)
-            except Exception:  # the response is thrown away; nothing to report to the caller
-                _logger.debug("discarding a response failed", exc_info=True)
+    if isinstance(response, httpx.Response):
+        release(response)
         return
-    try:
-        if _drainable(response):
-            for _ in response.iter_raw():
-                pass
-    except Exception:  # the response is thrown away; closing is what matters
-        _logger.debug("draining a discarded response failed", exc_info=True)
-    finally:
-        with contextlib.suppress(Exception):
-            response.close()
+    other = discarder(response)
+    if other is not None:
+        try:
+            other(response)
+        except Exception:  # the response is thrown away; nothing to report to the caller
+            _logger.debug("discarding a response failed", exc_info=True)
 
 
 def release(response: httpx.Response) -> None:
-    """Free a response's connection while keeping it readable when its body is small (read into it).
+    """Free a response's connection: a small body is read to its end (`_DRAIN_LIMIT`), anything else closed unread.
 
-    For a response given up on that may still be returned (a retry's wait cut short); a large
-    or unannounced body is discarded.
+    Reading a body to its end closes the response and keeps it readable: what both a response
+    nobody will read (`discard`) and one given up on that may still be returned (a retry's wait
+    cut short) need.
     """
-    if not _drainable(response):
-        discard(response)
-        return
     try:
-        response.read()
+        if _drainable(response):
+            response.read()
+            return
     except Exception:  # unreadable after all: closing is what matters
         _logger.debug("reading a released response failed", exc_info=True)
-        discard(response)
+    with contextlib.suppress(Exception):
+        response.close()
 
 
 async def release_async(response: httpx.Response) -> None:
-    """`release` for a response of an async transport."""
-    if not _drainable(response):
-        await discard_async(response)
-        return
-    try:
-        await response.aread()
-    except Exception:  # unreadable after all: closing is what matters
-        _logger.debug("reading a released response failed", exc_info=True)
-        await discard_async(response)
-
-
-async def discard_async(response: httpx.Response) -> None:
-    """`discard` for a response of an async transport."""
+    """`release` (and `discard`) for a response of an async transport."""
     try:
         if _drainable(response):
-            async for _ in response.aiter_raw():
-                pass
-    except Exception:  # the response is thrown away; closing is what matters
-        _logger.debug("draining a discarded response failed", exc_info=True)
-    finally:
-        with contextlib.suppress(Exception):
-            await response.aclose()
+            await response.aread()
+            return
+    except Exception:  # unreadable after all: closing is what matters
+        _logger.debug("reading a released response failed", exc_info=True)
+    with contextlib.suppress(Exception):
+        await response.aclose()
 
 
 def server_tags(method: str, host: str, port: int | None) -> dict[str, Any]:
@@ -388,7 +367,7 @@ async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchang
     """One attempt of an async request."""
     flow = asyncio.current_task()
     for discarded in exchange.take_earlier(flow):
-        await discard_async(discarded)
+        await release_async(discarded)
     # No copy (async hedging leaves `ABORTABLE` unset): httpx reads the extensions before its
     # first await, so no other attempt of this loop can change them in between.
     request = exchange.prepare()
@@ -400,7 +379,7 @@ async def _attempt_async(transport: httpx.AsyncBaseTransport, exchange: _Exchang
         raise
     response.request = request
     if not exchange.add(flow, response):
-        await discard_async(response)  # see `attempt`
+        await release_async(response)  # see `attempt`
     return response
 
 
@@ -454,7 +433,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         finally:
             exchange.leave(tokens)
             for discarded in exchange.finish(keep=response):
-                await discard_async(discarded)
+                await release_async(discarded)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

@@ -211,15 +211,12 @@ class Batch:
 
     def count(self, key: _Key, counter: Counter, tags: Callable[[], dict[str, Any]]) -> None:
         """Add one to `counter` under the tags `key` stands for (`tags()` is called once per key)."""
-        self._add(key, counter, tags, 1, counted=True)
+        self.record(key, counter, tags, 1, counted=True)
 
-    def record(self, key: _Key, histogram: Histogram, tags: Callable[[], dict[str, Any]], value: float) -> None:
-        """Record `value` in `histogram` under the tags `key` stands for."""
-        self._add(key, histogram, tags, value, counted=False)
-
-    def _add(
-        self, key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float, *, counted: bool
+    def record(
+        self, key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float, *, counted: bool = False
     ) -> None:
+        """Record `value` in the histogram `instrument` (a counter's one: `counted`) under the tags `key` stands for."""
         with self._lock:  # the buffer is read under it: a flush swaps it for an empty one
             entries: dict[_Key, Any] = self._counts if counted else self._durations
             entry = entries.get(key)
@@ -468,15 +465,14 @@ def _error_type(event: EventFields, extra: Mapping[str, Any] | None) -> str | No
     return None if status is None else str(status)
 
 
+_SOURCE_TAGS = ("pipeline.name", "pipeline.instance", "strategy.name")
+
+
 def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The metric tags of an event (each only when not None), and `extra` ones (`CONTEXT_TAGS`)."""
     attributes: dict[str, Any] = {"event.name": event.name, "event.severity": event.severity.value}
-    if event.pipeline_name is not None:
-        attributes["pipeline.name"] = event.pipeline_name
-    if event.pipeline_instance is not None:
-        attributes["pipeline.instance"] = event.pipeline_instance
-    if event.strategy_name is not None:
-        attributes["strategy.name"] = event.strategy_name
+    source = zip(_SOURCE_TAGS, (event.pipeline_name, event.pipeline_instance, event.strategy_name), strict=True)
+    attributes.update({name: value for name, value in source if value is not None})
     outcome = event.outcome
     if outcome is not None and outcome.error is not None:
         attributes["exception.type"] = attributes["error.type"] = exception_type(outcome.error)
