@@ -162,10 +162,6 @@ def _printable(text: str) -> str:
     return "".join(char if char.isprintable() and char != "\\" else repr(char)[1:-1] for char in text)
 
 
-def _suffix(owner: str) -> str:
-    return _printable(owner if len(owner) <= 12 else "…" + owner[-11:])
-
-
 def _redact(url: str) -> str:
     """`url` without its password (error messages end up in logs)."""
     parts = urllib.parse.urlsplit(url)
@@ -185,7 +181,7 @@ def _table(found: Sequence[LockInfo]) -> str:
         (
             _printable(info.key),
             str(holder.token),
-            _suffix(holder.owner),
+            _printable(holder.owner if len(holder.owner) <= 12 else "…" + holder.owner[-11:]),
             _seconds(holder.expires_in),
             "?" if info.waiters is None else str(info.waiters),
         )
@@ -228,12 +224,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _inspector(args: argparse.Namespace) -> Inspector:
-    if args.redis is not None:
-        return RedisInspector(args.redis, args.prefix)
-    return PostgresInspector(args.postgres, args.table)
-
-
 def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> int:
     if not force:
         msg = f"refusing to release {key!r} without --force. {_FENCING}"
@@ -265,7 +255,10 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = _parser().parse_args(argv)
     try:
-        inspector = _inspector(args)
+        redis = args.redis is not None
+        inspector: Inspector = (
+            RedisInspector(args.redis, args.prefix) if redis else PostgresInspector(args.postgres, args.table)
+        )
         try:
             return _act(inspector, args, out)
         except inspector.errors as exc:

@@ -216,9 +216,10 @@ def _unwrapping_async(fn: Callable[P, Awaitable[Outcome[T]]]) -> Callable[P, Awa
     return functools.update_wrapper(unwrap, fn)
 
 
-def _unwrapped(fn: object, result: object) -> Any:
+def _unwrapped(fn: object, result: Outcome[T]) -> T:
     """The value of the `Outcome` `fn` returned (an `Err`'s error raised); a `ValidationError` for anything else."""
-    if isinstance(result, Outcome):
+    checked: object = result  # the types say Outcome; a callable without them may return anything
+    if isinstance(checked, Outcome):
         return result.unwrap()
     if _is_awaitable(result):
         raise _refuse_awaitable(fn, result)

@@ -246,11 +246,9 @@ def wait_event(time_provider: TimeProvider, event: threading.Event, timeout: flo
     """Block until `event` is set (True) or `timeout` seconds pass on `time_provider`'s timers (False).
 
     A wait that never moves an auto-advancing clock: what sets `event` is work on another
-    thread, not a timer. The system clock waits in real time, without a timer; any other clock
-    sets `event` itself when its timer fires (the caller's one-shot event).
+    thread, not a timer. The clock's timer sets `event` itself when it fires (the caller's
+    one-shot event). For a clock without waits of its own (`clock_wait`), and the fake clock's.
     """
-    if isinstance(time_provider, SystemTimeProvider):
-        return event.wait(max(timeout, 0.0))
     if event.is_set():
         return True
     fired: list[bool] = []

@@ -170,8 +170,8 @@ def capture_events() -> Iterator[list[TelemetryEvent]]:
     """
     events: list[TelemetryEvent] = []
     listener = events.append  # one bound method, so that remove() finds this very object
-    CAPTURES.add(listener)
+    CAPTURES.listeners = (*CAPTURES.listeners, listener)
     try:
         yield events
     finally:
-        CAPTURES.remove(listener)
+        CAPTURES.listeners = tuple(item for item in CAPTURES.listeners if item is not listener)

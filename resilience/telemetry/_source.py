@@ -40,12 +40,6 @@ class _Captures:
     def __init__(self) -> None:
         self.listeners: tuple[Listener, ...] = ()  # replaced whole, so readers need no lock
 
-    def add(self, listener: Listener) -> None:
-        self.listeners = (*self.listeners, listener)
-
-    def remove(self, listener: Listener) -> None:
-        self.listeners = tuple(item for item in self.listeners if item is not listener)
-
 
 CAPTURES = _Captures()
 
