@@ -483,7 +483,4 @@ def get_lock_token(context: ResilienceContext | None = None) -> int | None:
     """The fencing token of the innermost lock the code runs under, or None outside a lock."""
     if context is None:
         context = _CURRENT.get()
-        if context is None:
-            return None
-    props = context._properties
-    return None if props is None else props.get(LOCK_TOKEN)
+    return None if context is None else context.get_property(LOCK_TOKEN, None)

@@ -14,6 +14,7 @@ import functools
 import inspect
 import sys
 import threading
+from dataclasses import dataclass
 from types import CoroutineType, FunctionType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
@@ -55,16 +56,11 @@ _SWAPS = threading.Lock()
 _OTEL = "opentelemetry"
 
 
+@dataclass(frozen=True, slots=True)
 class PipelineExecutedArguments:
     """Arguments of the `PipelineExecuted` event: how long the execution took, in seconds."""
 
-    __slots__ = ("duration",)
-
-    def __init__(self, duration: float) -> None:
-        self.duration = duration
-
-    def __repr__(self) -> str:
-        return f"PipelineExecutedArguments(duration={self.duration!r})"
+    duration: float
 
 
 _PLAIN_TYPES: set[type] = {type(None), int, float, str, bytes, bool, dict, list, tuple}

@@ -6,6 +6,7 @@ disabled for its level) costs a few attribute reads and builds nothing.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -84,12 +85,9 @@ class TelemetrySource:
 
     def for_strategy(self, strategy_name: str | None) -> TelemetrySource:
         """The same pipeline's source for another strategy."""
-        return TelemetrySource(
-            self.options,
-            pipeline_name=self.pipeline_name,
-            pipeline_instance=self.pipeline_instance,
-            strategy_name=strategy_name,
-        )
+        source = copy.copy(self)
+        source.strategy_name = strategy_name
+        return source
 
     def observe(self, metric: str, owner: T, read: Callable[[T], float], tags: Mapping[str, str] | None = None) -> None:
         """Report `read(owner)` as the state metric `metric` at each collection, while `owner` lives.
