@@ -15,6 +15,7 @@ DSN that cannot be parsed).
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -240,13 +241,11 @@ def _watch(inspector: Inspector, interval: float, count: int | None, out: TextIO
     if not math.isfinite(interval) or interval <= 0:
         raise CliError("--interval: must be a positive number of seconds", 2)
     clear = "\x1b[H\x1b[2J" if out.isatty() else ""
-    shown = 0
-    while count is None or shown < count:
+    for shown in itertools.count() if count is None else range(count):
         if shown:
             time.sleep(interval)
         out.write(f"{clear}{time.strftime('%H:%M:%S')}\n{_table(_held(inspector))}")
         out.flush()
-        shown += 1
     return 0
 
 
