@@ -42,6 +42,7 @@ class StoreOps:
     """The store calls the lease engine makes, for one store (sync and/or async)."""
 
     __slots__ = (
+        "extra",
         "fair",
         "group",
         "has_async",
@@ -96,37 +97,35 @@ class StoreOps:
         # with `release` when it gives up. A semaphore's: free slots go to the waiters in
         # arrival order.
         self.fair = capabilities.fair_queue
-
-    def _extra(self) -> tuple[int, ...]:
-        """The arguments a store's queue calls take after the lock store's (a semaphore's limit)."""
-        return ()
+        # The arguments a store's acquire and queue calls take after the lock store's (a semaphore's limit).
+        self.extra: tuple[int, ...] = ()
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self._extra())
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self.extra)
         return token, held_for
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self._extra())
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra)
         return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left.
 
-        A lock store's exclusive hold; the other adapters override it.
+        A lock store's exclusive hold, or a semaphore's slots (`extra`); shared holds override it.
         """
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self.extra)
             return token, held_for
-        return self.store.acquire(key, owner, ttl), None
+        return self.store.acquire(key, owner, ttl, *self.extra), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)
             return token, held_for
-        return await self.store.acquire_async(key, owner, ttl), None
+        return await self.store.acquire_async(key, owner, ttl, *self.extra), None
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """`store.renew`."""
@@ -165,13 +164,13 @@ class StoreOps:
         A semaphore's turn: its slots are free for it.
         """
         if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner, *self._extra()))
+            return bool(self.store.wait_released(key, timeout, owner, *self.extra))
         return bool(self.store.wait_released(key, timeout))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """`store.wait_released_async` (only when `notify_async`); for a queued `owner`, until its turn."""
         if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner, *self._extra()))
+            return bool(await self.store.wait_released_async(key, timeout, owner, *self.extra))
         return bool(await self.store.wait_released_async(key, timeout))
 
 
@@ -244,6 +243,7 @@ class SemaphoreOps(StoreOps):
         super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore, prefix=prefix)
         self.limit = limit
         self.permits = 1
+        self.extra = (limit,)  # the limit, and the permits when more than one (`with_permits`)
         self.takes_permits = serves(store, SupportsPermits)  # several slots per holder
         self.takes_permits_async = serves(store, AsyncSupportsPermits)
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
@@ -256,25 +256,8 @@ class SemaphoreOps(StoreOps):
             return self
         ops = copy.copy(self)
         ops.permits = permits
+        ops.extra = (self.limit,) if permits == 1 else (self.limit, permits)
         return ops
-
-    def _extra(self) -> tuple[int, ...]:
-        """The limit, and the permits when more than one (`acquire_or_queue`, `wait_released`, `acquire`)."""
-        return (self.limit,) if self.permits == 1 else (self.limit, self.permits)
-
-    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.acquire`."""
-        if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self._extra())
-            return token, held_for
-        return self.store.acquire(key, owner, ttl, *self._extra()), None
-
-    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.acquire`."""
-        if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self._extra())
-            return token, held_for
-        return await self.store.acquire_async(key, owner, ttl, *self._extra()), None
 
 
 def _renewals(
