@@ -71,7 +71,7 @@ def _dispatch_async(batches: list[Batch]) -> None:
             continue
         first = batch.leases[0]
         assert isinstance(first, AsyncLease)
-        loop = first._loop  # the leases' own (a scheduler is one loop's)
+        loop = first._loop_ref()  # the leases' own (a scheduler is one loop's)
         if loop is None or loop.is_closed():
             continue  # the loop is gone, and its leases with it
         # A store without `renew_many_async` renews each lease alone: one that hangs costs only its lease.
@@ -196,10 +196,6 @@ class AsyncLease(LeaseBase):
 
     __slots__ = ("_hook", "_loop_ref", "_thread", "_waiter")
 
-    @property
-    def _loop(self) -> asyncio.AbstractEventLoop | None:
-        return self._loop_ref()
-
     def _bind(self, time_provider: TimeProvider) -> Scheduler:
         loop = asyncio.get_running_loop()
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
@@ -213,10 +209,10 @@ class AsyncLease(LeaseBase):
         _release_in_background(self._ops, self.store_key, self.owner, self._tp)
 
     def _deliver(self, run: Callable[[], None]) -> None:
-        _on_loop(self._loop, self._thread, run)  # the lease's own loop: where its holder's callbacks belong
+        _on_loop(self._loop_ref(), self._thread, run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        loop = self._loop
+        loop = self._loop_ref()
         if loop is not None:
             _on_loop(loop, self._thread, lambda: self._start_hook(loop, _call_async_hook(hook, *args)))
 
@@ -224,7 +220,7 @@ class AsyncLease(LeaseBase):
         self._hook = _spawn(loop, hook)
 
     def _loss_told(self) -> None:
-        _on_loop(self._loop, self._thread, self._after_hook)  # after `_call_hook`'s, in order
+        _on_loop(self._loop_ref(), self._thread, self._after_hook)  # after `_call_hook`'s, in order
 
     def _after_hook(self) -> None:
         hook = self._hook
@@ -263,7 +259,9 @@ class AsyncLease(LeaseBase):
             if ops.inline:  # an in-process store answers at once, here: no coroutine (`_release_bounded`)
                 released = _lease._release_quietly(ops, self.store_key, self.owner)
             else:
-                released = await _release_bounded(ops, self.store_key, self.owner, self._tp, self._release_bound())
+                released = await _release_bounded(
+                    ops, self.store_key, self.owner, self._tp, min(RELEASE_TIMEOUT, self._machine.ttl)
+                )
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         told = self._told
@@ -347,8 +345,7 @@ async def acquire_lease_async(
         if token is not None:
             grant = (owner, token, sent, tag)
             return AsyncLease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
-        wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-        if wait is None or schedule is None:
+        if schedule is None or (wait := schedule.next_wait(time_provider.monotonic(), held_for)) is None:
             if queued:  # leave the queue: the turn passes on
                 await _release_bounded(ops, key, owner, time_provider)
             return None, held_for

@@ -142,11 +142,6 @@ class Scheduler:
         lease._queued = machine.armed_at
         self._push(machine.armed_at, machine.early_at, lease)
 
-    def rearm(self, lease: LeaseBase) -> None:
-        """Queue `lease`'s new event (under _LOCK); a young lease (`extend`) leaves the young for the heap."""
-        self.young.pop(id(lease), None)
-        self.push(lease)
-
     def adopt(self, lease: LeaseBase) -> None:
         """Arm a new `lease`'s first event (under _LOCK): among the young, with the timer armed in time."""
         when = lease._machine.armed_at
@@ -165,7 +160,7 @@ class Scheduler:
     def _compact(self) -> None:
         """Drop the entries of leases that re-armed or ended since (they outnumber the live ones)."""
         heap = self._heap
-        heap[:] = [entry for entry in heap if _live(entry)]
+        heap[:] = [entry for entry in heap if type(entry[3]) is Batch or entry[3]._machine.armed_at == entry[0]]  # type: ignore[union-attr]
         heapq.heapify(heap)
         self.stale = 0
 
@@ -230,11 +225,6 @@ class Scheduler:
         return len(self._heap) + len(self.young)
 
 
-def _live(entry: tuple[float, int, float, LeaseBase | Batch]) -> bool:
-    item = entry[3]
-    return type(item) is Batch or item._machine.armed_at == entry[0]  # type: ignore[union-attr]
-
-
 class Batch:
     """Renewals of one store (and renewal group) sent together, and the one heap entry that watches their deadlines."""
 
@@ -273,10 +263,23 @@ class Batch:
 
     def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
         """Settle the answers `got` for the leases at `todo` (the others were not sent: False)."""
-        answers: list[bool | Exception] = [False] * len(self.leases)
+        leases = self.leases
+        answers: list[bool | Exception] = [False] * len(leases)
         for n, answer in zip(todo, got, strict=True):
             answers[n] = answer
-        settle(self.leases, sent, answers)
+        with _LOCK:  # every answer fed to its lease's machine under one lock hold
+            now = leases[0]._tp.monotonic()
+            outcomes = [
+                lease._locked(
+                    lease._machine.renew_failed(now)
+                    if isinstance(answer, Exception)
+                    else lease._machine.renew_answered(sent, now, answer)
+                )
+                for lease, answer in zip(leases, answers, strict=True)
+            ]
+        for lease, flags, answer in zip(leases, outcomes, answers, strict=True):
+            if flags & (LOSE | REPORT):
+                lease._then(flags, failure=answer if isinstance(answer, Exception) else None)
 
     def run(self) -> None:
         """Renew every lease in one store call, and settle the answers under one lock hold.
@@ -315,23 +318,6 @@ def _group(lease: LeaseBase) -> Hashable:
         return group(lease.store_key)
     except Exception:  # noqa: BLE001 - a store that cannot tell (a Cluster without this slot): one group
         return None
-
-
-def settle(leases: list[LeaseBase], sent: float, answers: list[bool | Exception]) -> None:
-    """Feed renewal answers (True/False, or the error raised) to the leases' machines."""
-    with _LOCK:
-        now = leases[0]._tp.monotonic()
-        outcomes = [
-            lease._locked(
-                lease._machine.renew_failed(now)
-                if isinstance(answer, Exception)
-                else lease._machine.renew_answered(sent, now, answer)
-            )
-            for lease, answer in zip(leases, answers, strict=True)
-        ]
-    for lease, flags, answer in zip(leases, outcomes, answers, strict=True):
-        if flags & (LOSE | REPORT):
-            lease._then(flags, failure=answer if isinstance(answer, Exception) else None)
 
 
 _SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKeyDictionary()
@@ -537,10 +523,12 @@ class LeaseBase:
 
     def _locked(self, flags: int) -> int:
         """Perform the state half of `flags` (under _LOCK): the event, the loss record."""
-        if flags & DISARM and self._scheduler.young.pop(id(self), None) is None:
-            self._scheduler.stale += 1  # its heap entry is left behind
-        if flags & ARM:
-            self._scheduler.rearm(self)
+        scheduler = self._scheduler
+        if flags & DISARM and scheduler.young.pop(id(self), None) is None:
+            scheduler.stale += 1  # its heap entry is left behind
+        if flags & ARM:  # its new event; a young lease (`extend`) leaves the young for the heap
+            scheduler.young.pop(id(self), None)
+            scheduler.push(self)
         if flags & (LOSE | RELEASE):
             _LIVE.pop(id(self), None)
             if flags & LOSE:
@@ -586,12 +574,8 @@ class LeaseBase:
         with _LOCK:
             flags = self._locked(decide(self._machine, self._tp.monotonic()))
         if flags & LOSE:
-            self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`settle`)
+            self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`Batch.answered`)
         return flags
-
-    def _release_bound(self) -> float:
-        """How long the final release may take: `min(RELEASE_TIMEOUT, ttl)`."""
-        return min(RELEASE_TIMEOUT, self._machine.ttl)
 
     def _extend_ttl(self, ttl: float | None) -> float | None:
         """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
@@ -761,11 +745,10 @@ class Lease(LeaseBase):
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
-        self.signal.detach()
-        return self._error
+        return self._detach()
 
     def _release(self) -> bool:
-        """The final release, abandoned after `_release_bound()` seconds on the lease's clock (then True).
+        """The final release, abandoned after `min(RELEASE_TIMEOUT, ttl)` seconds on the lease's clock (then True).
 
         It runs on the pool of the key's renewal group while the holder waits for its answer or the
         bound: a store that never answers (a silent connection, a client without socket timeout, a
@@ -780,7 +763,7 @@ class Lease(LeaseBase):
             done.set()
 
         store_pool(self._ops.pool_owner, _group(self)).submit(release, urgent=True)
-        wait_event(self._tp, done, self._release_bound())
+        wait_event(self._tp, done, min(RELEASE_TIMEOUT, self._machine.ttl))
         return answer[0]
 
 
@@ -842,8 +825,7 @@ def acquire_lease(
             if token is not None:
                 grant = (owner, token, sent, tag)
                 return Lease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
-            wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-            if wait is None or schedule is None:
+            if schedule is None or (wait := schedule.next_wait(time_provider.monotonic(), held_for)) is None:
                 if queued:
                     _release_quietly(ops, key, owner)  # leave the queue: the turn passes on
                 return None, held_for
