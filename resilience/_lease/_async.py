@@ -243,11 +243,12 @@ class AsyncLease(LeaseBase):
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, await _uncancelled(self._ops.renew_async(self.store_key, self.owner, ttl)))
+        ok = await _uncancelled(self._ops.store.renew_async(self.store_key, self.owner, ttl))
+        return self._extended(sent, ttl, ok)
 
     async def release_async(self) -> bool:
         """See `Lease.release`; a cancellation the store swallowed is raised."""
-        return self._holder_releases() and await _uncancelled(self._ops.release_async(self.store_key, self.owner))
+        return self._holder_releases() and await _uncancelled(self._ops.store.release_async(self.store_key, self.owner))
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
@@ -291,7 +292,7 @@ async def _release_bounded(
     if ops.inline:
         return _lease._release_quietly(ops, key, owner)
     loop = asyncio.get_running_loop()
-    task = _spawn(loop, ops.release_async(key, owner))
+    task = _spawn(loop, ops.store.release_async(key, owner))
     thread = threading.get_ident()
     timer = time_provider.call_later(bound, lambda: _on_loop(loop, thread, task.cancel))
     task.add_done_callback(lambda _task: timer.cancel())
@@ -396,8 +397,11 @@ def _cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
     return task, 0 if task is None else task.cancelling()
 
 
-async def _uncancelled(call: Awaitable[bool]) -> bool:
-    """Await a holder's store call; a cancellation the store swallowed (see `_raise_if_cancelling`) is raised."""
+async def _uncancelled(call: Awaitable[object]) -> bool:
+    """Await a holder's store call: its answer as a bool; a cancellation the store swallowed is raised.
+
+    See `_raise_if_cancelling`.
+    """
     task, baseline = _cancel_baseline()
     try:
         answer = await call
@@ -405,7 +409,7 @@ async def _uncancelled(call: Awaitable[bool]) -> bool:
         _raise_if_cancelling(task, baseline, exc)
         raise
     _raise_if_cancelling(task, baseline)
-    return answer
+    return bool(answer)
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

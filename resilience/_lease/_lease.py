@@ -720,7 +720,7 @@ class Lease(LeaseBase):
         if ttl is None:
             return False
         sent = self._tp.monotonic()
-        return self._extended(sent, ttl, self._ops.renew(self.store_key, self.owner, ttl))
+        return self._extended(sent, ttl, bool(self._ops.store.renew(self.store_key, self.owner, ttl)))
 
     def release(self) -> bool:
         """Stop renewal and free the key if this owner still holds it (True only then).
@@ -728,7 +728,7 @@ class Lease(LeaseBase):
         Called by the holder itself (a primitive handle); the final `finish` then sends no
         second release. Store errors propagate.
         """
-        return self._holder_releases() and self._ops.release(self.store_key, self.owner)
+        return self._holder_releases() and bool(self._ops.store.release(self.store_key, self.owner))
 
     def finish(self) -> LockLostError | None:
         """End the lease when the body ends; the loss error, if the lease was lost.
@@ -888,9 +888,9 @@ def _wait_turn(
 
 
 def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
-    """`ops.release`; an error counts as released (logged): the lease expires anyway."""
+    """The store's release; an error counts as released (logged): the lease expires anyway."""
     try:
-        return ops.release(key, owner)
+        return bool(ops.store.release(key, owner))
     except Exception:
         _logger.debug("a lease release failed", exc_info=True)
         return True

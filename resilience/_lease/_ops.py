@@ -1,8 +1,9 @@
 """Store adapters: one shape for lock stores and semaphore stores, capabilities detected once.
 
-The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew`, `release` and the
+The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew_many` and the
 optional release notification without knowing which kind of store it drives; a semaphore
-store's `limit` is bound into `SemaphoreOps`. An adapter's `prefix` (the primitives':
+store's `limit` is bound into `SemaphoreOps`. A single `renew` or `release` (and their `_async`
+twins) is the store's own method: both kinds take `(key, owner[, ttl])`. An adapter's `prefix` (the primitives':
 `<prefix>:`) is what the engine puts before each key once, when it binds the key to a lease:
 the adapter's calls take that store key.
 """
@@ -127,10 +128,6 @@ class StoreOps:
             return token, held_for
         return await self.store.acquire_async(key, owner, ttl, *self.extra), None
 
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """`store.renew`."""
-        return bool(self.store.renew(key, owner, ttl))
-
     def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
         """Renew each `(key, owner, ttl)`: its answer, or the exception its renewal raised.
 
@@ -145,18 +142,6 @@ class StoreOps:
         store = self.store
         many = store.renew_many_async if self.renews_many_async else None
         return await run_steps_async(_renewals(items, many, store.renew_async))
-
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """`store.renew_async`."""
-        return bool(await self.store.renew_async(key, owner, ttl))
-
-    def release(self, key: str, owner: str) -> bool:
-        """`store.release`."""
-        return bool(self.store.release(key, owner))
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """`store.release_async`."""
-        return bool(await self.store.release_async(key, owner))
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn.
