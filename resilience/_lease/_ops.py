@@ -114,19 +114,20 @@ class StoreOps:
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left.
 
-        A lock store's exclusive hold, or a semaphore's slots (`extra`); shared holds override it.
+        A lock store's exclusive hold (no `extra` arguments: the lock's path stays a plain call); the other
+        adapters override it.
         """
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self.extra)
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
             return token, held_for
-        return self.store.acquire(key, owner, ttl, *self.extra), None
+        return self.store.acquire(key, owner, ttl), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
             return token, held_for
-        return await self.store.acquire_async(key, owner, ttl, *self.extra), None
+        return await self.store.acquire_async(key, owner, ttl), None
 
     def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
         """Renew each `(key, owner, ttl)`: its answer, or the exception its renewal raised.
@@ -243,6 +244,20 @@ class SemaphoreOps(StoreOps):
         ops.permits = permits
         ops.extra = (self.limit,) if permits == 1 else (self.limit, permits)
         return ops
+
+    def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info:
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self.extra)
+            return token, held_for
+        return self.store.acquire(key, owner, ttl, *self.extra), None
+
+    async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
+        """See `StoreOps.acquire`."""
+        if self.lease_info_async:
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)
+            return token, held_for
+        return await self.store.acquire_async(key, owner, ttl, *self.extra), None
 
 
 def _renewals(
