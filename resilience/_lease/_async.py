@@ -21,7 +21,7 @@ import inspect
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from resilience._lease import _lease
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner
@@ -65,13 +65,12 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Call
 def _dispatch_async(batches: list[Batch]) -> None:
     """On the loop: renewals sent at once (a store that answers at once) or as tasks."""
     for batch in batches:
-        ops = batch.leases[0]._ops
+        first = batch.leases[0]
+        ops = first._ops
         if ops.inline:
             batch.run()  # an in-process store answers at once: no task needed
             continue
-        first = batch.leases[0]
-        assert isinstance(first, AsyncLease)
-        loop = first._loop_ref()  # the leases' own (a scheduler is one loop's)
+        loop = cast("AsyncLease", first)._loop_ref()  # the leases' own (a scheduler is one loop's)
         if loop is None or loop.is_closed():
             continue  # the loop is gone, and its leases with it
         # A store without `renew_many_async` renews each lease alone: one that hangs costs only its lease.
@@ -154,12 +153,10 @@ def _new_scheduler(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
 
     def fired(callback: Callable[[], object]) -> None:
         target = loop_ref()
-        if target is None or target.is_closed():
-            forget(target)
-            return
-        _on_loop(target, thread, callback)
-        if threading.get_ident() != thread and not target.is_running():
-            stopped()
+        if target is not None and not target.is_closed():
+            _on_loop(target, thread, callback)
+        if threading.get_ident() != thread or target is None or target.is_closed():
+            stopped()  # a closed loop's leases are forgotten; a stopped one is looked at again
 
     def stopped() -> None:
         # The hop waits in a stopped loop, and `close` would drop it: the scheduler would

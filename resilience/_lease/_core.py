@@ -150,15 +150,8 @@ def _slack(interval: float | None) -> float:
     return 0.0 if interval is None else min(RENEW_SLACK, interval / 10)
 
 
-def _derived(ttl: float, interval: float | None) -> tuple[float, float]:
-    """`(safety_margin(ttl), _slack(interval))`, remembered for the few (ttl, interval) pairs in use."""
-    derived = (safety_margin(ttl), _slack(interval))
-    if len(_DERIVED) < _DERIVED_MAX:  # bounded: leases of arbitrary ttls never grow it
-        _DERIVED[ttl, interval] = derived
-    return derived
-
-
 _DERIVED: dict[tuple[float, float | None], tuple[float, float]] = {}
+"""`(safety_margin(ttl), _slack(interval))`, remembered for the few (ttl, interval) pairs in use."""
 _DERIVED_MAX = 256
 
 
@@ -209,7 +202,9 @@ class LeaseMachine:
         self.ttl = self._base_ttl = self.renew_ttl = ttl
         derived = _DERIVED.get((ttl, interval))
         if derived is None:
-            derived = _derived(ttl, interval)
+            derived = (safety_margin(ttl), _slack(interval))
+            if len(_DERIVED) < _DERIVED_MAX:  # bounded: leases of arbitrary ttls never grow it
+                _DERIVED[ttl, interval] = derived
         self.margin, self.slack = derived
         self.interval = self._base_interval = interval
         self.watch = watch

@@ -549,16 +549,14 @@ class LeaseBase:
             error = self._error
             assert error is not None
             try:
-                loss = self._loss
                 runs = [self.signal.abort_deferred(error)]
-                if loss is not None:
-                    runs.insert(0, loss.abort_deferred(error))
+                if self._loss is not None:  # its callbacks run first
+                    runs.insert(0, self._loss.abort_deferred(error))
                 for run in runs:
-                    if run is not None:
-                        if inline:
-                            run()
-                        else:
-                            self._deliver(run)
+                    if run is not None and inline:
+                        run()
+                    elif run is not None:
+                        self._deliver(run)
                 if params.on_lost is not None:
                     self._call_hook(params.on_lost, self)
                 self._loss_told()

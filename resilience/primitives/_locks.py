@@ -101,20 +101,6 @@ def _is_async_source(client: object) -> bool:
 # -- handles ----------------------------------------------------------------------------------
 
 
-def _waiting_signal() -> Signal | None:
-    """A child of the caller's signal, for `acquire`'s wait only.
-
-    As in a pipeline, no lock is taken, and no wait goes on, under an aborted signal. It is detached
-    once `acquire` returns, so the handle's own signal then aborts only when its `extend()`
-    answers False.
-    """
-    ambient = current_context()
-    if ambient is None:
-        return None
-    ambient.raise_if_aborted()
-    return ambient.signal.child()
-
-
 class LockHandle:
     """A held lock (or semaphore slot): what `acquire` returns and `run` / `hold` hand the body.
 
@@ -705,9 +691,17 @@ class Locks(Closing):
         return run_steps(self._taking(key, options, is_async=False))
 
     def _taking(self, key: str, options: _Options, *, is_async: bool) -> Steps[LockHandle | None]:
-        """`acquire` once its options are valid: take `key` (one step: the engine's acquire); the handle or None."""
+        """`acquire` once its options are valid: take `key` (one step: the engine's acquire); the handle or None.
+
+        The wait is under a child of the caller's signal: as in a pipeline, no lock is taken, and
+        no wait goes on, under an aborted signal. It is detached once `acquire` returns, so the
+        handle's own signal then aborts only when its `extend()` answers False.
+        """
         started = self._tp.monotonic()
-        waiting = _waiting_signal()
+        ambient = current_context()
+        if ambient is not None:
+            ambient.raise_if_aborted()
+        waiting = None if ambient is None else ambient.signal.child()
         try:
             lease, held_for = yield self._acquire(key, options, waiting, run=False, is_async=is_async)
         finally:
