@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from resilience._lease import _lease
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner
 from resilience._runtime._threads import interrupts_caller
+from resilience.stores._steps import run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -236,12 +237,8 @@ class AsyncLease(LeaseBase):
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`; a cancellation the store swallowed is raised."""
-        ttl = self._extend_ttl(ttl)
-        if ttl is None:
-            return False
-        sent = self._tp.monotonic()
-        ok = await _uncancelled(self._ops.store.renew_async(self.store_key, self.owner, ttl))
-        return self._extended(sent, ttl, ok)
+        renew = self._ops.store.renew_async
+        return await run_steps_async(self._extending(ttl, lambda *args: _uncancelled(renew(*args))))
 
     async def release_async(self) -> bool:
         """See `Lease.release`; a cancellation the store swallowed is raised."""

@@ -45,6 +45,7 @@ from resilience._runtime._threads import interrupts_caller, on_fork_in_child
 from resilience._signal import Signal
 from resilience._time import clock_wait, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
+from resilience.stores._steps import run_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
     from resilience._time import TimeProvider, TimerHandle
+    from resilience.stores._steps import Steps
 
 __all__ = [
     "RELEASE_TIMEOUT",
@@ -575,14 +577,17 @@ class LeaseBase:
             self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`Batch.answered`)
         return flags
 
-    def _extend_ttl(self, ttl: float | None) -> float | None:
-        """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
+    def _extending(self, ttl: float | None, renew: Callable[[str, str, float], object]) -> Steps[bool]:
+        """`extend(ttl)` as steps: one, the store's `renew(key, owner, ttl)` (sync or async).
+
+        False at once when nothing is held (ended, lost, or inherited by a forked child).
+        """
         machine = self._machine
         if self._forked() or machine.ended or machine.lost:
-            return None
-        return machine.ttl if ttl is None else ttl
-
-    def _extended(self, sent: float, ttl: float, ok: bool) -> bool:
+            return False
+        ttl = machine.ttl if ttl is None else ttl
+        sent = self._tp.monotonic()
+        ok = bool((yield renew(self.store_key, self.owner, ttl)))
         self._input(lambda machine, now: machine.extend_answered(sent, now, ttl, ok))
         return ok and self._error is None
 
@@ -714,11 +719,7 @@ class Lease(LeaseBase):
 
         False also aborts the signal (the lease is lost). Store errors propagate.
         """
-        ttl = self._extend_ttl(ttl)
-        if ttl is None:
-            return False
-        sent = self._tp.monotonic()
-        return self._extended(sent, ttl, bool(self._ops.store.renew(self.store_key, self.owner, ttl)))
+        return run_steps(self._extending(ttl, self._ops.store.renew))
 
     def release(self) -> bool:
         """Stop renewal and free the key if this owner still holds it (True only then).
