@@ -49,6 +49,7 @@ class StoreOps:
         "has_async",
         "has_sync",
         "inline",
+        "keywords",
         "lease_info",
         "lease_info_async",
         "listen",
@@ -98,17 +99,19 @@ class StoreOps:
         # with `release` when it gives up. A semaphore's: free slots go to the waiters in
         # arrival order.
         self.fair = capabilities.fair_queue
-        # The arguments a store's acquire and queue calls take after the lock store's (a semaphore's limit).
+        # The arguments a store's acquire and queue calls take after the lock store's (a semaphore's
+        # limit), and the keywords its queue calls take (a shared hold's `shared=True`).
         self.extra: tuple[int, ...] = ()
+        self.keywords: dict[str, bool] = {}
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self.extra)
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self.extra, **self.keywords)
         return token, held_for
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra)
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra, **self.keywords)
         return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
@@ -184,21 +187,12 @@ class SharedLockOps(LockOps):
         super().__init__(store, prefix)
         self.has_sync = self.has_sync and serves(store, SupportsSharedHolds)
         self.has_async = self.has_async and serves(store, AsyncSupportsSharedHolds)
+        self.keywords = {"shared": True}
 
     @staticmethod
     def supported(store: object) -> bool:
         """Whether `store` can hold keys shared in some flavour."""
         return serves(store, SupportsSharedHolds, AsyncSupportsSharedHolds)
-
-    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, shared=True)
-        return token, held_for
-
-    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, shared=True)
-        return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
