@@ -858,13 +858,8 @@ def _wait_turn(
         if ops.listen is None and ops.notify:
             end = time_provider.monotonic() + wait
             released = False
-            while not signal.aborted:
-                left = end - time_provider.monotonic()
-                if left <= 0:
-                    break
-                if ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter):
-                    released = True
-                    break
+            while not released and not signal.aborted and (left := end - time_provider.monotonic()) > 0:
+                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter)
         else:
             registered = wake is not None
             woken = wake or _Wake()
