@@ -21,11 +21,12 @@ import inspect
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from resilience._lease import _lease
 from resilience._lease._lease import RELEASE_TIMEOUT, Batch, LeaseBase, LeaseParams, Scheduler, new_owner
 from resilience._runtime._threads import interrupts_caller
+from resilience.stores._steps import run_steps_async
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -65,13 +66,12 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, thread: int, callback: Call
 def _dispatch_async(batches: list[Batch]) -> None:
     """On the loop: renewals sent at once (a store that answers at once) or as tasks."""
     for batch in batches:
-        ops = batch.leases[0]._ops
+        first = batch.leases[0]
+        ops = first._ops
         if ops.inline:
             batch.run()  # an in-process store answers at once: no task needed
             continue
-        first = batch.leases[0]
-        assert isinstance(first, AsyncLease)
-        loop = first._loop  # the leases' own (a scheduler is one loop's)
+        loop = cast("AsyncLease", first)._loop_ref()  # the leases' own (a scheduler is one loop's)
         if loop is None or loop.is_closed():
             continue  # the loop is gone, and its leases with it
         # A store without `renew_many_async` renews each lease alone: one that hangs costs only its lease.
@@ -154,12 +154,10 @@ def _new_scheduler(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
 
     def fired(callback: Callable[[], object]) -> None:
         target = loop_ref()
-        if target is None or target.is_closed():
-            forget(target)
-            return
-        _on_loop(target, thread, callback)
-        if threading.get_ident() != thread and not target.is_running():
-            stopped()
+        if target is not None and not target.is_closed():
+            _on_loop(target, thread, callback)
+        if threading.get_ident() != thread or target is None or target.is_closed():
+            stopped()  # a closed loop's leases are forgotten; a stopped one is looked at again
 
     def stopped() -> None:
         # The hop waits in a stopped loop, and `close` would drop it: the scheduler would
@@ -196,10 +194,6 @@ class AsyncLease(LeaseBase):
 
     __slots__ = ("_hook", "_loop_ref", "_thread", "_waiter")
 
-    @property
-    def _loop(self) -> asyncio.AbstractEventLoop | None:
-        return self._loop_ref()
-
     def _bind(self, time_provider: TimeProvider) -> Scheduler:
         loop = asyncio.get_running_loop()
         # Weakly, as the scheduler does: an ended lease left in the heap must not keep a closed loop.
@@ -213,10 +207,10 @@ class AsyncLease(LeaseBase):
         _release_in_background(self._ops, self.store_key, self.owner, self._tp)
 
     def _deliver(self, run: Callable[[], None]) -> None:
-        _on_loop(self._loop, self._thread, run)  # the lease's own loop: where its holder's callbacks belong
+        _on_loop(self._loop_ref(), self._thread, run)  # the lease's own loop: where its holder's callbacks belong
 
     def _call_hook(self, hook: Callable[..., object], *args: object) -> None:
-        loop = self._loop
+        loop = self._loop_ref()
         if loop is not None:
             _on_loop(loop, self._thread, lambda: self._start_hook(loop, _call_async_hook(hook, *args)))
 
@@ -224,7 +218,7 @@ class AsyncLease(LeaseBase):
         self._hook = _spawn(loop, hook)
 
     def _loss_told(self) -> None:
-        _on_loop(self._loop, self._thread, self._after_hook)  # after `_call_hook`'s, in order
+        _on_loop(self._loop_ref(), self._thread, self._after_hook)  # after `_call_hook`'s, in order
 
     def _after_hook(self) -> None:
         hook = self._hook
@@ -243,15 +237,12 @@ class AsyncLease(LeaseBase):
 
     async def extend_async(self, ttl: float | None = None) -> bool:
         """See `Lease.extend`; a cancellation the store swallowed is raised."""
-        ttl = self._extend_ttl(ttl)
-        if ttl is None:
-            return False
-        sent = self._tp.monotonic()
-        return self._extended(sent, ttl, await _uncancelled(self._ops.renew_async(self.store_key, self.owner, ttl)))
+        renew = self._ops.store.renew_async
+        return await run_steps_async(self._extending(ttl, lambda *args: _uncancelled(renew(*args))))
 
     async def release_async(self) -> bool:
         """See `Lease.release`; a cancellation the store swallowed is raised."""
-        return self._holder_releases() and await _uncancelled(self._ops.release_async(self.store_key, self.owner))
+        return self._holder_releases() and await _uncancelled(self._ops.store.release_async(self.store_key, self.owner))
 
     async def finish_async(self) -> LockLostError | None:
         """See `Lease.finish`; the release is shielded from cancellation and bounded in time.
@@ -263,7 +254,9 @@ class AsyncLease(LeaseBase):
             if ops.inline:  # an in-process store answers at once, here: no coroutine (`_release_bounded`)
                 released = _lease._release_quietly(ops, self.store_key, self.owner)
             else:
-                released = await _release_bounded(ops, self.store_key, self.owner, self._tp, self._release_bound())
+                released = await _release_bounded(
+                    ops, self.store_key, self.owner, self._tp, min(RELEASE_TIMEOUT, self._machine.ttl)
+                )
             if not released:  # someone else holds the key: lost (True changes nothing)
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         told = self._told
@@ -293,7 +286,7 @@ async def _release_bounded(
     if ops.inline:
         return _lease._release_quietly(ops, key, owner)
     loop = asyncio.get_running_loop()
-    task = _spawn(loop, ops.release_async(key, owner))
+    task = _spawn(loop, ops.store.release_async(key, owner))
     thread = threading.get_ident()
     timer = time_provider.call_later(bound, lambda: _on_loop(loop, thread, task.cancel))
     task.add_done_callback(lambda _task: timer.cancel())
@@ -347,8 +340,7 @@ async def acquire_lease_async(
         if token is not None:
             grant = (owner, token, sent, tag)
             return AsyncLease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
-        wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-        if wait is None or schedule is None:
+        if schedule is None or (wait := schedule.next_wait(time_provider.monotonic(), held_for)) is None:
             if queued:  # leave the queue: the turn passes on
                 await _release_bounded(ops, key, owner, time_provider)
             return None, held_for
@@ -399,8 +391,11 @@ def _cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
     return task, 0 if task is None else task.cancelling()
 
 
-async def _uncancelled(call: Awaitable[bool]) -> bool:
-    """Await a holder's store call; a cancellation the store swallowed (see `_raise_if_cancelling`) is raised."""
+async def _uncancelled(call: Awaitable[object]) -> bool:
+    """Await a holder's store call: its answer as a bool; a cancellation the store swallowed is raised.
+
+    See `_raise_if_cancelling`.
+    """
     task, baseline = _cancel_baseline()
     try:
         answer = await call
@@ -408,7 +403,7 @@ async def _uncancelled(call: Awaitable[bool]) -> bool:
         _raise_if_cancelling(task, baseline, exc)
         raise
     _raise_if_cancelling(task, baseline)
-    return answer
+    return bool(answer)
 
 
 def _release_in_background(ops: StoreOps, key: str, owner: str, time_provider: TimeProvider) -> None:

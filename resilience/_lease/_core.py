@@ -24,7 +24,6 @@ __all__ = [
     "BackoffSchedule",
     "LeaseMachine",
     "SpinSchedule",
-    "lease_deadline",
     "safety_margin",
 ]
 
@@ -49,15 +48,6 @@ def safety_margin(ttl: float) -> float:
     return min(max(0.002, ttl * 0.01), ttl / 2)
 
 
-def lease_deadline(sent_at: float, ttl: float) -> float:
-    """The local deadline of a lease whose acquire/renew request was *sent* at `sent_at`.
-
-    The store set the expiry to (its receive time + ttl), and receive time >= send time, so
-    measuring from the send time can only err on the safe side.
-    """
-    return sent_at + ttl - safety_margin(ttl)
-
-
 class AcquireSchedule(Protocol):
     """When to try again after a refused acquisition."""
 
@@ -76,26 +66,16 @@ class AcquireSchedule(Protocol):
 class BackoffSchedule:
     """The lock strategy's wait: bounded, jittered exponential backoff within a `wait` budget.
 
-    The n-th wait (n from 0) is drawn uniformly from [b/2, b] with b = min(cap, first * 2**n),
+    The n-th wait (n from 0) is drawn uniformly from [b/2, b] with b = min(`BACKOFF_CAP`, `FIRST_BACKOFF` * 2**n),
     then capped by the holder's remaining lease time (when known, at least `MIN_POLL`) and by
     the time left until the deadline, so the last attempt happens at the deadline itself.
     `wait=0` gives exactly one attempt.
     """
 
-    __slots__ = ("_attempt", "_random", "cap", "deadline", "first")
+    __slots__ = ("_attempt", "_random", "deadline")
 
-    def __init__(
-        self,
-        started: float,
-        wait: float,
-        rng: random.Random,
-        *,
-        first: float = FIRST_BACKOFF,
-        cap: float = BACKOFF_CAP,
-    ) -> None:
+    def __init__(self, started: float, wait: float, rng: random.Random) -> None:
         self.deadline = started + wait
-        self.first = first
-        self.cap = cap
         self._random = rng
         self._attempt = 0
 
@@ -104,7 +84,7 @@ class BackoffSchedule:
         left = self.deadline - now
         if left <= 0:
             return None
-        bound = min(self.cap, self.first * 2.0 ** min(self._attempt, 64))
+        bound = min(BACKOFF_CAP, FIRST_BACKOFF * 2.0 ** min(self._attempt, 64))
         self._attempt += 1
         delay = bound * (0.5 + 0.5 * self._random.random())
         if held_for is not None:
@@ -170,15 +150,8 @@ def _slack(interval: float | None) -> float:
     return 0.0 if interval is None else min(RENEW_SLACK, interval / 10)
 
 
-def _derived(ttl: float, interval: float | None) -> tuple[float, float]:
-    """`(safety_margin(ttl), _slack(interval))`, remembered for the few (ttl, interval) pairs in use."""
-    derived = (safety_margin(ttl), _slack(interval))
-    if len(_DERIVED) < _DERIVED_MAX:  # bounded: leases of arbitrary ttls never grow it
-        _DERIVED[ttl, interval] = derived
-    return derived
-
-
 _DERIVED: dict[tuple[float, float | None], tuple[float, float]] = {}
+"""`(safety_margin(ttl), _slack(interval))`, remembered for the few (ttl, interval) pairs in use."""
 _DERIVED_MAX = 256
 
 
@@ -191,6 +164,8 @@ class LeaseMachine:
     early just re-arms. Nothing here reads a clock, sleeps or touches a store.
 
     - Deadline: send time of the last successful acquire/renew + ttl - `safety_margin(ttl)`.
+      The store set the expiry to (its receive time + ttl), and receive time >= send time, so
+      measuring from the send time can only err on the safe side.
       Replies can come back out of order (a renewal in flight while `extend` runs): a success
       sent before the previous success was answered may have reached the store before or
       after it, so the deadline is then the earlier of the two, never the later. Only
@@ -227,7 +202,9 @@ class LeaseMachine:
         self.ttl = self._base_ttl = self.renew_ttl = ttl
         derived = _DERIVED.get((ttl, interval))
         if derived is None:
-            derived = _derived(ttl, interval)
+            derived = (safety_margin(ttl), _slack(interval))
+            if len(_DERIVED) < _DERIVED_MAX:  # bounded: leases of arbitrary ttls never grow it
+                _DERIVED[ttl, interval] = derived
         self.margin, self.slack = derived
         self.interval = self._base_interval = interval
         self.watch = watch
@@ -331,7 +308,7 @@ class LeaseMachine:
         return now >= self.deadline
 
     def _succeeded(self, sent_at: float, now: float, ttl: float) -> None:
-        deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))  # `lease_deadline`
+        deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))
         if sent_at >= self.answered_at:
             self.deadline = deadline  # sent after every earlier success was answered: it acted last
         elif deadline < self.deadline:

@@ -45,6 +45,7 @@ from resilience._runtime._threads import interrupts_caller, on_fork_in_child
 from resilience._signal import Signal
 from resilience._time import clock_wait, sync_call_later, wait_event
 from resilience.exceptions import LockLostError
+from resilience.stores._steps import run_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from resilience._lease._core import AcquireSchedule
     from resilience._lease._ops import StoreOps
     from resilience._time import TimeProvider, TimerHandle
+    from resilience.stores._steps import Steps
 
 __all__ = [
     "RELEASE_TIMEOUT",
@@ -142,11 +144,6 @@ class Scheduler:
         lease._queued = machine.armed_at
         self._push(machine.armed_at, machine.early_at, lease)
 
-    def rearm(self, lease: LeaseBase) -> None:
-        """Queue `lease`'s new event (under _LOCK); a young lease (`extend`) leaves the young for the heap."""
-        self.young.pop(id(lease), None)
-        self.push(lease)
-
     def adopt(self, lease: LeaseBase) -> None:
         """Arm a new `lease`'s first event (under _LOCK): among the young, with the timer armed in time."""
         when = lease._machine.armed_at
@@ -165,7 +162,7 @@ class Scheduler:
     def _compact(self) -> None:
         """Drop the entries of leases that re-armed or ended since (they outnumber the live ones)."""
         heap = self._heap
-        heap[:] = [entry for entry in heap if _live(entry)]
+        heap[:] = [entry for entry in heap if type(entry[3]) is Batch or entry[3]._machine.armed_at == entry[0]]  # type: ignore[union-attr]
         heapq.heapify(heap)
         self.stale = 0
 
@@ -230,11 +227,6 @@ class Scheduler:
         return len(self._heap) + len(self.young)
 
 
-def _live(entry: tuple[float, int, float, LeaseBase | Batch]) -> bool:
-    item = entry[3]
-    return type(item) is Batch or item._machine.armed_at == entry[0]  # type: ignore[union-attr]
-
-
 class Batch:
     """Renewals of one store (and renewal group) sent together, and the one heap entry that watches their deadlines."""
 
@@ -273,10 +265,23 @@ class Batch:
 
     def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
         """Settle the answers `got` for the leases at `todo` (the others were not sent: False)."""
-        answers: list[bool | Exception] = [False] * len(self.leases)
+        leases = self.leases
+        answers: list[bool | Exception] = [False] * len(leases)
         for n, answer in zip(todo, got, strict=True):
             answers[n] = answer
-        settle(self.leases, sent, answers)
+        with _LOCK:  # every answer fed to its lease's machine under one lock hold
+            now = leases[0]._tp.monotonic()
+            outcomes = [
+                lease._locked(
+                    lease._machine.renew_failed(now)
+                    if isinstance(answer, Exception)
+                    else lease._machine.renew_answered(sent, now, answer)
+                )
+                for lease, answer in zip(leases, answers, strict=True)
+            ]
+        for lease, flags, answer in zip(leases, outcomes, answers, strict=True):
+            if flags & (LOSE | REPORT):
+                lease._then(flags, failure=answer if isinstance(answer, Exception) else None)
 
     def run(self) -> None:
         """Renew every lease in one store call, and settle the answers under one lock hold.
@@ -315,23 +320,6 @@ def _group(lease: LeaseBase) -> Hashable:
         return group(lease.store_key)
     except Exception:  # noqa: BLE001 - a store that cannot tell (a Cluster without this slot): one group
         return None
-
-
-def settle(leases: list[LeaseBase], sent: float, answers: list[bool | Exception]) -> None:
-    """Feed renewal answers (True/False, or the error raised) to the leases' machines."""
-    with _LOCK:
-        now = leases[0]._tp.monotonic()
-        outcomes = [
-            lease._locked(
-                lease._machine.renew_failed(now)
-                if isinstance(answer, Exception)
-                else lease._machine.renew_answered(sent, now, answer)
-            )
-            for lease, answer in zip(leases, answers, strict=True)
-        ]
-    for lease, flags, answer in zip(leases, outcomes, answers, strict=True):
-        if flags & (LOSE | REPORT):
-            lease._then(flags, failure=answer if isinstance(answer, Exception) else None)
 
 
 _SCHEDULERS: weakref.WeakKeyDictionary[TimeProvider, Scheduler] = weakref.WeakKeyDictionary()
@@ -537,10 +525,12 @@ class LeaseBase:
 
     def _locked(self, flags: int) -> int:
         """Perform the state half of `flags` (under _LOCK): the event, the loss record."""
-        if flags & DISARM and self._scheduler.young.pop(id(self), None) is None:
-            self._scheduler.stale += 1  # its heap entry is left behind
-        if flags & ARM:
-            self._scheduler.rearm(self)
+        scheduler = self._scheduler
+        if flags & DISARM and scheduler.young.pop(id(self), None) is None:
+            scheduler.stale += 1  # its heap entry is left behind
+        if flags & ARM:  # its new event; a young lease (`extend`) leaves the young for the heap
+            scheduler.young.pop(id(self), None)
+            scheduler.push(self)
         if flags & (LOSE | RELEASE):
             _LIVE.pop(id(self), None)
             if flags & LOSE:
@@ -561,16 +551,14 @@ class LeaseBase:
             error = self._error
             assert error is not None
             try:
-                loss = self._loss
                 runs = [self.signal.abort_deferred(error)]
-                if loss is not None:
-                    runs.insert(0, loss.abort_deferred(error))
+                if self._loss is not None:  # its callbacks run first
+                    runs.insert(0, self._loss.abort_deferred(error))
                 for run in runs:
-                    if run is not None:
-                        if inline:
-                            run()
-                        else:
-                            self._deliver(run)
+                    if run is not None and inline:
+                        run()
+                    elif run is not None:
+                        self._deliver(run)
                 if params.on_lost is not None:
                     self._call_hook(params.on_lost, self)
                 self._loss_told()
@@ -586,21 +574,20 @@ class LeaseBase:
         with _LOCK:
             flags = self._locked(decide(self._machine, self._tp.monotonic()))
         if flags & LOSE:
-            self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`settle`)
+            self._then(flags, inline=True)  # REPORT comes only with a renewal's failure (`Batch.answered`)
         return flags
 
-    def _release_bound(self) -> float:
-        """How long the final release may take: `min(RELEASE_TIMEOUT, ttl)`."""
-        return min(RELEASE_TIMEOUT, self._machine.ttl)
+    def _extending(self, ttl: float | None, renew: Callable[[str, str, float], object]) -> Steps[bool]:
+        """`extend(ttl)` as steps: one, the store's `renew(key, owner, ttl)` (sync or async).
 
-    def _extend_ttl(self, ttl: float | None) -> float | None:
-        """The ttl an `extend(ttl)` sends, or None when there is nothing to extend."""
+        False at once when nothing is held (ended, lost, or inherited by a forked child).
+        """
         machine = self._machine
         if self._forked() or machine.ended or machine.lost:
-            return None
-        return machine.ttl if ttl is None else ttl
-
-    def _extended(self, sent: float, ttl: float, ok: bool) -> bool:
+            return False
+        ttl = machine.ttl if ttl is None else ttl
+        sent = self._tp.monotonic()
+        ok = bool((yield renew(self.store_key, self.owner, ttl)))
         self._input(lambda machine, now: machine.extend_answered(sent, now, ttl, ok))
         return ok and self._error is None
 
@@ -732,11 +719,7 @@ class Lease(LeaseBase):
 
         False also aborts the signal (the lease is lost). Store errors propagate.
         """
-        ttl = self._extend_ttl(ttl)
-        if ttl is None:
-            return False
-        sent = self._tp.monotonic()
-        return self._extended(sent, ttl, self._ops.renew(self.store_key, self.owner, ttl))
+        return run_steps(self._extending(ttl, self._ops.store.renew))
 
     def release(self) -> bool:
         """Stop renewal and free the key if this owner still holds it (True only then).
@@ -744,7 +727,7 @@ class Lease(LeaseBase):
         Called by the holder itself (a primitive handle); the final `finish` then sends no
         second release. Store errors propagate.
         """
-        return self._holder_releases() and self._ops.release(self.store_key, self.owner)
+        return self._holder_releases() and bool(self._ops.store.release(self.store_key, self.owner))
 
     def finish(self) -> LockLostError | None:
         """End the lease when the body ends; the loss error, if the lease was lost.
@@ -761,11 +744,10 @@ class Lease(LeaseBase):
                 self._input(lambda machine, _now: machine.release_answered(ok=False))
         if self._told is not None:  # a loss was recorded: its callbacks run before the holder returns
             self._wait_loss_told()
-        self.signal.detach()
-        return self._error
+        return self._detach()
 
     def _release(self) -> bool:
-        """The final release, abandoned after `_release_bound()` seconds on the lease's clock (then True).
+        """The final release, abandoned after `min(RELEASE_TIMEOUT, ttl)` seconds on the lease's clock (then True).
 
         It runs on the pool of the key's renewal group while the holder waits for its answer or the
         bound: a store that never answers (a silent connection, a client without socket timeout, a
@@ -780,7 +762,7 @@ class Lease(LeaseBase):
             done.set()
 
         store_pool(self._ops.pool_owner, _group(self)).submit(release, urgent=True)
-        wait_event(self._tp, done, self._release_bound())
+        wait_event(self._tp, done, min(RELEASE_TIMEOUT, self._machine.ttl))
         return answer[0]
 
 
@@ -842,8 +824,7 @@ def acquire_lease(
             if token is not None:
                 grant = (owner, token, sent, tag)
                 return Lease(ops, named, key, grant, params=params, time_provider=time_provider, parent=signal), None
-            wait = None if schedule is None else schedule.next_wait(time_provider.monotonic(), held_for)
-            if wait is None or schedule is None:
+            if schedule is None or (wait := schedule.next_wait(time_provider.monotonic(), held_for)) is None:
                 if queued:
                     _release_quietly(ops, key, owner)  # leave the queue: the turn passes on
                 return None, held_for
@@ -877,13 +858,8 @@ def _wait_turn(
         if ops.listen is None and ops.notify:
             end = time_provider.monotonic() + wait
             released = False
-            while not signal.aborted:
-                left = end - time_provider.monotonic()
-                if left <= 0:
-                    break
-                if ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter):
-                    released = True
-                    break
+            while not released and not signal.aborted and (left := end - time_provider.monotonic()) > 0:
+                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter)
         else:
             registered = wake is not None
             woken = wake or _Wake()
@@ -906,9 +882,9 @@ def _wait_turn(
 
 
 def _release_quietly(ops: StoreOps, key: str, owner: str) -> bool:
-    """`ops.release`; an error counts as released (logged): the lease expires anyway."""
+    """The store's release; an error counts as released (logged): the lease expires anyway."""
     try:
-        return ops.release(key, owner)
+        return bool(ops.store.release(key, owner))
     except Exception:
         _logger.debug("a lease release failed", exc_info=True)
         return True

@@ -1,8 +1,9 @@
 """Store adapters: one shape for lock stores and semaphore stores, capabilities detected once.
 
-The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew`, `release` and the
+The engine calls `acquire(key, owner, ttl) -> (token, held_for)`, `renew_many` and the
 optional release notification without knowing which kind of store it drives; a semaphore
-store's `limit` is bound into `SemaphoreOps`. An adapter's `prefix` (the primitives':
+store's `limit` is bound into `SemaphoreOps`. A single `renew` or `release` (and their `_async`
+twins) is the store's own method: both kinds take `(key, owner[, ttl])`. An adapter's `prefix` (the primitives':
 `<prefix>:`) is what the engine puts before each key once, when it binds the key to a lease:
 the adapter's calls take that store key.
 """
@@ -42,11 +43,13 @@ class StoreOps:
     """The store calls the lease engine makes, for one store (sync and/or async)."""
 
     __slots__ = (
+        "extra",
         "fair",
         "group",
         "has_async",
         "has_sync",
         "inline",
+        "keywords",
         "lease_info",
         "lease_info_async",
         "listen",
@@ -96,25 +99,26 @@ class StoreOps:
         # with `release` when it gives up. A semaphore's: free slots go to the waiters in
         # arrival order.
         self.fair = capabilities.fair_queue
-
-    def _extra(self) -> tuple[int, ...]:
-        """The arguments a store's queue calls take after the lock store's (a semaphore's limit)."""
-        return ()
+        # The arguments a store's acquire and queue calls take after the lock store's (a semaphore's
+        # limit), and the keywords its queue calls take (a shared hold's `shared=True`).
+        self.extra: tuple[int, ...] = ()
+        self.keywords: dict[str, bool] = {}
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self._extra())
+        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self.extra, **self.keywords)
         return token, held_for
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self._extra())
+        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra, **self.keywords)
         return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left.
 
-        A lock store's exclusive hold; the other adapters override it.
+        A lock store's exclusive hold (no `extra` arguments: the lock's path stays a plain call); the other
+        adapters override it.
         """
         if self.lease_info:
             token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
@@ -127,10 +131,6 @@ class StoreOps:
             token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
             return token, held_for
         return await self.store.acquire_async(key, owner, ttl), None
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        """`store.renew`."""
-        return bool(self.store.renew(key, owner, ttl))
 
     def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
         """Renew each `(key, owner, ttl)`: its answer, or the exception its renewal raised.
@@ -147,31 +147,19 @@ class StoreOps:
         many = store.renew_many_async if self.renews_many_async else None
         return await run_steps_async(_renewals(items, many, store.renew_async))
 
-    async def renew_async(self, key: str, owner: str, ttl: float) -> bool:
-        """`store.renew_async`."""
-        return bool(await self.store.renew_async(key, owner, ttl))
-
-    def release(self, key: str, owner: str) -> bool:
-        """`store.release`."""
-        return bool(self.store.release(key, owner))
-
-    async def release_async(self, key: str, owner: str) -> bool:
-        """`store.release_async`."""
-        return bool(await self.store.release_async(key, owner))
-
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn.
 
         A semaphore's turn: its slots are free for it.
         """
         if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner, *self._extra()))
+            return bool(self.store.wait_released(key, timeout, owner, *self.extra))
         return bool(self.store.wait_released(key, timeout))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """`store.wait_released_async` (only when `notify_async`); for a queued `owner`, until its turn."""
         if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner, *self._extra()))
+            return bool(await self.store.wait_released_async(key, timeout, owner, *self.extra))
         return bool(await self.store.wait_released_async(key, timeout))
 
 
@@ -199,21 +187,12 @@ class SharedLockOps(LockOps):
         super().__init__(store, prefix)
         self.has_sync = self.has_sync and serves(store, SupportsSharedHolds)
         self.has_async = self.has_async and serves(store, AsyncSupportsSharedHolds)
+        self.keywords = {"shared": True}
 
     @staticmethod
     def supported(store: object) -> bool:
         """Whether `store` can hold keys shared in some flavour."""
         return serves(store, SupportsSharedHolds, AsyncSupportsSharedHolds)
-
-    def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, shared=True)
-        return token, held_for
-
-    async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
-        """See `StoreOps.queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, shared=True)
-        return token, held_for
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
@@ -244,6 +223,7 @@ class SemaphoreOps(StoreOps):
         super().__init__(store, sync_protocol=SemaphoreStore, async_protocol=AsyncSemaphoreStore, prefix=prefix)
         self.limit = limit
         self.permits = 1
+        self.extra = (limit,)  # the limit, and the permits when more than one (`with_permits`)
         self.takes_permits = serves(store, SupportsPermits)  # several slots per holder
         self.takes_permits_async = serves(store, AsyncSupportsPermits)
         # The semaphore stores' lease info takes the limit too; other stores' is not used.
@@ -256,25 +236,22 @@ class SemaphoreOps(StoreOps):
             return self
         ops = copy.copy(self)
         ops.permits = permits
+        ops.extra = (self.limit,) if permits == 1 else (self.limit, permits)
         return ops
-
-    def _extra(self) -> tuple[int, ...]:
-        """The limit, and the permits when more than one (`acquire_or_queue`, `wait_released`, `acquire`)."""
-        return (self.limit,) if self.permits == 1 else (self.limit, self.permits)
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self._extra())
+            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self.extra)
             return token, held_for
-        return self.store.acquire(key, owner, ttl, *self._extra()), None
+        return self.store.acquire(key, owner, ttl, *self.extra), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self._extra())
+            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)
             return token, held_for
-        return await self.store.acquire_async(key, owner, ttl, *self._extra()), None
+        return await self.store.acquire_async(key, owner, ttl, *self.extra), None
 
 
 def _renewals(

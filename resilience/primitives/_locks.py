@@ -61,6 +61,7 @@ from resilience.stores import (
 from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import serves
 from resilience.stores._redis import RedisLockStore, RedisSemaphoreStore, redis_client_kind
+from resilience.stores._steps import run_steps, run_steps_async
 from resilience.telemetry._source import TelemetrySource
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from resilience._time import TimeProvider
     from resilience._validation import Duration
     from resilience.stores import LockInfo
+    from resilience.stores._steps import Steps
 
 __all__ = ["LockHandle", "LockHold", "Locks", "Semaphores", "lock", "semaphore"]
 
@@ -97,20 +99,6 @@ def _is_async_source(client: object) -> bool:
 
 
 # -- handles ----------------------------------------------------------------------------------
-
-
-def _waiting_signal() -> Signal | None:
-    """A child of the caller's signal, for `acquire`'s wait only.
-
-    As in a pipeline, no lock is taken, and no wait goes on, under an aborted signal. It is detached
-    once `acquire` returns, so the handle's own signal then aborts only when its `extend()`
-    answers False.
-    """
-    ambient = current_context()
-    if ambient is None:
-        return None
-    ambient.raise_if_aborted()
-    return ambient.signal.child()
 
 
 class LockHandle:
@@ -271,48 +259,49 @@ class LockHold:
         self._handle: LockHandle | None = None
         self._context_token: Token[ResilienceContext | None] | None = None
 
-    def _begin(self, *, is_async: bool) -> tuple[float, Signal | None]:
-        self._primitive._need("hold", is_async=is_async, shared=self._options.shared)
+    def _entering(self, *, is_async: bool) -> Steps[LockHandle]:
+        """Acquire (one step: the engine's acquire), set the ambient lock token; the handle."""
+        primitive, key = self._primitive, self._key
+        primitive._need("hold", is_async=is_async, shared=self._options.shared)
         if self._handle is not None:
-            msg = f"hold({self._key!r}) is already held: a LockHold cannot be entered twice at once"
+            msg = f"hold({key!r}) is already held: a LockHold cannot be entered twice at once"
             raise ValidationError(msg)
         outer = current_context()
-        started = self._primitive._tp.monotonic()
-        held_id = self._primitive._held_id(self._key)
+        started = primitive._tp.monotonic()
+        held_id = primitive._held_id(key)
         if outer is not None and held_id is not None and held_id in outer.get_property(HELD_LOCKS, frozenset()):
-            self._primitive._mode_of(shared=self._options.shared)[1].rejected(None, self._key, started, None)
-            msg = f"lock {self._key!r} is already held by this execution (locks are not reentrant)"
-            raise LockNotAcquiredError(self._key, None, message=msg)
-        return started, (None if outer is None else outer.signal)
-
-    def _enter(self, lease: LeaseBase | None, held_for: float | None, started: float) -> LockHandle:
-        primitive = self._primitive
-        handle = self._handle = primitive._handle(self._key, lease, held_for, started, self._options)
+            primitive._mode_of(shared=self._options.shared)[1].rejected(None, key, started, None)
+            msg = f"lock {key!r} is already held by this execution (locks are not reentrant)"
+            raise LockNotAcquiredError(key, None, message=msg)
+        parent = None if outer is None else outer.signal
+        lease, held_for = yield primitive._acquire(key, self._options, parent, run=True, is_async=is_async)
+        handle = self._handle = primitive._handle(key, lease, held_for, started, self._options)
         if handle is None:
-            raise primitive._refusal(self._key, held_for)
-        outer = current_context() or new_context()
+            raise primitive._refusal(key, held_for)
+        outer = outer or new_context()
         inner = outer.derive(signal=handle.signal)
         inner.properties.set(LOCK_TOKEN, handle.token)
-        held_id = primitive._held_id(self._key)
         if held_id is not None:  # the strategy and nested holds see it (locks are not reentrant)
             inner.properties.set(HELD_LOCKS, outer.get_property(HELD_LOCKS, frozenset()) | {held_id})
         self._context_token = set_context(inner)
         return handle
 
-    def _leave(self) -> LockHandle:
+    def _leaving(self, exc: BaseException | None, *, is_async: bool) -> Steps[None]:
+        """Release (one step: the lease's finish) and report the end; raise the loss error when the lease was lost.
+
+        See docs/primitives.md.
+        """
         handle = self._handle
         assert handle is not None
         self._handle = None
         token, self._context_token = self._context_token, None
         if token is not None:
             reset_context(token)
-        return handle
-
-    def _outcome(self, handle: LockHandle, error: LockLostError | None, exc: BaseException | None) -> None:
-        """Report the end; raise the loss error when the lease was lost (docs/primitives.md)."""
+        lease = handle._lease
+        error = yield cast("AsyncLease", lease).finish_async() if is_async else cast("Lease", lease).finish()
         if error is None:
             if not handle._released:
-                handle._events.released(None, handle.key, handle._lease)
+                handle._events.released(None, handle.key, lease)
             return
         if exc is None:
             raise error
@@ -320,30 +309,20 @@ class LockHold:
             raise error from exc
 
     def __enter__(self) -> LockHandle:
-        started, parent = self._begin(is_async=False)
-        lease, held_for = self._primitive._acquire(self._key, self._options, parent, run=True, is_async=False)
-        return self._enter(lease, held_for, started)
+        return run_steps(self._entering(is_async=False))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        handle = self._leave()
-        lease = handle._lease
-        assert isinstance(lease, Lease)
-        self._outcome(handle, lease.finish(), exc)
+        run_steps(self._leaving(exc, is_async=False))
 
     async def __aenter__(self) -> LockHandle:
-        started, parent = self._begin(is_async=True)
-        lease, held_for = await self._primitive._acquire(self._key, self._options, parent, run=True, is_async=True)
-        return self._enter(lease, held_for, started)
+        return await run_steps_async(self._entering(is_async=True))
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        handle = self._leave()
-        lease = handle._lease
-        assert isinstance(lease, AsyncLease)
-        self._outcome(handle, await lease.finish_async(), exc)
+        await run_steps_async(self._leaving(exc, is_async=True))
 
     def __repr__(self) -> str:
         return f"<LockHold key={self._key!r} held={self._handle is not None}>"
@@ -480,9 +459,9 @@ class Locks(Closing):
         shared: object = False,
         *,
         run: bool,
-        permits: object = 1,
+        permits: int = 1,
     ) -> _Options:
-        slots = self._permits(permits)
+        """One call's options, validated (`permits`: a semaphore's, checked against its limit by the caller)."""
         problems = Problems()
         self._check_shared(problems, shared)
         if not isinstance(key, str) or not key:
@@ -520,7 +499,7 @@ class Locks(Closing):
         assert count is not None
         assert delay is not None
         return _Options(
-            seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True, permits=slots
+            seconds, count, delay, interval, on_renew_error, wait=budget, shared=shared is True, permits=permits
         )
 
     def _check_shared(self, problems: Problems, shared: object) -> None:
@@ -709,18 +688,22 @@ class Locks(Closing):
         """
         self._need("acquire", is_async=False, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
-        return self._take(key, options)
+        return run_steps(self._taking(key, options, is_async=False))
 
-    def _permits(self, permits: object) -> int:  # noqa: ARG002 - the semaphore's hook
-        """The slots one holder takes: 1 for a lock (the semaphore checks `permits` against its limit)."""
-        return 1
+    def _taking(self, key: str, options: _Options, *, is_async: bool) -> Steps[LockHandle | None]:
+        """`acquire` once its options are valid: take `key` (one step: the engine's acquire); the handle or None.
 
-    def _take(self, key: str, options: _Options) -> LockHandle | None:
-        """`acquire` once its options are valid: take `key` or return None."""
+        The wait is under a child of the caller's signal: as in a pipeline, no lock is taken, and
+        no wait goes on, under an aborted signal. It is detached once `acquire` returns, so the
+        handle's own signal then aborts only when its `extend()` answers False.
+        """
         started = self._tp.monotonic()
-        waiting = _waiting_signal()
+        ambient = current_context()
+        if ambient is not None:
+            ambient.raise_if_aborted()
+        waiting = None if ambient is None else ambient.signal.child()
         try:
-            lease, held_for = self._acquire(key, options, waiting, run=False, is_async=False)
+            lease, held_for = yield self._acquire(key, options, waiting, run=False, is_async=is_async)
         finally:
             if waiting is not None:
                 waiting.detach()
@@ -740,18 +723,7 @@ class Locks(Closing):
         """The asyncio twin of `acquire` (its options spelled out: no keyword dict on this path)."""
         self._need("acquire_async", is_async=True, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
-        return await self._take_async(key, options)
-
-    async def _take_async(self, key: str, options: _Options) -> LockHandle | None:
-        """See `_take`."""
-        started = self._tp.monotonic()
-        waiting = _waiting_signal()
-        try:
-            lease, held_for = await self._acquire(key, options, waiting, run=False, is_async=True)
-        finally:
-            if waiting is not None:
-                waiting.detach()
-        return self._handle(key, lease, held_for, started, options)
+        return await run_steps_async(self._taking(key, options, is_async=True))
 
     def _handle(
         self, key: str, lease: LeaseBase | None, held_for: float | None, started: float, options: _Options
@@ -866,10 +838,6 @@ class Semaphores(Locks):
     def _make_ops(self, store: object, prefix: str) -> StoreOps:
         return SemaphoreOps(store, self.limit, prefix)
 
-    def _permits(self, permits: object) -> int:
-        """`permits` when an int between 1 and the limit; else `ValidationError` naming it."""
-        return check_semaphore_permits(self.limit, permits)
-
     def _ops_for(self, options: _Options, *, is_async: bool) -> StoreOps:
         ops = self._ops
         assert isinstance(ops, SemaphoreOps)
@@ -910,7 +878,8 @@ class Semaphores(Locks):
 
     def hold(self, key: str, /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> LockHold:
         """`Locks.hold` (same options), taking `permits` slots (1 <= permits <= limit) at once."""
-        return LockHold(self, key, self._options(key, run=True, permits=permits, **options))
+        slots = check_semaphore_permits(self.limit, permits)
+        return LockHold(self, key, self._options(key, run=True, permits=slots, **options))
 
     def run(self, key: str, fn: Callable[[LockHandle], T], /, *, permits: int = 1, **options: Unpack[HoldOptions]) -> T:
         """`Locks.run` (same options), holding `permits` slots (1 <= permits <= limit, all or none) while `fn` runs."""
@@ -933,14 +902,16 @@ class Semaphores(Locks):
         the slots it waits for. The handle's `release()` frees all of them.
         """
         self._need("acquire", is_async=False, shared=options.get("shared", False))
-        return self._take(key, self._options(key, run=False, permits=permits, **options))
+        valid = self._options(key, run=False, permits=check_semaphore_permits(self.limit, permits), **options)
+        return run_steps(self._taking(key, valid, is_async=False))
 
     async def acquire_async(
         self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
         self._need("acquire_async", is_async=True, shared=options.get("shared", False))
-        return await self._take_async(key, self._options(key, run=False, permits=permits, **options))
+        valid = self._options(key, run=False, permits=check_semaphore_permits(self.limit, permits), **options)
+        return await run_steps_async(self._taking(key, valid, is_async=True))
 
 
 def lock(

@@ -23,7 +23,6 @@ from resilience._lease._core import (
     BackoffSchedule,
     LeaseMachine,
     SpinSchedule,
-    lease_deadline,
     safety_margin,
 )
 
@@ -34,7 +33,9 @@ def test_safety_margin_is_two_ms_or_one_percent() -> None:
     assert safety_margin(30.0) == 0.3
     assert safety_margin(0.002) == 0.001  # never more than half the ttl
     assert safety_margin(0.001) == 0.0005
-    assert lease_deadline(10.0, 30.0) == 10.0 + 30.0 - 0.3
+    machine = LeaseMachine(30.0, None)
+    machine.acquired(10.0, 10.5)
+    assert machine.deadline == 10.0 + 30.0 - 0.3  # from the acquire's send time
 
 
 def test_zero_wait_gives_one_attempt() -> None:
