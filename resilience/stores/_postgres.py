@@ -123,6 +123,7 @@ class _PostgresStore(Closing):
 
     _kind: str = "PostgresStore"
     capabilities: StoreCapabilities
+    _info: Callable[[str, list[Any]], LockInfo | None]  # the `LockInfo` of the holders' rows
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -219,10 +220,6 @@ class _PostgresStore(Closing):
 
     def _holders(self, key: str) -> _Statement[LockInfo | None]:
         return _Statement(self._sql.holders, _params(key), partial(self._info, key))
-
-    def _info(self, key: str, rows: list[Any]) -> LockInfo | None:
-        """The `LockInfo` of the holders' rows."""
-        raise NotImplementedError
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (every shared holder of a lock too), in one statement: True if it was held.

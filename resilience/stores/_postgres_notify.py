@@ -124,10 +124,8 @@ class SyncReleaseListener(_Listener[threading.Event]):
                 ready.wait(max(0.0, deadline - time.monotonic()))
             if run_steps(checked(is_free)):
                 return True
-            if not self._listening:  # no hint can come: the wait is a plain poll interval
-                threading.Event().wait(max(0.0, deadline - time.monotonic()))
-                return False
-            return event.wait(max(0.0, deadline - time.monotonic()))
+            # No hint can come when it is not listening: the wait is a plain poll interval (False).
+            return (event if self._listening else threading.Event()).wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._lock:
                 _forget(self._waiters, name, event)
