@@ -394,8 +394,7 @@ class MemoryLockStore(_MemoryStore):
                     if readers is None:
                         return None, None
                     return None, max(expires for _, expires in readers.values()) - now
-                if queue is not None:
-                    self._leave(key, owner)
+                self._leave(key, owner)
                 self._sweep(now)
                 token = self._next_token()
             self._leases[key] = (owner, token, now + ttl)

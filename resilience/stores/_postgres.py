@@ -640,8 +640,7 @@ class PostgresSemaphoreStore(_PostgresStore, HoldersFromInfo):
     def _acquire(
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
     ) -> _Statement[tuple[int | None, float | None]]:
-        limits = self._limit(limit, permits)
-        params = _params(key, owner, ttl, **limits, entry_ms=QUEUE_ENTRY_MS if join else 0)
+        params = _params(key, owner, ttl, **self._limit(limit, permits), entry_ms=QUEUE_ENTRY_MS if join else 0)
         return _Statement(self._sql.acquire, params, _acquired)
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:

@@ -570,12 +570,11 @@ class _RedisStore(RedisClientsStore):
         self, channel: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
     ) -> bool:
         runner = self._sync_runner("wait_released")
-        client = runner.get()
 
         def is_free() -> bool:
             return not runner.run(held, *check)
 
-        listener = self._sync_listener(client)
+        listener = self._sync_listener(runner.get())
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval (an unset event's)
             return is_free() or threading.Event().wait(max(0.0, timeout))
         return listener.wait(channel, timeout, is_free, owner)
