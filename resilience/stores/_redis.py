@@ -567,8 +567,9 @@ class _RedisStore(RedisClientsStore):
         return listener.listen(self._main_key(key), callback, owner)
 
     def _wait_sync(
-        self, channel: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
+        self, key: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
     ) -> bool:
+        """`wait_released` with the read-only script `held` as its check (True: the key is free for `owner`)."""
         runner = self._sync_runner("wait_released")
 
         def is_free() -> bool:
@@ -577,11 +578,11 @@ class _RedisStore(RedisClientsStore):
         listener = self._sync_listener(runner.get())
         if listener is None:  # no pub/sub on this client: the wait is a plain poll interval (an unset event's)
             return is_free() or threading.Event().wait(max(0.0, timeout))
-        return listener.wait(channel, timeout, is_free, owner)
+        return listener.wait(self._main_key(key), timeout, is_free, owner)
 
     async def _wait_async(
         self,
-        channel: str,
+        key: str,
         timeout: float,
         held: scripts.LuaScript,
         check: _Call,
@@ -589,6 +590,7 @@ class _RedisStore(RedisClientsStore):
         *,
         since: float | None = None,
     ) -> bool:
+        """See `_wait_sync`; `since`: when `owner`'s last refused attempt was sent."""
         runner = self._async_runner("wait_released_async")
         client = await runner.get()
 
@@ -605,7 +607,7 @@ class _RedisStore(RedisClientsStore):
             listener = self._async_listeners.setdefault(loop, AsyncReleaseListener(client.pubsub, sharded=sharded))
         if listener is None:  # a plain poll interval, which answers False
             return await is_free() or await asyncio.sleep(max(0.0, timeout), result=False)
-        return await listener.wait(channel, timeout, is_free, owner, since=since)
+        return await listener.wait(self._main_key(key), timeout, is_free, owner, since=since)
 
     def close(self) -> None:
         """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
@@ -752,8 +754,7 @@ class RedisLockStore(_RedisStore):
         to try again now; without pub/sub on the client a held key is simply waited out for
         `timeout` (a plain poll interval).
         """
-        check = self._held_check(key, owner)
-        return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
+        return self._wait_sync(key, timeout, scripts.LOCK_HELD, self._held_check(key, owner), owner)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
@@ -792,7 +793,7 @@ class RedisLockStore(_RedisStore):
         """See `wait_released`."""
         check = self._held_check(key, owner)
         since = None if owner is None else self._asked.pop((key, owner), None)
-        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner, since=since)
+        return await self._wait_async(key, timeout, scripts.LOCK_HELD, check, owner, since=since)
 
 
 class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
@@ -908,7 +909,7 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
         slots are free for it, and woken only by a release whose slots serve it.
         """
-        return self._wait_sync(self._main_key(key), timeout, *self._wait_check(key, timeout, owner, limit, permits))
+        return self._wait_sync(key, timeout, *self._wait_check(key, timeout, owner, limit, permits))
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
@@ -937,5 +938,4 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        check = self._wait_check(key, timeout, owner, limit, permits)
-        return await self._wait_async(self._main_key(key), timeout, *check)
+        return await self._wait_async(key, timeout, *self._wait_check(key, timeout, owner, limit, permits))
