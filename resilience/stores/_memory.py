@@ -218,6 +218,20 @@ class _MemoryStore:
     def _forget_limit(self, key: str) -> None:
         """Drop what is kept of a key that has neither holders nor waiters any more (a semaphore's limit)."""
 
+    def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
+        """What the sweep prunes: each per-key table, with what drops a key's expired state (`(key, now)`)."""
+        raise NotImplementedError
+
+    def _sweep(self, now: float) -> None:
+        """Under the mutex, amortised O(1): drop expired state once the tables doubled in size."""
+        tables = self._tables()
+        if sum(len(table) for table, _ in tables) < self._sweep_at:
+            return
+        for table, prune in tables:
+            for key in list(table):
+                prune(key, now)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * sum(len(table) for table, _ in tables))
+
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:
         raise NotImplementedError
 
@@ -330,16 +344,8 @@ class MemoryLockStore(_MemoryStore):
             turns.append(owner)
         return turns
 
-    def _sweep(self, now: float) -> None:
-        # Under the mutex, amortised O(1): drop expired leases once the table doubled.
-        if len(self._leases) + len(self._shared) + len(self._queues) < self._sweep_at:
-            return
-        self._leases = {key: lease for key, lease in self._leases.items() if lease[2] > now}
-        for key in list(self._shared):
-            self._readers(key, now)
-        for key in list(self._queues):
-            self._waiting(key, now)
-        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._leases) + len(self._shared) + len(self._queues)))
+    def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
+        return (self._leases, self._live), (self._shared, self._readers), (self._queues, self._waiting)
 
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:  # noqa: ARG002
         # "Free": nobody holds the key (for `owner`: it holds it, or its turn in the queue has come).
@@ -388,8 +394,7 @@ class MemoryLockStore(_MemoryStore):
                     if readers is None:
                         return None, None
                     return None, max(expires for _, expires in readers.values()) - now
-                if queue is not None:
-                    self._leave(key, owner)
+                self._leave(key, owner)
                 self._sweep(now)
                 token = self._next_token()
             self._leases[key] = (owner, token, now + ttl)
@@ -630,14 +635,8 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
                 turns.add(waiter)
         return turns
 
-    def _sweep(self, now: float) -> None:
-        if len(self._holders) + len(self._queues) < self._sweep_at:
-            return
-        for key in list(self._holders):
-            self._live(key, now)
-        for key in list(self._queues):
-            self._waiting(key, now)
-        self._sweep_at = max(_SWEEP_FLOOR, 2 * (len(self._holders) + len(self._queues)))
+    def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
+        return (self._holders, self._live), (self._queues, self._waiting)
 
     def _is_free(self, key: str, owner: str | None, limit: int | None = None, permits: int = 1) -> bool:
         # "Free" for a waiter: no holder at all; for a queued waiter with the limit, slots it

@@ -123,6 +123,7 @@ class _PostgresStore(Closing):
 
     _kind: str = "PostgresStore"
     capabilities: StoreCapabilities
+    _info: Callable[[str, list[Any]], LockInfo | None]  # the `LockInfo` of the holders' rows
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -219,10 +220,6 @@ class _PostgresStore(Closing):
 
     def _holders(self, key: str) -> _Statement[LockInfo | None]:
         return _Statement(self._sql.holders, _params(key), partial(self._info, key))
-
-    def _info(self, key: str, rows: list[Any]) -> LockInfo | None:
-        """The `LockInfo` of the holders' rows."""
-        raise NotImplementedError
 
     def force_release(self, key: str) -> bool:
         """Free `key` whoever holds it (every shared holder of a lock too), in one statement: True if it was held.
@@ -643,8 +640,7 @@ class PostgresSemaphoreStore(_PostgresStore, HoldersFromInfo):
     def _acquire(
         self, key: str, owner: str, ttl: float, limit: int, permits: int, *, join: bool
     ) -> _Statement[tuple[int | None, float | None]]:
-        limits = self._limit(limit, permits)
-        params = _params(key, owner, ttl, **limits, entry_ms=QUEUE_ENTRY_MS if join else 0)
+        params = _params(key, owner, ttl, **self._limit(limit, permits), entry_ms=QUEUE_ENTRY_MS if join else 0)
         return _Statement(self._sql.acquire, params, _acquired)
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:

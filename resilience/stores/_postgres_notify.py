@@ -118,29 +118,22 @@ class SyncReleaseListener(_Listener[threading.Event]):
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
             self._waiters.setdefault(name, {})[event] = owner
-            ready = self._start()
+            # The listener thread, started when none runs (not again within _RETRY_AFTER of a
+            # failure, so a broken LISTEN cannot turn waits into a connect loop).
+            if self._thread is None and not self._closed and time.monotonic() >= self._failed_at + _RETRY_AFTER:
+                self._ready = threading.Event()
+                self._thread = start_thread(self._run, self._ready, name=f"resilience-pg-{self._channel}")
+            ready = None if self._thread is None else self._ready
         try:
             if ready is not None:
                 ready.wait(max(0.0, deadline - time.monotonic()))
             if run_steps(checked(is_free)):
                 return True
-            if not self._listening:  # no hint can come: the wait is a plain poll interval
-                threading.Event().wait(max(0.0, deadline - time.monotonic()))
-                return False
-            return event.wait(max(0.0, deadline - time.monotonic()))
+            # No hint can come when it is not listening: the wait is a plain poll interval (False).
+            return (event if self._listening else threading.Event()).wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._lock:
                 _forget(self._waiters, name, event)
-
-    def _start(self) -> threading.Event | None:
-        # Under the lock: the listener thread, started when none runs (not again within
-        # _RETRY_AFTER of a failure, so a broken LISTEN cannot turn waits into a connect loop).
-        if self._thread is None:
-            if self._closed or time.monotonic() < self._failed_at + _RETRY_AFTER:
-                return None
-            self._ready = threading.Event()
-            self._thread = start_thread(self._run, self._ready, name=f"resilience-pg-{self._channel}")
-        return self._ready
 
     def _run(self, ready: threading.Event) -> None:
         conn: Any = None
@@ -189,7 +182,10 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
         name = digest(key)
         event = asyncio.Event()
         self._waiters.setdefault(name, {})[event] = owner
-        ready = self._start()
+        if self._task is None and time.monotonic() >= self._failed_at + _RETRY_AFTER:  # as the sync listener's
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(self._ready))
+        ready = None if self._task is None else self._ready
         scope = asyncio.timeout(max(0.0, timeout))
         try:
             async with scope:
@@ -197,9 +193,8 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
                     await ready.wait()
                 if await run_steps_async(checked(is_free)):
                     return True
-                if not self._listening:  # no hint can come: the wait is a plain poll interval
-                    await asyncio.Event().wait()
-                await event.wait()
+                # No hint can come when it is not listening: the wait is a plain poll interval.
+                await (event if self._listening else asyncio.Event()).wait()
                 return True
         except TimeoutError:
             if scope.expired():
@@ -207,14 +202,6 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
             raise
         finally:
             _forget(self._waiters, name, event)
-
-    def _start(self) -> asyncio.Event | None:
-        if self._task is None:
-            if time.monotonic() < self._failed_at + _RETRY_AFTER:
-                return None
-            self._ready = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run(self._ready))
-        return self._ready
 
     async def _run(self, ready: asyncio.Event) -> None:
         conn: Any = None

@@ -39,7 +39,7 @@ from resilience.stores._redis_notify import AsyncReleaseListener, SyncReleaseLis
 from resilience.stores._steps import Steps, run_steps, run_steps_async
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Sequence
+    from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 __all__ = [
     "RedisClientsStore",
@@ -94,10 +94,6 @@ def _is_noscript(exc: Exception) -> bool:
     return type(exc).__name__ == "NoScriptError" or str(exc).startswith("NOSCRIPT")
 
 
-def _is_unknown_command(exc: Exception) -> bool:
-    return "unknown command" in str(exc).lower() or "unknown redis command" in str(exc).lower()
-
-
 def _check_str(option: str, value: object) -> str:
     if type(value) is not str and not isinstance(value, str):
         msg = f"{option}: must be a str, got {type(value).__name__}"
@@ -128,11 +124,6 @@ def companions(lock_key: str) -> tuple[str, str, str, str] | None:
     else:
         return None
     return f"{base}:q", f"{base}:q:t", f"{base}:r", f"{base}:q:s"
-
-
-def _wait_ms(timeout: float) -> int:
-    """A watch period (ms) for a wait of `timeout` seconds: at least 1 ms, at most a day."""
-    return max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))
 
 
 def _lock_info(key: str, reply: Any) -> LockInfo | None:
@@ -209,15 +200,6 @@ class _SyncClient:
         # steps: a generator would add about a third to the client-side cost of every call.)
         return client.eval(script.source, len(keys), *keys, *args)
 
-    def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
-        """`run(script, keys, args)` for each call in one pipeline: each reply, or the error it raised.
-
-        One round trip (per Cluster node); the replies that say NOSCRIPT go again as EVAL in a
-        second one. A call that is already an error (its arguments were refused) is not sent.
-        """
-        client = self._client if self._client is not None else self.get()
-        return run_steps(_many_steps(client, self.run, _pipelined, script, calls))
-
 
 class _AsyncClient:
     """The asyncio client, from a client, an awaitable of one, or a (sync or async) factory."""
@@ -283,46 +265,9 @@ class _AsyncClient:
                 raise
         return await client.eval(script.source, len(keys), *keys, *args)
 
-    async def run_many(self, script: scripts.LuaScript, calls: Sequence[_Call | Exception]) -> list[Any]:
-        """See `_SyncClient.run_many`."""
-        client = self._client if self._client is not None else await self.get()
-        return await run_steps_async(_many_steps(client, self.run, _pipelined_async, script, calls))
-
 
 _Call = tuple[list[str], list[object]]
 """One script call: its keys and its arguments."""
-
-
-def _many_steps(
-    client: Any,
-    run: Callable[..., Any],
-    pipelined: Callable[..., Any],
-    script: scripts.LuaScript,
-    calls: Sequence[_Call | Exception],
-) -> Steps[list[Any]]:
-    """What `run_many` does: `run(script, *call)` each, or, on a client with pipelines, `pipelined` calls."""
-    if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
-        replies: list[Any] = []
-        for call in calls:
-            try:
-                replies.append(call if isinstance(call, Exception) else (yield run(script, *call)))
-            except Exception as exc:  # noqa: BLE001 - this call's answer
-                replies.append(exc)
-        return replies
-    sent = [call for call in calls if not isinstance(call, Exception)]
-    if not sent:
-        return list(calls)
-    try:
-        replies = yield pipelined(client, [(script.sha, call) for call in sent])
-        # The calls whose replies say NOSCRIPT go again as EVAL (which caches the script).
-        again = [n for n, reply in enumerate(replies) if isinstance(reply, Exception) and _is_noscript(reply)]
-        if again:
-            retried = yield pipelined(client, [(None, sent[n]) for n in again], script.source)
-            for n, reply in zip(again, retried, strict=True):
-                replies[n] = reply
-    except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
-        raise _unencodable(exc) from exc
-    return _in_place(calls, replies)
 
 
 def _pipeline(client: Any) -> Any:
@@ -361,30 +306,6 @@ async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Ca
     async with _pipeline(client) as pipe:
         _queue(client, pipe, commands, source)
         return list(await pipe.execute(raise_on_error=False))
-
-
-def _in_place(calls: Sequence[_Call | Exception], replies: list[Any]) -> list[Any]:
-    """`replies` (of the calls that were sent) with each refused call's error back in its place."""
-    sent = iter(replies)
-    return [call if isinstance(call, Exception) else next(sent) for call in calls]
-
-
-def _each(
-    calls: Callable[[str, str, float], _Call], items: Sequence[tuple[str, str, float]]
-) -> list[_Call | Exception]:
-    """The script call of each `(key, owner, ttl)`, or the `ValidationError` its arguments raise."""
-    prepared: list[_Call | Exception] = []
-    for key, owner, ttl in items:
-        try:
-            prepared.append(calls(key, owner, ttl))
-        except ValidationError as exc:
-            prepared.append(exc)
-    return prepared
-
-
-def _renewed(replies: list[Any]) -> list[bool | Exception]:
-    """Renew scripts' replies as `renew` answers them: True/False, or the error raised."""
-    return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
 
 def _nothing() -> None:
@@ -476,6 +397,13 @@ class _RedisStore(RedisClientsStore):
     # Waiters queue in the store (`acquire_or_queue`); `pool_key` is set per store.
     capabilities = StoreCapabilities(fair_queue=True)
     _renew_script: scripts.LuaScript
+    _release_script: scripts.LuaScript
+    _info_script: scripts.LuaScript
+    _read_info: Callable[[str, Any], LockInfo | None]  # the info script's reply as a `LockInfo`
+    # Every call's keys, in the order its scripts take them.
+    _keys: Callable[[str], list[str]]
+    release: Callable[[str, str], bool]  # each store's own, as its release script answers
+    release_async: Callable[[str, str], Awaitable[bool]]
     # The Redis key named after a key: its release channel, and where Cluster serves it.
     _main_key: Callable[[str], str]
     _renew_args: Callable[[str, str, float], _Call]
@@ -504,6 +432,30 @@ class _RedisStore(RedisClientsStore):
         """See `renew`."""
         return bool(await self._run_async("renew_async", self._renew_script, self._renew_args(key, owner, ttl)))
 
+    def info(self, key: str) -> LockInfo | None:
+        """The key's live holders (by token; time left on the server's clock) and live waiters; None when free.
+
+        A lock's mode is "shared" when shared holders hold it; a semaphore's holders tell the
+        permits each took.
+        """
+        return self._read_info(key, self._run("info", self._info_script, (self._keys(key), [])))
+
+    async def info_async(self, key: str) -> LockInfo | None:
+        """See `info`."""
+        return self._read_info(key, await self._run_async("info_async", self._info_script, (self._keys(key), [])))
+
+    def force_release(self, key: str) -> bool:
+        """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
+
+        The holder's own owner-checked release, so waiters are woken and the token kept as after
+        any release; the holders' next renewal answers False (`SupportsInspection`).
+        """
+        return run_steps(force_release_by_owner(self.info, self.release, key))
+
+    async def force_release_async(self, key: str) -> bool:
+        """See `force_release`."""
+        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
+
     def renewal_group(self, key: str) -> Hashable:
         """The Cluster master that serves `key` (`SupportsRenewalGroups`); None on a standalone server."""
         client = self._sync_runner("renewal_group").get()
@@ -517,18 +469,64 @@ class _RedisStore(RedisClientsStore):
         itself (a lost connection) raises. What the lease runtime batches renewals with
         (`SupportsRenewMany`).
         """
-        runner = self._sync_runner("renew_many")
-        return _renewed(runner.run_many(self._renew_script, _each(self._renew_args, items)))
+        return run_steps(self._renewals(self._sync_runner("renew_many"), _pipelined, items))
 
     async def renew_many_async(self, items: Sequence[tuple[str, str, float]]) -> list[bool | Exception]:
         """See `renew_many`."""
-        runner = self._async_runner("renew_many_async")
-        return _renewed(await runner.run_many(self._renew_script, _each(self._renew_args, items)))
+        return await run_steps_async(self._renewals(self._async_runner("renew_many_async"), _pipelined_async, items))
+
+    def _renewals(
+        self, runner: _SyncClient | _AsyncClient, pipelined: Callable[..., Any], items: Sequence[tuple[str, str, float]]
+    ) -> Steps[list[bool | Exception]]:
+        """`renew_many`'s work on `runner`: one pipeline (`pipelined`) of the renew script's calls.
+
+        One round trip (per Cluster node); the replies that say NOSCRIPT go again as EVAL in a
+        second one. An item whose arguments are refused is that item's `ValidationError`, not
+        sent. A client without pipelines (EVALSHA only) runs each call alone.
+        """
+        script = self._renew_script
+        calls: list[_Call | Exception] = []
+        for key, owner, ttl in items:
+            try:
+                calls.append(self._renew_args(key, owner, ttl))
+            except ValidationError as exc:
+                calls.append(exc)
+        client = yield runner.get()
+        replies: list[Any] = []
+        if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
+            for call in calls:
+                try:
+                    replies.append(call if isinstance(call, Exception) else (yield runner.run(script, *call)))
+                except Exception as exc:  # noqa: BLE001 - this call's answer
+                    replies.append(exc)
+        elif sent := [call for call in calls if not isinstance(call, Exception)]:
+            try:
+                sent_replies = yield pipelined(client, [(script.sha, call) for call in sent])
+                # The calls whose replies say NOSCRIPT go again as EVAL (which caches the script).
+                again = [
+                    n for n, reply in enumerate(sent_replies) if isinstance(reply, Exception) and _is_noscript(reply)
+                ]
+                if again:
+                    retried = yield pipelined(client, [(None, sent[n]) for n in again], script.source)
+                    for n, reply in zip(again, retried, strict=True):
+                        sent_replies[n] = reply
+            except UnicodeEncodeError as exc:  # before anything was sent: a key that is not valid text
+                raise _unencodable(exc) from exc
+            answers = iter(sent_replies)  # each refused call's error back in its place
+            replies = [call if isinstance(call, Exception) else next(answers) for call in calls]
+        else:
+            replies = list(calls)
+        return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
     def _release_steps(
-        self, runner: _SyncClient | _AsyncClient, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]
+        self, key: str, owner: str, runner_of: Callable[[str], _SyncClient | _AsyncClient], method: str
     ) -> Steps[bool]:
-        """A release script's run on `runner`, with the publish command its server takes (learnt once per runner)."""
+        """`release`'s run on the runner `runner_of(method)` gives, with the publish command its server takes.
+
+        That command is learnt once per runner. The key and the owner are checked before the runner is asked for.
+        """
+        keys, args = self._keys(key), [_check_str("owner", owner), scripts.TOMBSTONE_MS]
+        script, runner = self._release_script, runner_of(method)
         command = self._publish.get(runner)
         if command is None:
             command = self._publish[runner] = "SPUBLISH" if _is_cluster((yield runner.get())) else "PUBLISH"
@@ -537,16 +535,11 @@ class _RedisStore(RedisClientsStore):
         except Exception as exc:
             # SPUBLISH needs Redis 7: on an older server, release without notifying. The script
             # publishes before it writes, so the failed run changed nothing.
-            if command == "" or not _is_unknown_command(exc):
+            text = str(exc).lower()
+            if command == "" or ("unknown command" not in text and "unknown redis command" not in text):
                 raise
             self._publish[runner] = ""
             return bool((yield runner.run(script, keys, [*args, ""])))
-
-    def _run_release_sync(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return run_steps(self._release_steps(self._sync_runner("release"), keys, script, args))
-
-    async def _run_release_async(self, keys: Sequence[str], script: scripts.LuaScript, args: Sequence[object]) -> bool:
-        return await run_steps_async(self._release_steps(self._async_runner("release_async"), keys, script, args))
 
     def _sync_listener(self, client: Any) -> SyncReleaseListener | None:
         with self._listener_lock:
@@ -574,25 +567,22 @@ class _RedisStore(RedisClientsStore):
         return listener.listen(self._main_key(key), callback, owner)
 
     def _wait_sync(
-        self, channel: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
+        self, key: str, timeout: float, held: scripts.LuaScript, check: _Call, owner: str | None = None
     ) -> bool:
+        """`wait_released` with the read-only script `held` as its check (True: the key is free for `owner`)."""
         runner = self._sync_runner("wait_released")
-        client = runner.get()
 
         def is_free() -> bool:
             return not runner.run(held, *check)
 
-        listener = self._sync_listener(client)
-        if listener is None:  # no pub/sub on this client: the wait is a plain poll interval
-            if is_free():
-                return True
-            threading.Event().wait(max(0.0, timeout))
-            return False
-        return listener.wait(channel, timeout, is_free, owner)
+        listener = self._sync_listener(runner.get())
+        if listener is None:  # no pub/sub on this client: the wait is a plain poll interval (an unset event's)
+            return is_free() or threading.Event().wait(max(0.0, timeout))
+        return listener.wait(self._main_key(key), timeout, is_free, owner)
 
     async def _wait_async(
         self,
-        channel: str,
+        key: str,
         timeout: float,
         held: scripts.LuaScript,
         check: _Call,
@@ -600,6 +590,7 @@ class _RedisStore(RedisClientsStore):
         *,
         since: float | None = None,
     ) -> bool:
+        """See `_wait_sync`; `since`: when `owner`'s last refused attempt was sent."""
         runner = self._async_runner("wait_released_async")
         client = await runner.get()
 
@@ -614,12 +605,9 @@ class _RedisStore(RedisClientsStore):
                 await client.initialize()  # the asyncio Cluster client learns its slots lazily
             # Another waiter may have made it meanwhile.
             listener = self._async_listeners.setdefault(loop, AsyncReleaseListener(client.pubsub, sharded=sharded))
-        if listener is None:
-            if await is_free():
-                return True
-            await asyncio.sleep(max(0.0, timeout))
-            return False
-        return await listener.wait(channel, timeout, is_free, owner, since=since)
+        if listener is None:  # a plain poll interval, which answers False
+            return await is_free() or await asyncio.sleep(max(0.0, timeout), result=False)
+        return await listener.wait(self._main_key(key), timeout, is_free, owner, since=since)
 
     def close(self) -> None:
         """Stop the sync release listener and close its connection (clients stay open: they are yours)."""
@@ -659,7 +647,8 @@ class RedisLockStore(_RedisStore):
 
     _kind = "RedisLockStore"
     capabilities = StoreCapabilities(kind="lock", fair_queue=True)
-    _renew_script = scripts.LOCK_RENEW
+    _renew_script, _release_script, _info_script = scripts.LOCK_RENEW, scripts.LOCK_RELEASE, scripts.LOCK_INFO
+    _read_info = staticmethod(_lock_info)
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "lock") -> None:
         super().__init__(client, async_client, prefix)
@@ -754,8 +743,7 @@ class RedisLockStore(_RedisStore):
         the lock leaves the queue instead (False); a head that gives up after the lock was
         handed to it releases it like a holder (True).
         """
-        keys = self._keys(key)
-        return self._run_release_sync(keys, scripts.LOCK_RELEASE, [_check_str("owner", owner), scripts.TOMBSTONE_MS])
+        return run_steps(self._release_steps(key, owner, self._sync_runner, "release"))
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """Block until `key` is released (True) or `timeout` seconds pass (False).
@@ -766,8 +754,7 @@ class RedisLockStore(_RedisStore):
         to try again now; without pub/sub on the client a held key is simply waited out for
         `timeout` (a plain poll interval).
         """
-        check = self._held_check(key, owner)
-        return self._wait_sync(self.key(key), timeout, scripts.LOCK_HELD, check, owner)
+        return self._wait_sync(key, timeout, scripts.LOCK_HELD, self._held_check(key, owner), owner)
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> int | None:
         """See `acquire`."""
@@ -799,36 +786,14 @@ class RedisLockStore(_RedisStore):
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        keys = self._keys(key)
-        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
         self._asked.pop((key, owner), None)
-        return await self._run_release_async(keys, scripts.LOCK_RELEASE, args)
+        return await run_steps_async(self._release_steps(key, owner, self._async_runner, "release_async"))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
         """See `wait_released`."""
         check = self._held_check(key, owner)
         since = None if owner is None else self._asked.pop((key, owner), None)
-        return await self._wait_async(self.key(key), timeout, scripts.LOCK_HELD, check, owner, since=since)
-
-    def info(self, key: str) -> LockInfo | None:
-        """The lock's holder (time left on the server's clock) and its live waiters; None when free."""
-        return _lock_info(key, self._run("info", scripts.LOCK_INFO, (self._keys(key), [])))
-
-    async def info_async(self, key: str) -> LockInfo | None:
-        """See `info`."""
-        return _lock_info(key, await self._run_async("info_async", scripts.LOCK_INFO, (self._keys(key), [])))
-
-    def force_release(self, key: str) -> bool:
-        """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
-
-        The holder's own owner-checked release, so waiters are woken and the token kept as after
-        any release; the holders' next renewal answers False (`SupportsInspection`).
-        """
-        return run_steps(force_release_by_owner(self.info, self.release, key))
-
-    async def force_release_async(self, key: str) -> bool:
-        """See `force_release`."""
-        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
+        return await self._wait_async(key, timeout, scripts.LOCK_HELD, check, owner, since=since)
 
 
 class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
@@ -846,7 +811,8 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
     _kind = "RedisSemaphoreStore"
     # Its `acquire_or_ttl` takes the limit too.
     capabilities = StoreCapabilities(kind="semaphore", fair_queue=True, lease_info_takes_limit=True)
-    _renew_script = scripts.SEMAPHORE_RENEW
+    _renew_script, _release_script = scripts.SEMAPHORE_RENEW, scripts.SEMAPHORE_RELEASE
+    _info_script, _read_info = scripts.SEMAPHORE_INFO, staticmethod(_semaphore_info)
 
     def __init__(self, client: Any = None, *, async_client: Any = None, prefix: str = "semaphore") -> None:
         super().__init__(client, async_client, prefix)
@@ -893,7 +859,8 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         if owner is not None and limit is not None:
             turn = [_check_str("owner", owner), *self._limit(limit, permits)]
             return scripts.SEMAPHORE_TURN, (self._keys(key), turn), owner
-        return scripts.SEMAPHORE_HELD, (self._keys(key), [_wait_ms(timeout)]), None
+        watch_ms = max(1, min(86_400_000, math.ceil(max(0.0, timeout) * 1000)))  # the wait's (ms): a day at most
+        return scripts.SEMAPHORE_HELD, (self._keys(key), [watch_ms]), None
 
     def acquire(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """Take `permits` slots for `owner` if that many are free: its token, or None.
@@ -932,8 +899,7 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         in arrival order. A waiter that holds no slot leaves the queue instead (False), and
         the waiters the free slots then serve are woken.
         """
-        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return self._run_release_sync(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
+        return run_steps(self._release_steps(key, owner, self._sync_runner, "release"))
 
     def wait_released(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
@@ -943,7 +909,7 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         With `owner` and `limit` (a queued waiter asking for `permits`): True at once when its
         slots are free for it, and woken only by a release whose slots serve it.
         """
-        return self._wait_sync(self._main_key(key), timeout, *self._wait_check(key, timeout, owner, limit, permits))
+        return self._wait_sync(key, timeout, *self._wait_check(key, timeout, owner, limit, permits))
 
     async def acquire_async(self, key: str, owner: str, ttl: float, limit: int, permits: int = 1) -> int | None:
         """See `acquire`."""
@@ -966,33 +932,10 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
 
     async def release_async(self, key: str, owner: str) -> bool:
         """See `release`."""
-        args = [_check_str("owner", owner), scripts.TOMBSTONE_MS]
-        return await self._run_release_async(self._keys(key), scripts.SEMAPHORE_RELEASE, args)
+        return await run_steps_async(self._release_steps(key, owner, self._async_runner, "release_async"))
 
     async def wait_released_async(
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        check = self._wait_check(key, timeout, owner, limit, permits)
-        return await self._wait_async(self._main_key(key), timeout, *check)
-
-    def info(self, key: str) -> LockInfo | None:
-        """The semaphore's live holders (by token) and waiters; None when no slot is held."""
-        return _semaphore_info(key, self._run("info", scripts.SEMAPHORE_INFO, (self._keys(key), [])))
-
-    async def info_async(self, key: str) -> LockInfo | None:
-        """See `info`."""
-        reply = await self._run_async("info_async", scripts.SEMAPHORE_INFO, (self._keys(key), []))
-        return _semaphore_info(key, reply)
-
-    def force_release(self, key: str) -> bool:
-        """Free `key` whoever holds it (True if it was held): `release` of each holder `info` reads.
-
-        The holder's own owner-checked release, so waiters are woken and the token kept as after
-        any release; the holders' next renewal answers False (`SupportsInspection`).
-        """
-        return run_steps(force_release_by_owner(self.info, self.release, key))
-
-    async def force_release_async(self, key: str) -> bool:
-        """See `force_release`."""
-        return await run_steps_async(force_release_by_owner(self.info_async, self.release_async, key))
+        return await self._wait_async(key, timeout, *self._wait_check(key, timeout, owner, limit, permits))

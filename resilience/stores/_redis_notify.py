@@ -57,10 +57,6 @@ def _subscribe_to(pubsub: Any, channel: str, *, sharded: bool) -> Any:
     return pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel)
 
 
-def _unsubscribe_from(pubsub: Any, channel: str, *, sharded: bool) -> Any:
-    return pubsub.sunsubscribe(channel) if sharded else pubsub.unsubscribe(channel)
-
-
 def _next_message(pubsub: Any, *, sharded: bool) -> Any:
     """The next message, waiting at most `_POLL` seconds (None when none came)."""
     return pubsub.get_sharded_message(timeout=_POLL) if sharded else pubsub.get_message(timeout=_POLL)
@@ -89,11 +85,6 @@ def _parse(message: Any) -> tuple[str, str, str | None] | None:
 def _decoded(value: object) -> object:
     """A message field as text when a client without decode_responses gives bytes (any byte kept)."""
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
-
-
-def _woken(owner: str | None, turn: str | None) -> bool:
-    """Whether a waiter for `owner` (None: any release) is woken by a release announcing `turn`."""
-    return owner is None or turn is None or owner == turn
 
 
 async def _is_free_async(check: Callable[[], Awaitable[bool]]) -> bool:
@@ -158,22 +149,21 @@ class _Subscriptions(Generic[_E]):
                 del self._waiters[channel]
                 self._idle[channel] = time.monotonic()
 
-    def _lingered(self, now: float) -> list[str]:
-        """Forget the channels idle for `_LINGER`: those still subscribed, to unsubscribe."""
-        done = [channel for channel, since in self._idle.items() if now - since >= _LINGER]
-        for channel in done:
-            del self._idle[channel]
-            self._forget_channel(channel)
-        return [channel for channel in done if self._subscribed.pop(channel, None) is not None]
-
     def _forget_channel(self, channel: str) -> None:
         """Drop what else is kept of a channel that lingered out."""
 
     def _unsubscribe_idle(self, now: float) -> Steps[None]:
-        """Unsubscribe the channels idle for `_LINGER` (steps: run on the sync or the asyncio pub/sub)."""
-        for channel in self._lingered(now):
+        """Forget the channels idle for `_LINGER`, unsubscribing those still subscribed.
+
+        Steps: run on the sync or the asyncio pub/sub.
+        """
+        done = [channel for channel, since in self._idle.items() if now - since >= _LINGER]
+        for channel in done:  # all forgotten before the first step: a waiter may come back meanwhile
+            del self._idle[channel]
+            self._forget_channel(channel)
+        for channel in [channel for channel in done if self._subscribed.pop(channel, None) is not None]:
             try:
-                yield _unsubscribe_from(self._pubsub, channel, sharded=self._sharded)
+                yield self._pubsub.sunsubscribe(channel) if self._sharded else self._pubsub.unsubscribe(channel)
             except Exception:  # noqa: BLE001 -- the connection goes when the listener stops anyway
                 _log.debug("unsubscribe failed for %r", channel, exc_info=True)
 
@@ -185,7 +175,7 @@ class _Subscriptions(Generic[_E]):
                 confirmed.set()
             return
         for wake, owner in list(self._waiters.get(channel, {}).items()):
-            if not _woken(owner, turn):
+            if owner is not None and turn is not None and owner != turn:  # a turn announced for another waiter
                 continue
             try:
                 wake()
@@ -281,14 +271,11 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
                     _log.debug("release notification unavailable for %r", channel, exc_info=True)
                     return None
                 confirmed = self._subscribed[channel] = threading.Event()
-            self._ensure_thread()
+            if self._thread is None:
+                self._thread = start_thread(self._run, self._stop, name=self._name)
         return confirmed
 
     # -- under self._lock ---------------------------------------------------------------------
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = start_thread(self._run, self._stop, name=self._name)
 
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -422,11 +409,8 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
                 del self._subscribed[channel]
             confirmed.set()  # the waiters on this attempt go on to their check
         else:
-            self._ensure_task()
-
-    def _ensure_task(self) -> None:
-        if not self._closed and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="resilience-redis-release")
+            if not self._closed and (self._task is None or self._task.done()):
+                self._task = asyncio.get_running_loop().create_task(self._run(), name="resilience-redis-release")
 
     async def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -458,15 +442,12 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
             if kind == "subscribed":
                 self._confirmed_at[channel] = time.monotonic()
             elif turn is not None and turn not in self._waiters.get(channel, {}).values():
-                self._keep_turn(channel, turn)
+                # Kept for a waiter not registered yet (the newest `_TURNS_KEPT` per channel).
+                turns = self._turns.setdefault(channel, {})
+                turns[turn] = time.monotonic()
+                if len(turns) > _TURNS_KEPT:
+                    del turns[next(iter(turns))]
             self._dispatch(kind, channel, turn)
-
-    def _keep_turn(self, channel: str, owner: str) -> None:
-        """Remember a turn announced before its waiter registered (the newest `_TURNS_KEPT` per channel)."""
-        turns = self._turns.setdefault(channel, {})
-        turns[owner] = time.monotonic()
-        if len(turns) > _TURNS_KEPT:
-            del turns[next(iter(turns))]
 
     async def _read(self) -> Any:
         """The next message, or None after at most about `_POLL` seconds (never at once)."""
