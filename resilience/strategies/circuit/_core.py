@@ -65,7 +65,7 @@ class Bucket:
 
     Successes are an `itertools.count`, whose step is one C call (atomic under the GIL), so a
     closed circuit's success is counted without the controller's lock
-    (`CircuitController.succeeded`). Reading the count steps it too: `reads` (kept under the
+    (`CircuitBreakerStrategy.execute`). Reading the count steps it too: `reads` (kept under the
     lock) says how many of its steps were reads.
     """
 
@@ -151,7 +151,13 @@ class RollingWindow:
 
 
 class ConsecutiveFailures:
-    """Handled failures in a row: any success (or unhandled outcome) starts the count again."""
+    """Handled failures in a row: any success (or unhandled outcome) starts the count again.
+
+    In a local circuit the count is never zero while half-open (its opening took at least one
+    failure, and only a close or a closed-state success resets it), so a success that reads
+    a zero count has nothing to change, whatever the state (`CircuitBreakerStrategy.execute`).
+    A shared circuit may half-open on the fleet's failures, with none counted here.
+    """
 
     __slots__ = ("_threshold", "count")
 
