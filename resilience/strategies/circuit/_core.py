@@ -187,7 +187,7 @@ class ConsecutiveFailures:
 
 
 class CircuitCore:
-    """The state machine of one circuit. `state` and `generation` may be read without the lock."""
+    """The state machine of one circuit. `state`, `generation` and `ticket` may be read without the lock."""
 
     __slots__ = (
         "_blocked_until",
@@ -197,6 +197,7 @@ class CircuitCore:
         "generation",
         "rule",
         "state",
+        "ticket",
         "window",
     )
 
@@ -219,6 +220,8 @@ class CircuitCore:
         )
         self.generation = 0
         self.state = CircuitState.CLOSED
+        self.ticket: int | None = 0
+        """The generation while closed, else None: a closed call's admission and its check, in one read."""
         self._blocked_until: float | None = None  # None while open: the break is still being decided
         self._opened_at = 0.0
         self._probe_until: float | None = None  # half-open: until when the probe holds its slot
@@ -232,6 +235,7 @@ class CircuitCore:
     def _move(self, state: CircuitState) -> int:
         self.state = state
         self.generation += 1
+        self.ticket = self.generation if state is CircuitState.CLOSED else None
         return self.generation
 
     def _open(

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
 T = TypeVar("T")
-_CLOSED = CircuitState.CLOSED
+# The streak of a circuit whose success its count does not decide: one failure that nothing
+# resets, so the strategy's test of a zero count needs no test of None first.
+_NO_STREAK = ConsecutiveFailures(1)
+_NO_STREAK.count = 1
 # `resilience.circuit.state`: how an alert reads a circuit's state.
 _STATE_NUMBERS = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2, CircuitState.ISOLATED: 3}
 
@@ -227,7 +230,7 @@ class CircuitBreakerStrategy:
         # the bucket current at its time (`Bucket`), if the ticket is still closed and current.
         local = type(controller) is CircuitController and not handler.checks_results
         window = core.window
-        self._streak = window if local and type(window) is ConsecutiveFailures else None
+        self._streak = window if local and type(window) is ConsecutiveFailures else _NO_STREAK
         self._rolling = window if local and type(window) is RollingWindow else None
 
     @property
@@ -237,9 +240,8 @@ class CircuitBreakerStrategy:
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` if the circuit lets it through, and count its outcome (sync)."""
-        core = self._core
-        ticket = core.generation  # read before the state: a change in between voids the ticket
-        if core.state is not _CLOSED:
+        ticket = self._core.ticket  # the generation if closed: the call is admitted without the controller
+        if ticket is None:
             ticket, transition = self._controller.admit()
             try:
                 self._controller.report(transition, context, None)
@@ -255,14 +257,13 @@ class CircuitBreakerStrategy:
         except BaseException:
             self._controller.release(ticket)
             raise
-        streak = self._streak
-        if streak is not None and not streak.count:
+        if not self._streak.count:
             return result  # nothing to reset (see __init__)
         rolling = self._rolling
         if rolling is not None:
             now = self._clock.monotonic()
             bucket = rolling.current  # read before the ticket's check: a close after it detaches the bucket
-            if bucket and now - bucket.start < rolling.width and ticket == core.generation and core.state is _CLOSED:
+            if bucket and now - bucket.start < rolling.width and ticket == self._core.ticket:
                 next(bucket.successes)
                 return result
         transition = self._controller.record(
@@ -276,9 +277,8 @@ class CircuitBreakerStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` if the circuit lets it through, and count its outcome (async)."""
-        core = self._core
-        ticket = core.generation
-        if core.state is not _CLOSED:
+        ticket = self._core.ticket
+        if ticket is None:
             ticket, transition = self._controller.admit()
             try:
                 await self._controller.report_async(transition, context, None)
@@ -294,14 +294,13 @@ class CircuitBreakerStrategy:
         except BaseException:
             self._controller.release(ticket)
             raise
-        streak = self._streak
-        if streak is not None and not streak.count:
+        if not self._streak.count:
             return result  # nothing to reset (see __init__)
         rolling = self._rolling
         if rolling is not None:
             now = self._clock.monotonic()
             bucket = rolling.current
-            if bucket and now - bucket.start < rolling.width and ticket == core.generation and core.state is _CLOSED:
+            if bucket and now - bucket.start < rolling.width and ticket == self._core.ticket:
                 next(bucket.successes)
                 return result
         transition = self._controller.record(
