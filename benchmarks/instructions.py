@@ -11,6 +11,9 @@ Run: `.venv/bin/python benchmarks/instructions.py` (this checkout), or with
 `--otel-api` imports the OpenTelemetry API (no SDK, no provider) in the measured process first,
 as any library that instruments itself does (tenacity and pybreaker's environments here): the
 "is anyone listening" check then has the API's globals to read.
+The cases `pybreaker sync` and `circuitbreaker sync` count the breaker rows' peers of `lean.py`
+(the same loop through pybreaker's `call` and circuitbreaker's `@circuit`; no checkout of ours
+is imported), so that ours/peer can be stated in instructions.
 Needs `valgrind` on the PATH; `make bench` does not run it.
 """
 
