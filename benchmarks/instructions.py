@@ -11,6 +11,9 @@ Run: `.venv/bin/python benchmarks/instructions.py` (this checkout), or with
 `--otel-api` imports the OpenTelemetry API (no SDK, no provider) in the measured process first,
 as any library that instruments itself does (tenacity and pybreaker's environments here): the
 "is anyone listening" check then has the API's globals to read.
+The cases `pybreaker sync` and `circuitbreaker sync` count the breaker rows' peers of `lean.py`
+(the same loop through pybreaker's `call` and circuitbreaker's `@circuit`; no checkout of ours
+is imported), so that ours/peer can be stated in instructions.
 Needs `valgrind` on the PATH; `make bench` does not run it.
 """
 
@@ -42,7 +45,12 @@ CASES = (
     "consecutive sync",
     "hedging sync",
     "hedging async",
+    "pybreaker sync",
+    "circuitbreaker sync",
 )
+# Peers of the breaker rows (`lean.py`'s): the library a user would pick instead, counted the
+# same way, so that a ratio of instructions stands beside `lean.py`'s ratio of time.
+PEERS = {"pybreaker", "circuitbreaker"}
 _COLLECTED = re.compile(r"Collected : (\d+)")
 _OTEL_API = "RESILIENCE_BENCH_OTEL_API"
 
@@ -52,6 +60,9 @@ def run_case(strategy: str, mode: str, number: int) -> None:
     if os.environ.get(_OTEL_API):
         import opentelemetry.metrics
         import opentelemetry.trace  # noqa: F401 - imported is what counts
+    if strategy in PEERS:
+        run_peer(strategy, number)
+        return
     from resilience import ResiliencePipelineBuilder
     from resilience.stores import MemoryLockStore
 
@@ -92,6 +103,26 @@ def run_case(strategy: str, mode: str, number: int) -> None:
             await execute(awork)
 
     asyncio.run(loop())
+
+
+def run_peer(peer: str, number: int) -> None:
+    """`number` calls of a trivial callable through `peer` (pybreaker's `call`, circuitbreaker's `@circuit`)."""
+
+    def work() -> int:
+        return 1
+
+    if peer == "pybreaker":
+        import pybreaker
+
+        call = pybreaker.CircuitBreaker().call
+        for _ in range(number):
+            call(work)
+        return
+    import circuitbreaker
+
+    decorated = circuitbreaker.circuit(failure_threshold=5)(work)
+    for _ in range(number):
+        decorated()
 
 
 def count(checkout: Path, case: str, number: int, *, otel_api: bool = False) -> int:

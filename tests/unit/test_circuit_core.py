@@ -35,6 +35,24 @@ def test_opens_at_ratio_once_minimum_throughput_is_reached() -> None:
     assert (transition.failure_count, transition.failure_rate) == (3, 0.6)
 
 
+def test_the_ticket_is_the_generation_while_closed_and_none_otherwise() -> None:
+    """What the strategy reads once to admit a closed call and once to check its success."""
+    circuit = core(throughput=2)
+    assert circuit.ticket == circuit.generation == 0
+    call(circuit, 0.0, handled=True)
+    call(circuit, 0.0, handled=True)  # opens
+    assert (circuit.state, circuit.ticket) == (CircuitState.OPEN, None)
+    ticket, _ = circuit.admit(5.0)  # the probe
+    assert (circuit.state, circuit.ticket) == (CircuitState.HALF_OPEN, None)
+    circuit.record(5.0, ticket, handled=False)  # closes
+    assert circuit.state is CircuitState.CLOSED
+    assert circuit.ticket == circuit.generation == 3
+    circuit.isolate(6.0)
+    assert circuit.ticket is None
+    circuit.close()
+    assert circuit.ticket == circuit.generation == 5
+
+
 def test_below_minimum_throughput_never_opens() -> None:
     """Failures alone do not open the circuit until `minimum_throughput` calls were seen."""
     circuit = core(throughput=5)

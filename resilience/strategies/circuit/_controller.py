@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from resilience._context import new_context
+from resilience._time import monotonic_source
 from resilience._validation import generated_seconds
 from resilience.exceptions import ValidationError
 from resilience.strategies._common import Steps, run_steps, run_steps_async
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, RollingWindow, Transition
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
 
     from resilience._context import ResilienceContext
     from resilience._outcome import Outcome
@@ -179,16 +181,15 @@ class CircuitBreakerManualControl:
 class CircuitController:
     """One circuit: the core under a lock, plus the reporting of its transitions."""
 
-    __slots__ = ("__weakref__", "_generator", "_hooks", "_rolling", "_telemetry", "_time", "core", "lock")
+    __slots__ = ("__weakref__", "_generator", "_hooks", "_telemetry", "_time", "core", "lock")
 
     def __init__(self, core: CircuitCore, hooks: CircuitHooks, context: StrategyBuildContext) -> None:
         self.core = core
-        # The core's window when it is a `RollingWindow` (never replaced): `succeeded`'s lock-free path.
-        self._rolling = core.window if type(core.window) is RollingWindow else None
         self.lock = threading.Lock()
         self._hooks = hooks
         self._generator = hooks.break_duration_generator
-        self._time: TimeProvider = context.time_provider
+        # What `.monotonic()` is read on: the system clock without its provider's method frame.
+        self._time: ModuleType | TimeProvider = monotonic_source(context.time_provider)
         self._telemetry: TelemetrySource = context.telemetry
 
     # -- under the lock: decisions -------------------------------------------------------------
@@ -200,39 +201,14 @@ class CircuitController:
             return self.core.admit(now)
 
     def record(self, ticket: int, *, handled: bool) -> Transition | None:
-        """Count the outcome of the call admitted with `ticket`."""
+        """Count the outcome of the call admitted with `ticket` (`handled`: a handled failure).
+
+        A local circuit's closed-state success that needs no lock is counted by the strategy
+        itself, without this call (`CircuitBreakerStrategy.__init__`).
+        """
         now = self._time.monotonic()
         with self.lock:
             return self.core.record(now, ticket, handled=handled, pending_break=self._generator is not None)
-
-    def succeeded(self, ticket: int) -> Transition | None:
-        """Count a success (the hot path: a closed circuit just counts it).
-
-        The strategy answers a local consecutive-failures circuit's success with nothing to
-        reset itself, without this call.
-        """
-        core = self.core
-        now = self._time.monotonic()
-        rolling = self._rolling
-        if rolling is not None:
-            # The common case without the lock: the bucket current at `now`, read before the
-            # generation (a close after that check resets the window and detaches the bucket,
-            # so a success of an older generation is never counted in a newer window), and
-            # the success counted in it by one atomic step (`Bucket`).
-            bucket = rolling.current
-            if (
-                bucket is not None
-                and now - bucket.start < rolling.width
-                and ticket == core.generation
-                and core.state is _CLOSED
-            ):
-                next(bucket.successes)
-                return None
-        with self.lock:
-            if ticket == core.generation and core.state is _CLOSED:
-                core.window.success(now)
-                return None
-            return core.record(now, ticket, handled=False)
 
     def release(self, ticket: int) -> None:
         """The call admitted with `ticket` ended with a `BaseException`."""
@@ -299,15 +275,17 @@ class CircuitController:
         """Emit the event of a transition that knows its break, with no callback (no execution runs)."""
         next(self._steps(transition, context, None))
 
-    def report(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
-        """Report a transition in a sync execution (runs the generator and the callbacks)."""
-        run_steps(self._steps(transition, context, outcome))
+    def report(self, transition: Transition | None, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
+        """Report a transition (if any) in a sync execution (runs the generator and the callbacks)."""
+        if transition is not None:
+            run_steps(self._steps(transition, context, outcome))
 
     async def report_async(
-        self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None
+        self, transition: Transition | None, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
-        """Report a transition in an async execution (awaiting async callbacks)."""
-        await run_steps_async(self._steps(transition, context, outcome))
+        """Report a transition (if any) in an async execution (awaiting async callbacks)."""
+        if transition is not None:
+            await run_steps_async(self._steps(transition, context, outcome))
 
     # -- manual control ------------------------------------------------------------------------
 

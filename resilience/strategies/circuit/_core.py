@@ -65,7 +65,7 @@ class Bucket:
 
     Successes are an `itertools.count`, whose step is one C call (atomic under the GIL), so a
     closed circuit's success is counted without the controller's lock
-    (`CircuitController.succeeded`). Reading the count steps it too: `reads` (kept under the
+    (`CircuitBreakerStrategy.execute`). Reading the count steps it too: `reads` (kept under the
     lock) says how many of its steps were reads.
     """
 
@@ -151,7 +151,13 @@ class RollingWindow:
 
 
 class ConsecutiveFailures:
-    """Handled failures in a row: any success (or unhandled outcome) starts the count again."""
+    """Handled failures in a row: any success (or unhandled outcome) starts the count again.
+
+    In a local circuit the count is never zero while half-open (its opening took at least one
+    failure, and only a close or a closed-state success resets it), so a success that reads
+    a zero count has nothing to change, whatever the state (`CircuitBreakerStrategy.execute`).
+    A shared circuit may half-open on the fleet's failures, with none counted here.
+    """
 
     __slots__ = ("_threshold", "count")
 
@@ -181,7 +187,7 @@ class ConsecutiveFailures:
 
 
 class CircuitCore:
-    """The state machine of one circuit. `state` and `generation` may be read without the lock."""
+    """The state machine of one circuit. `state`, `generation` and `ticket` may be read without the lock."""
 
     __slots__ = (
         "_blocked_until",
@@ -191,6 +197,7 @@ class CircuitCore:
         "generation",
         "rule",
         "state",
+        "ticket",
         "window",
     )
 
@@ -213,6 +220,8 @@ class CircuitCore:
         )
         self.generation = 0
         self.state = CircuitState.CLOSED
+        self.ticket: int | None = 0
+        """The generation while closed, else None: a closed call's admission and its check, in one read."""
         self._blocked_until: float | None = None  # None while open: the break is still being decided
         self._opened_at = 0.0
         self._probe_until: float | None = None  # half-open: until when the probe holds its slot
@@ -226,6 +235,7 @@ class CircuitCore:
     def _move(self, state: CircuitState) -> int:
         self.state = state
         self.generation += 1
+        self.ticket = self.generation if state is CircuitState.CLOSED else None
         return self.generation
 
     def _open(

@@ -25,7 +25,7 @@ from resilience.strategies.circuit._controller import (
     OnCircuitHalfOpenedArguments,
     OnCircuitOpenedArguments,
 )
-from resilience.strategies.circuit._core import CircuitCore, CircuitState, ConsecutiveFailures
+from resilience.strategies.circuit._core import CircuitCore, CircuitState, ConsecutiveFailures, RollingWindow
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["CircuitBreakerStrategy", "CircuitBreakerStrategyOptions", "circuit_breaker_strategy"]
 
 T = TypeVar("T")
-_CLOSED = CircuitState.CLOSED
+# The streak of a circuit whose success its count does not decide: one failure that nothing
+# resets, so the strategy's test of a zero count needs no test of None first.
+_NO_STREAK = ConsecutiveFailures(1)
+_NO_STREAK.count = 1
 # `resilience.circuit.state`: how an alert reads a circuit's state.
 _STATE_NUMBERS = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2, CircuitState.ISOLATED: 3}
 
@@ -212,89 +215,99 @@ class CircuitBreakerStrategy:
 
     traits = HANDS_ON
 
-    __slots__ = ("_controller", "_handler", "_streak")
+    __slots__ = ("_clock", "_controller", "_core", "_handler", "_rolling", "_streak")
 
     def __init__(self, controller: CircuitController, handler: Handler) -> None:
         self._controller = controller
+        self._core = core = controller.core
         self._handler = handler
-        window = controller.core.window
-        # A local consecutive-failures circuit whose results are never failures: its closed-state
-        # success with no failure in a row to reset changes nothing, and is decided here without
-        # the controller's call (no clock, no lock: state, generation and count are single reads,
-        # and a failure counted meanwhile is ordered after this success). A shared circuit
-        # counts every success.
+        self._clock = controller._time
+        # A local circuit whose results are never failures counts a closed-state success itself,
+        # without the controller's call or its lock (a shared circuit counts every success under
+        # it, for the fleet's batch). Consecutive failures: a success with no failure in a row
+        # to reset changes nothing (`ConsecutiveFailures`: never zero while half-open, so a
+        # probe's success still closes). A rolling window: the success is one atomic step of
+        # the bucket current at its time (`Bucket`), if the ticket is still closed and current.
         local = type(controller) is CircuitController and not handler.checks_results
-        self._streak = window if local and type(window) is ConsecutiveFailures else None
+        window = core.window
+        self._streak = window if local and type(window) is ConsecutiveFailures else _NO_STREAK
+        self._rolling = window if local and type(window) is RollingWindow else None
 
     @property
     def state(self) -> CircuitState:
         """The circuit's state."""
-        return self._controller.core.state
+        return self._core.state
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` if the circuit lets it through, and count its outcome (sync)."""
-        controller = self._controller
-        core = controller.core
-        ticket = core.generation  # read before the state: a change in between voids the ticket
-        if core.state is not _CLOSED:
-            ticket, transition = controller.admit()
-            if transition is not None:
-                try:
-                    controller.report(transition, context, None)
-                except BaseException:
-                    controller.release(ticket)
-                    raise
+        ticket = self._core.ticket  # the generation if closed: the call is admitted without the controller
+        if ticket is None:
+            ticket, transition = self._controller.admit()
+            try:
+                self._controller.report(transition, context, None)
+            except BaseException:
+                self._controller.release(ticket)
+                raise
         try:
             result = callback(context)
         except Exception as exc:
-            transition = controller.record(ticket, handled=self._handler.error(exc))
-            if transition is not None:
-                controller.report(transition, context, Err(exc))
+            transition = self._controller.record(ticket, handled=self._handler.error(exc))
+            self._controller.report(transition, context, Err(exc))
             raise
         except BaseException:
-            controller.release(ticket)
+            self._controller.release(ticket)
             raise
-        streak = self._streak
-        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+        if not self._streak.count:
             return result  # nothing to reset (see __init__)
-        failed = self._handler.checks_results and self._handler.result(result)
-        transition = controller.record(ticket, handled=True) if failed else controller.succeeded(ticket)
-        if transition is not None:
-            controller.report(transition, context, Ok(result))
+        rolling = self._rolling
+        if rolling is not None:
+            now = self._clock.monotonic()
+            bucket = rolling.current  # read before the ticket's check: a close after it detaches the bucket
+            if bucket and now - bucket.start < rolling.width and ticket == self._core.ticket:
+                next(bucket.successes)
+                return result
+        transition = self._controller.record(
+            ticket, handled=self._handler.checks_results and self._handler.result(result)
+        )
+        if transition is not None:  # a shared or result-checking circuit's success: no outcome made for nothing
+            self._controller.report(transition, context, Ok(result))
         return result
 
     async def execute_async(
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` if the circuit lets it through, and count its outcome (async)."""
-        controller = self._controller
-        core = controller.core
-        ticket = core.generation
-        if core.state is not _CLOSED:
-            ticket, transition = controller.admit()
-            if transition is not None:
-                try:
-                    await controller.report_async(transition, context, None)
-                except BaseException:
-                    controller.release(ticket)
-                    raise
+        ticket = self._core.ticket
+        if ticket is None:
+            ticket, transition = self._controller.admit()
+            try:
+                await self._controller.report_async(transition, context, None)
+            except BaseException:
+                self._controller.release(ticket)
+                raise
         try:
             result = await callback(context)
         except Exception as exc:
-            transition = controller.record(ticket, handled=self._handler.error(exc))
-            if transition is not None:
-                await controller.report_async(transition, context, Err(exc))
+            transition = self._controller.record(ticket, handled=self._handler.error(exc))
+            await self._controller.report_async(transition, context, Err(exc))
             raise
         except BaseException:
-            controller.release(ticket)
+            self._controller.release(ticket)
             raise
-        streak = self._streak
-        if streak is not None and not streak.count and ticket == core.generation and core.state is _CLOSED:
+        if not self._streak.count:
             return result  # nothing to reset (see __init__)
-        failed = self._handler.checks_results and self._handler.result(result)
-        transition = controller.record(ticket, handled=True) if failed else controller.succeeded(ticket)
-        if transition is not None:
-            await controller.report_async(transition, context, Ok(result))
+        rolling = self._rolling
+        if rolling is not None:
+            now = self._clock.monotonic()
+            bucket = rolling.current
+            if bucket and now - bucket.start < rolling.width and ticket == self._core.ticket:
+                next(bucket.successes)
+                return result
+        transition = self._controller.record(
+            ticket, handled=self._handler.checks_results and self._handler.result(result)
+        )
+        if transition is not None:  # a shared or result-checking circuit's success: no outcome made for nothing
+            await self._controller.report_async(transition, context, Ok(result))
         return result
 
     def __repr__(self) -> str:

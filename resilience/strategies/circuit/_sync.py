@@ -98,10 +98,6 @@ class SharedCircuitController(CircuitController):
             self.sync.wake()
         return transition
 
-    def succeeded(self, ticket: int) -> Transition | None:
-        """Count a success: under the lock, as the fleet's batch counts it too (`SharedCircuitCore.record`)."""
-        return self.record(ticket, handled=False)
-
     def move(self, *, isolate: bool) -> Transition | None:
         """Isolate or close by hand, here at once and for the fleet at the next (immediate) sync."""
         transition = super().move(isolate=isolate)
