@@ -105,18 +105,23 @@ def _late(late_ms: list[float]) -> int:
 
 
 # A machine busy with other work stalls the waiter's wake-up now and then (at a load of 10 on
-# two cores, 8 of 100 hand-offs came late once): a second run of 100 tells such a stall from a
-# waiter that sleeps past the expiry, which is late every time. Early is never tolerated.
+# two cores, 8 of 100 hand-offs came late once; at 20, more than 10 twice in a row): up to two
+# more runs of 100 tell such stalls from a waiter that sleeps past the expiry, which is late
+# every time. Early is never tolerated.
 def test_a_waiter_takes_an_expired_lease_within_50_ms(deployment: Deployment) -> None:
     late = _sync_handoffs(deployment)
-    if _late(late) > LATE_ALLOWED:
+    for _ in range(2):
+        if _late(late) <= LATE_ALLOWED:
+            break
         late = _sync_handoffs(deployment)
     _check(f"sync, {deployment.name}", late)
 
 
 async def test_an_async_waiter_takes_an_expired_lease_within_50_ms(deployment: Deployment) -> None:
     late = await _async_handoffs(deployment)
-    if _late(late) > LATE_ALLOWED:
+    for _ in range(2):
+        if _late(late) <= LATE_ALLOWED:
+            break
         late = await _async_handoffs(deployment)
     _check(f"async, {deployment.name}", late)
 

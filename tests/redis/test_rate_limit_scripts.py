@@ -140,7 +140,7 @@ def test_every_accepted_limit_runs_its_script_cleanly(
 def test_a_full_sliding_window_trims_and_fills_within_10_ms(client: Any) -> None:
     """The worst case of the log: 100,000 grants expire at once and 1,000 new ones are written.
 
-    Measured up to three times, on fresh keys: SLOWLOG counts wall time, so a server
+    Measured up to five times, on fresh keys: SLOWLOG counts wall time, so a server
     descheduled on a loaded machine (two test suites beside this one on two cores) logs what
     its work never costs; work that is slow is slow every time. The window is a second, so
     that the hundred calls that fill it fit in it on such a machine too.
@@ -157,7 +157,7 @@ def test_a_full_sliding_window_trims_and_fills_within_10_ms(client: Any) -> None
         assert client.llen(store.key(key, "sliding_window")) == 1_000
         return _slow_calls(client)
 
-    assert any(trim_and_fill(f"log-{attempt}") == [] for attempt in range(3))
+    assert any(trim_and_fill(f"log-{attempt}") == [] for attempt in range(5))
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
