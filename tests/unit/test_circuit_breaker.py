@@ -204,20 +204,36 @@ async def test_async_break_duration_generator_is_awaited(clock: FakeTimeProvider
     assert await run(pipeline, lambda: 1, "async") == 1
 
 
-def test_failing_generator_keeps_the_default_break(clock: FakeTimeProvider) -> None:
-    """If the generator raises, the circuit opens for break_duration and the error propagates."""
+@pytest.mark.parametrize("mode", MODES)
+async def test_failing_generator_keeps_the_default_break(clock: FakeTimeProvider, mode: str) -> None:
+    """If the generator raises, the circuit opens for break_duration, the opening is reported
+    (event and on_opened), and then the generator's error propagates."""
+
+    async def async_generator(args: BreakDurationGeneratorArguments) -> float:
+        raise ArithmeticError
 
     def generator(args: BreakDurationGeneratorArguments) -> float:
         raise ArithmeticError
 
+    events: list[TelemetryEvent] = []
+    opened: list[OnCircuitOpenedArguments] = []
     provider = CircuitBreakerStateProvider()
-    pipeline = build(clock, break_duration_generator=generator, state_provider=provider)
-    pipeline.settle(fail)
+    pipeline = build(
+        clock,
+        events,
+        break_duration_generator=async_generator if mode == "async" else generator,
+        state_provider=provider,
+        on_opened=opened.append,
+    )
+    with pytest.raises(ConnectionError):
+        await run(pipeline, fail, mode)
     with pytest.raises(ArithmeticError):
-        pipeline.execute(fail)
+        await run(pipeline, fail, mode)
     assert provider.state is CircuitState.OPEN
+    assert [e.arguments.break_duration for e in events if e.name == "OnCircuitOpened"] == [5.0]  # type: ignore[union-attr]
+    assert [a.break_duration for a in opened] == [5.0]
     clock.advance(5)
-    assert pipeline.execute(lambda: 2) == 2
+    assert await run(pipeline, lambda: 2, mode) == 2
 
 
 @pytest.mark.parametrize("mode", MODES)

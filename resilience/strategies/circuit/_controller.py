@@ -18,7 +18,7 @@ from resilience._context import new_context
 from resilience._time import monotonic_source
 from resilience._validation import generated_seconds
 from resilience.exceptions import ValidationError
-from resilience.strategies._common import Steps, run_steps, run_steps_async
+from resilience.strategies._common import Steps, call_back, call_back_async, run_steps, run_steps_async
 from resilience.strategies.circuit._core import CircuitCore, CircuitState, Transition
 from resilience.telemetry._event import Severity
 
@@ -232,14 +232,35 @@ class CircuitController:
 
     # -- outside the lock: reports -------------------------------------------------------------
 
-    def _steps(self, transition: Transition, context: ResilienceContext, outcome: Outcome[Any] | None) -> Steps:
+    def _generated(self, arguments: BreakDurationGeneratorArguments) -> tuple[object, Exception | None]:
+        """The break-duration generator's answer in a sync execution, or the error it raised."""
+        try:
+            return call_back(self._generator, arguments), None  # type: ignore[arg-type] # asked only when set
+        except Exception as exc:  # noqa: BLE001 - raised once the opening is reported
+            return None, exc
+
+    async def _generated_async(self, arguments: BreakDurationGeneratorArguments) -> tuple[object, Exception | None]:
+        """`_generated` in an async execution (an awaitable answer is awaited)."""
+        try:
+            return await call_back_async(self._generator, arguments), None  # type: ignore[arg-type] # asked only when set
+        except Exception as exc:  # noqa: BLE001 - raised once the opening is reported
+            return None, exc
+
+    def _steps(
+        self,
+        transition: Transition,
+        context: ResilienceContext,
+        outcome: Outcome[Any] | None,
+        generate: Callable[[BreakDurationGeneratorArguments], object],
+    ) -> Steps:
         """Emit `transition`'s event and yield its callback, for both shells.
 
-        An opening of this circuit's own with a break-duration generator yields the generator
-        first (the shell sends back its answer), sets the break it answered (the default if it
-        raised: the shell closes the steps; the default too if it answered no duration, whose
-        `ValidationError` is raised after the opening is reported) and only then emits the opening. A transition
-        learned from the fleet, or made by hand, knows its break.
+        An opening of this circuit's own with a break-duration generator yields `generate`
+        first (the shell's way to call the generator: the shell sends back its answer and the
+        error it raised), sets the break it answered (the default if it raised, answered no
+        duration or was interrupted) and only then emits the opening; the generator's error, or
+        the `ValidationError` of an answer that is no duration, is raised after the opening is
+        reported. A transition learned from the fleet, or made by hand, knows its break.
         """
         hooks = self._hooks
         arguments: Any
@@ -255,11 +276,12 @@ class CircuitController:
             seconds = math.inf if transition.is_manual else transition.break_duration
             if seconds is None and self._generator is not None:
                 generating = BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
-                value: object = None
+                answer: Any = (None, None)
                 try:
-                    value = yield self._generator, generating
-                finally:  # the default if the generator raised, or answered no duration
-                    seconds, misuse = self.set_break(transition, value)
+                    answer = yield generate, generating
+                finally:  # the default unless the generator answered a duration
+                    seconds, misuse = self.set_break(transition, answer[0])
+                misuse = answer[1] or misuse
             if seconds is None:
                 seconds = self.core.break_duration
             name, severity, callback = "OnCircuitOpened", Severity.ERROR, hooks.on_opened
@@ -273,19 +295,19 @@ class CircuitController:
 
     def announce(self, transition: Transition, context: ResilienceContext) -> None:
         """Emit the event of a transition that knows its break, with no callback (no execution runs)."""
-        next(self._steps(transition, context, None))
+        next(self._steps(transition, context, None, self._generated))
 
     def report(self, transition: Transition | None, context: ResilienceContext, outcome: Outcome[Any] | None) -> None:
         """Report a transition (if any) in a sync execution (runs the generator and the callbacks)."""
         if transition is not None:
-            run_steps(self._steps(transition, context, outcome))
+            run_steps(self._steps(transition, context, outcome, self._generated))
 
     async def report_async(
         self, transition: Transition | None, context: ResilienceContext, outcome: Outcome[Any] | None
     ) -> None:
         """Report a transition (if any) in an async execution (awaiting async callbacks)."""
         if transition is not None:
-            await run_steps_async(self._steps(transition, context, outcome))
+            await run_steps_async(self._steps(transition, context, outcome, self._generated_async))
 
     # -- manual control ------------------------------------------------------------------------
 
