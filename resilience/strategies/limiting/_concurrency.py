@@ -29,7 +29,7 @@ from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import call_back, call_back_async, off_clock
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     Limiter,
@@ -82,11 +82,7 @@ class ConcurrencyLimiterStrategyOptions:
                 requirement = "must implement SemaphoreStore or AsyncSemaphoreStore"
                 problems.add("store", wrong_store(store, "RedisSemaphoreStore", "resilience.stores", requirement))
             elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
-                problems.add(
-                    "store",
-                    "a MemorySemaphoreStore must use the pipeline's time provider (leases expire on its clock): "
-                    "create it with MemorySemaphoreStore(time_provider)",
-                )
+                problems.add("store", off_clock("MemorySemaphoreStore", "leases expire on its clock", ""))
         problems.duration("ttl", self.ttl, minimum=0.001)
         wait = problems.duration("wait", self.wait)
         queue = problems.integer("queue", self.queue, minimum=0)

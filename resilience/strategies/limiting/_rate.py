@@ -22,7 +22,7 @@ from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, chec
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
 from resilience.stores._protocols import serves
-from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
+from resilience.strategies._common import call_back, call_back_async, off_clock, store_traits, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -129,11 +129,7 @@ class RateLimiterStrategyOptions:
                 requirement = "must implement RateLimitStore or AsyncRateLimitStore"
                 problems.add("store", wrong_store(store, "RedisRateLimitStore", "resilience.limiters", requirement))
             elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
-                problems.add(
-                    "store",
-                    "a MemoryRateLimitStore must use the pipeline's time provider (limits run on its clock): "
-                    "create it with MemoryRateLimitStore(time_provider) or leave store=None",
-                )
+                problems.add("store", off_clock("MemoryRateLimitStore", "limits run on its clock"))
         problems.duration("wait", self.wait)
         problems.callable("on_rejected", self.on_rejected)
         problems.name("name", self.name)
