@@ -264,7 +264,7 @@ class RateLimiterStrategy(Limiter):
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
-        key = self._resolve_key(context)
+        key = self._key if type(self._key) is str else self._resolve_key(context)  # a constant: no call
         decide = self._decide
         deadline = None  # read from the clock at the first refusal only
         while retry_after := (decide(key) if decide is not None else self._take(key)):
@@ -280,7 +280,7 @@ class RateLimiterStrategy(Limiter):
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
-        key = self._resolve_key(context)
+        key = self._key if type(self._key) is str else self._resolve_key(context)  # a constant: no call
         decide = self._decide
         deadline = None
         while retry_after := (decide(key) if decide is not None else await self._take_async(key)):

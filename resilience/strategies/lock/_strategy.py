@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from resilience._context import LOCK_TOKEN, ResilienceContext
 from resilience._lease import (
     HELD_LOCKS,
-    AsyncLease,
     BackoffSchedule,
-    Lease,
     LeaseParams,
     LockEventArguments,
     LockEvents,
@@ -327,7 +325,6 @@ class LockStrategy:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
         run = _Run(self, context)
-        lease: Lease | None
         lease, held_for = acquire_lease(
             self._ops,
             run.key,
@@ -358,7 +355,6 @@ class LockStrategy:
     ) -> T:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
         run = _Run(self, context)
-        lease: AsyncLease | None
         lease, held_for = await acquire_lease_async(
             self._ops,
             run.key,
