@@ -29,7 +29,7 @@ from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async, off_clock
+from resilience.strategies._common import call_back, call_back_async, off_clock, run_steps, run_steps_async
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     Limiter,
@@ -172,7 +172,7 @@ class ConcurrencyLimiterStrategy(Limiter):
             try:
                 pool.pop()
             except IndexError:
-                self._reject(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+                run_steps(self._rejected(context, self._key))  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return callback(context)
             finally:
@@ -180,7 +180,7 @@ class ConcurrencyLimiterStrategy(Limiter):
         key = self._resolve_key(context)
         permits = self._permits
         if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
-            self._reject(context, key)
+            run_steps(self._rejected(context, key))
         try:
             return callback(context)
         finally:
@@ -195,7 +195,7 @@ class ConcurrencyLimiterStrategy(Limiter):
             try:
                 pool.pop()
             except IndexError:
-                await self._reject_async(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+                await run_steps_async(self._rejected(context, self._key))  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return await callback(context)
             finally:
@@ -205,7 +205,7 @@ class ConcurrencyLimiterStrategy(Limiter):
         if not permits.try_acquire(key) and (
             self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)
         ):
-            await self._reject_async(context, key)
+            await run_steps_async(self._rejected(context, key))
         try:
             return await callback(context)
         finally:

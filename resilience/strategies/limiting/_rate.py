@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -22,7 +22,7 @@ from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, chec
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
 from resilience.stores._protocols import serves
-from resilience.strategies._common import call_back, call_back_async, off_clock, store_traits, wait, wait_async
+from resilience.strategies._common import Steps, off_clock, run_steps, run_steps_async, store_traits, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -203,18 +203,14 @@ class Limiter:
             raise ValidationError(msg)
         return resolved
 
-    def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
-        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
-        error, arguments = reject(self._telemetry, context, key, retry_after)
-        if self._on_rejected is not None:
-            call_back(self._on_rejected, arguments)
-        raise error
+    def _rejected(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> Steps:
+        """Reject an execution, for both shells: the event, `on_rejected`, then `RateLimiterRejectedError`.
 
-    async def _reject_async(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
-        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        The steps raise the error themselves: driven by `run_steps`, they never answer.
+        """
         error, arguments = reject(self._telemetry, context, key, retry_after)
         if self._on_rejected is not None:
-            await call_back_async(self._on_rejected, arguments)
+            yield self._on_rejected, arguments
         raise error
 
 
@@ -271,7 +267,7 @@ class RateLimiterStrategy(Limiter):
             if deadline is None:
                 deadline = self._time.monotonic() + self._wait
             if retry_after > deadline - self._time.monotonic():
-                self._reject(context, key, retry_after)
+                run_steps(self._rejected(context, key, retry_after))
             if wait(self._time, retry_after, context.signal):
                 context.signal.raise_if_aborted()
         return callback(context)
@@ -287,7 +283,7 @@ class RateLimiterStrategy(Limiter):
             if deadline is None:
                 deadline = self._time.monotonic() + self._wait
             if retry_after > deadline - self._time.monotonic():
-                await self._reject_async(context, key, retry_after)
+                await run_steps_async(self._rejected(context, key, retry_after))
             if await wait_async(self._time, retry_after, context.signal):
                 context.signal.raise_if_aborted()
         return await callback(context)
