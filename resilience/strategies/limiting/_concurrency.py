@@ -29,7 +29,7 @@ from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async, off_clock, run_steps, run_steps_async
+from resilience.strategies._common import off_clock, run_steps, run_steps_async
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     Limiter,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._common import Steps
 
 __all__ = [
     "ConcurrencyLimiterStrategy",
@@ -249,12 +250,14 @@ class LeasedPermits(LockStrategy):
         _REJECTED.set((self, error, arguments))
         return error
 
-    def _ours(self, error: RateLimiterRejectedError) -> OnRateLimiterRejectedArguments | None:
+    def _told(self, error: RateLimiterRejectedError) -> Steps:
+        """`on_rejected`, for both shells, when `error` is this limiter's own rejection (see `_REJECTED`)."""
         rejected = _REJECTED.get()
-        if rejected is None or rejected[0] is not self or rejected[1] is not error:
-            return None
-        _REJECTED.set(None)
-        return rejected[2]
+        if rejected is not None and rejected[0] is self and rejected[1] is error:
+            _REJECTED.set(None)
+            if self.on_rejected is not None:
+                yield self.on_rejected, rejected[2]
+        yield None, None
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a leased permit (the lock strategy's five steps), else reject."""
@@ -262,9 +265,7 @@ class LeasedPermits(LockStrategy):
             with self._callers:
                 return LockStrategy.execute(self, callback, context)
         except RateLimiterRejectedError as error:
-            arguments = self._ours(error)
-            if arguments is not None and self.on_rejected is not None:
-                call_back(self.on_rejected, arguments)
+            run_steps(self._told(error))
             raise
 
     async def execute_async(
@@ -275,9 +276,7 @@ class LeasedPermits(LockStrategy):
             with self._callers:
                 return await LockStrategy.execute_async(self, callback, context)
         except RateLimiterRejectedError as error:
-            arguments = self._ours(error)
-            if arguments is not None and self.on_rejected is not None:
-                await call_back_async(self.on_rejected, arguments)
+            await run_steps_async(self._told(error))
             raise
 
     def __repr__(self) -> str:
