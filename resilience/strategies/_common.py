@@ -34,6 +34,7 @@ __all__ = [
     "call_back_async",
     "called_back",
     "check_handle",
+    "off_clock",
     "run_steps",
     "run_steps_async",
     "store_traits",
@@ -131,6 +132,14 @@ def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) ->
             f"or give the store an async client (e.g. {example}(async_client=redis.asyncio.Redis(...)))"
         )
     return StrategyTraits(sync_problem=sync_problem, async_problem=async_problem, hands_on_context=True)
+
+
+def off_clock(store_class: str, why: str, or_else: str = " or leave store=None") -> str:
+    """The problem of an in-memory store made on another clock than the pipeline's (`why`: what runs on it)."""
+    return (
+        f"a {store_class} must use the pipeline's time provider ({why}): "
+        f"create it with {store_class}(time_provider){or_else}"
+    )
 
 
 def call_back(callback: Callable[[Any], object], arguments: object) -> object:

@@ -254,7 +254,7 @@ def test_the_standard_pipeline_is_dotnets_standard_resilience_handler() -> None:
     assert "limit=1000" in repr(pipeline.strategies[0])
     assert "timeout=30" in repr(pipeline.strategies[1])
     retry = pipeline.strategies[2]._core  # type: ignore[attr-defined]
-    assert (retry.max_retries, retry._delay, retry._backoff, retry._jitter) == (3, 2.0, "exponential", True)
+    assert (retry.max_retries, retry.delay, retry.backoff, retry.jitter) == (3, 2.0, "exponential", True)
     circuit = pipeline.strategies[3]._options  # type: ignore[attr-defined]
     assert (circuit.failure_ratio, circuit.minimum_throughput, circuit.sampling_duration, circuit.break_duration) == (
         0.1,

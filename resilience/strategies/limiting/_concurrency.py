@@ -29,7 +29,7 @@ from resilience.stores._memory import MemoryLockStore, MemorySemaphoreStore
 from resilience.stores._protocols import AsyncSemaphoreStore, SemaphoreStore
 from resilience.stores._redis import RedisLockStore
 from resilience.strategies._base import HANDS_ON
-from resilience.strategies._common import call_back, call_back_async
+from resilience.strategies._common import off_clock, run_steps, run_steps_async
 from resilience.strategies.limiting._permits import LocalPermits
 from resilience.strategies.limiting._rate import (
     Limiter,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from resilience._context import ResilienceContext
     from resilience.strategies._base import StrategyBuildContext
+    from resilience.strategies._common import Steps
 
 __all__ = [
     "ConcurrencyLimiterStrategy",
@@ -82,11 +83,7 @@ class ConcurrencyLimiterStrategyOptions:
                 requirement = "must implement SemaphoreStore or AsyncSemaphoreStore"
                 problems.add("store", wrong_store(store, "RedisSemaphoreStore", "resilience.stores", requirement))
             elif isinstance(store, MemorySemaphoreStore) and store.time_provider is not context.time_provider:
-                problems.add(
-                    "store",
-                    "a MemorySemaphoreStore must use the pipeline's time provider (leases expire on its clock): "
-                    "create it with MemorySemaphoreStore(time_provider)",
-                )
+                problems.add("store", off_clock("MemorySemaphoreStore", "leases expire on its clock", ""))
         problems.duration("ttl", self.ttl, minimum=0.001)
         wait = problems.duration("wait", self.wait)
         queue = problems.integer("queue", self.queue, minimum=0)
@@ -176,7 +173,7 @@ class ConcurrencyLimiterStrategy(Limiter):
             try:
                 pool.pop()
             except IndexError:
-                self._reject(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+                run_steps(self._rejected(context, self._key))  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return callback(context)
             finally:
@@ -184,7 +181,7 @@ class ConcurrencyLimiterStrategy(Limiter):
         key = self._resolve_key(context)
         permits = self._permits
         if not permits.try_acquire(key) and (self._wait <= 0 or not permits.acquire(key, self._wait, context.signal)):
-            self._reject(context, key)
+            run_steps(self._rejected(context, key))
         try:
             return callback(context)
         finally:
@@ -199,7 +196,7 @@ class ConcurrencyLimiterStrategy(Limiter):
             try:
                 pool.pop()
             except IndexError:
-                await self._reject_async(context, self._key)  # type: ignore[arg-type]  # a str: it has a pool
+                await run_steps_async(self._rejected(context, self._key))  # type: ignore[arg-type]  # a str: it has a pool
             try:
                 return await callback(context)
             finally:
@@ -209,7 +206,7 @@ class ConcurrencyLimiterStrategy(Limiter):
         if not permits.try_acquire(key) and (
             self._wait <= 0 or not await permits.acquire_async(key, self._wait, context.signal)
         ):
-            await self._reject_async(context, key)
+            await run_steps_async(self._rejected(context, key))
         try:
             return await callback(context)
         finally:
@@ -253,12 +250,14 @@ class LeasedPermits(LockStrategy):
         _REJECTED.set((self, error, arguments))
         return error
 
-    def _ours(self, error: RateLimiterRejectedError) -> OnRateLimiterRejectedArguments | None:
+    def _told(self, error: RateLimiterRejectedError) -> Steps:
+        """`on_rejected`, for both shells, when `error` is this limiter's own rejection (see `_REJECTED`)."""
         rejected = _REJECTED.get()
-        if rejected is None or rejected[0] is not self or rejected[1] is not error:
-            return None
-        _REJECTED.set(None)
-        return rejected[2]
+        if rejected is not None and rejected[0] is self and rejected[1] is error:
+            _REJECTED.set(None)
+            if self.on_rejected is not None:
+                yield self.on_rejected, rejected[2]
+        yield None, None
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Run `callback` holding a leased permit (the lock strategy's five steps), else reject."""
@@ -266,9 +265,7 @@ class LeasedPermits(LockStrategy):
             with self._callers:
                 return LockStrategy.execute(self, callback, context)
         except RateLimiterRejectedError as error:
-            arguments = self._ours(error)
-            if arguments is not None and self.on_rejected is not None:
-                call_back(self.on_rejected, arguments)
+            run_steps(self._told(error))
             raise
 
     async def execute_async(
@@ -279,9 +276,7 @@ class LeasedPermits(LockStrategy):
             with self._callers:
                 return await LockStrategy.execute_async(self, callback, context)
         except RateLimiterRejectedError as error:
-            arguments = self._ours(error)
-            if arguments is not None and self.on_rejected is not None:
-                await call_back_async(self.on_rejected, arguments)
+            await run_steps_async(self._told(error))
             raise
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
 from resilience._validation import Duration, Problems, to_seconds, wrong_store
 from resilience.exceptions import RateLimiterRejectedError, ValidationError
@@ -22,7 +22,7 @@ from resilience.limiters._algorithms import ALGORITHMS, RateLimitAlgorithm, chec
 from resilience.limiters._memory import MemoryRateLimitStore
 from resilience.limiters._protocols import AsyncRateLimitStore, RateLimitStore
 from resilience.stores._protocols import serves
-from resilience.strategies._common import call_back, call_back_async, store_traits, wait, wait_async
+from resilience.strategies._common import Steps, off_clock, run_steps, run_steps_async, store_traits, wait, wait_async
 from resilience.telemetry._event import Severity
 
 if TYPE_CHECKING:
@@ -129,11 +129,7 @@ class RateLimiterStrategyOptions:
                 requirement = "must implement RateLimitStore or AsyncRateLimitStore"
                 problems.add("store", wrong_store(store, "RedisRateLimitStore", "resilience.limiters", requirement))
             elif isinstance(store, MemoryRateLimitStore) and store.time_provider is not context.time_provider:
-                problems.add(
-                    "store",
-                    "a MemoryRateLimitStore must use the pipeline's time provider (limits run on its clock): "
-                    "create it with MemoryRateLimitStore(time_provider) or leave store=None",
-                )
+                problems.add("store", off_clock("MemoryRateLimitStore", "limits run on its clock"))
         problems.duration("wait", self.wait)
         problems.callable("on_rejected", self.on_rejected)
         problems.name("name", self.name)
@@ -207,18 +203,14 @@ class Limiter:
             raise ValidationError(msg)
         return resolved
 
-    def _reject(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
-        """Reject an execution: the event, `on_rejected`, then `RateLimiterRejectedError` (sync)."""
-        error, arguments = reject(self._telemetry, context, key, retry_after)
-        if self._on_rejected is not None:
-            call_back(self._on_rejected, arguments)
-        raise error
+    def _rejected(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> Steps:
+        """Reject an execution, for both shells: the event, `on_rejected`, then `RateLimiterRejectedError`.
 
-    async def _reject_async(self, context: ResilienceContext, key: str, retry_after: float | None = None) -> NoReturn:
-        """Reject an execution (async: an async `on_rejected` is awaited)."""
+        The steps raise the error themselves: driven by `run_steps`, they never answer.
+        """
         error, arguments = reject(self._telemetry, context, key, retry_after)
         if self._on_rejected is not None:
-            await call_back_async(self._on_rejected, arguments)
+            yield self._on_rejected, arguments
         raise error
 
 
@@ -268,14 +260,14 @@ class RateLimiterStrategy(Limiter):
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Take a permit (waiting up to `wait`), then run `callback`; else reject (sync)."""
-        key = self._resolve_key(context)
+        key = self._key if type(self._key) is str else self._resolve_key(context)  # a constant: no call
         decide = self._decide
         deadline = None  # read from the clock at the first refusal only
         while retry_after := (decide(key) if decide is not None else self._take(key)):
             if deadline is None:
                 deadline = self._time.monotonic() + self._wait
             if retry_after > deadline - self._time.monotonic():
-                self._reject(context, key, retry_after)
+                run_steps(self._rejected(context, key, retry_after))
             if wait(self._time, retry_after, context.signal):
                 context.signal.raise_if_aborted()
         return callback(context)
@@ -284,14 +276,14 @@ class RateLimiterStrategy(Limiter):
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """The asyncio twin of `execute`."""
-        key = self._resolve_key(context)
+        key = self._key if type(self._key) is str else self._resolve_key(context)  # a constant: no call
         decide = self._decide
         deadline = None
         while retry_after := (decide(key) if decide is not None else await self._take_async(key)):
             if deadline is None:
                 deadline = self._time.monotonic() + self._wait
             if retry_after > deadline - self._time.monotonic():
-                await self._reject_async(context, key, retry_after)
+                await run_steps_async(self._rejected(context, key, retry_after))
             if await wait_async(self._time, retry_after, context.signal):
                 context.signal.raise_if_aborted()
         return await callback(context)

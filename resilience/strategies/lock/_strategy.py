@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from resilience._context import LOCK_TOKEN, ResilienceContext
 from resilience._lease import (
     HELD_LOCKS,
-    AsyncLease,
     BackoffSchedule,
-    Lease,
     LeaseParams,
     LockEventArguments,
     LockEvents,
@@ -34,7 +32,7 @@ from resilience._validation import Problems, to_seconds
 from resilience.exceptions import LockLostError, LockNotAcquiredError
 from resilience.stores._memory import MemoryLockStore, default_lock_store
 from resilience.stores._protocols import AsyncLockStore, AsyncSemaphoreStore, LockStore, SemaphoreStore, serves
-from resilience.strategies._common import call_back_async, store_traits
+from resilience.strategies._common import call_back_async, off_clock, store_traits
 from resilience.strategies.lock._key import check_key, check_store_kind, note_default_store, resolve_key
 
 if TYPE_CHECKING:
@@ -87,11 +85,7 @@ class LockStrategyOptions:
             elif not serves(store, LockStore, AsyncLockStore):
                 check_store_kind(problems, store)
             elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
-                problems.add(
-                    "store",
-                    "a MemoryLockStore must use the pipeline's time provider (leases expire on its clock): "
-                    "create it with MemoryLockStore(time_provider) or leave store=None",
-                )
+                problems.add("store", off_clock("MemoryLockStore", "leases expire on its clock"))
         if (
             problems.boolean("shared", self.shared)
             and self.shared
@@ -331,7 +325,6 @@ class LockStrategy:
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Acquire, run `callback` under the lease, release (docs/locks.md)."""
         run = _Run(self, context)
-        lease: Lease | None
         lease, held_for = acquire_lease(
             self._ops,
             run.key,
@@ -362,7 +355,6 @@ class LockStrategy:
     ) -> T:
         """The asyncio twin of `execute`; with `cancel_on_lost` the callable is cancelled on loss."""
         run = _Run(self, context)
-        lease: AsyncLease | None
         lease, held_for = await acquire_lease_async(
             self._ops,
             run.key,

@@ -10,12 +10,13 @@ decorrelated jitter (`DecorrelatedJitterBackoffV2`) for exponential.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from resilience._validation import MAX_DURATION, generated_seconds
 
 if TYPE_CHECKING:
-    import random
+    from random import Random
 
     from resilience.strategies._common import Handler
 
@@ -48,29 +49,17 @@ def decorrelated_jitter(attempt: int, base: float, previous: float, uniform: flo
     return min(max(delay, 0.0), MAX_DURATION), following
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class RetryCore:
     """Pure retry decisions for one set of options (shared by every execution)."""
 
-    __slots__ = ("_backoff", "_delay", "_jitter", "_max_delay", "_random", "handler", "max_retries")
-
-    def __init__(
-        self,
-        *,
-        max_retries: int,
-        delay: float,
-        backoff: Backoff,
-        jitter: bool,
-        max_delay: float | None,
-        handler: Handler,
-        random: random.Random,
-    ) -> None:
-        self.max_retries = max_retries
-        self._delay = delay
-        self._backoff = backoff
-        self._jitter = jitter
-        self._max_delay = max_delay
-        self.handler = handler
-        self._random = random
+    max_retries: int
+    delay: float
+    backoff: Backoff
+    jitter: bool
+    max_delay: float | None
+    handler: Handler
+    random: Random
 
     def should_retry(self, *, handled: bool, attempt: int, aborted: bool) -> bool:
         """Retry after attempt `attempt` (0-based) ended this way?"""
@@ -82,11 +71,11 @@ class RetryCore:
         `state` carries the decorrelated jitter's memory from one retry to the next (start
         with 0.0, pass back what the previous call returned).
         """
-        base = self._delay
-        kind = self._backoff
+        base = self.delay
+        kind = self.backoff
         if kind == "exponential":
-            if self._jitter:
-                delay, state = decorrelated_jitter(attempt, base, state, self._random.random())
+            if self.jitter:
+                delay, state = decorrelated_jitter(attempt, base, state, self.random.random())
             else:
                 try:
                     delay = base * math.pow(2, attempt)
@@ -94,13 +83,13 @@ class RetryCore:
                     delay = MAX_DURATION
         else:
             delay = base * (attempt + 1) if kind == "linear" else base
-            if self._jitter:
-                delay += delay * _JITTER_FACTOR * self._random.random() - delay * _JITTER_FACTOR / 2
+            if self.jitter:
+                delay += delay * _JITTER_FACTOR * self.random.random() - delay * _JITTER_FACTOR / 2
         return self.cap(delay), state
 
     def cap(self, delay: float) -> float:
         """`delay` within [0, max_delay] and never above `MAX_DURATION` (what a wait accepts)."""
-        limit = self._max_delay
+        limit = self.max_delay
         if limit is not None and delay > limit:
             return limit
         return min(max(delay, 0.0), MAX_DURATION)
