@@ -465,14 +465,15 @@ def _error_type(event: EventFields, extra: Mapping[str, Any] | None) -> str | No
     return None if status is None else str(status)
 
 
-_SOURCE_TAGS = ("pipeline.name", "pipeline.instance", "strategy.name")
-
-
 def tags(event: EventFields, options: TelemetryOptions, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The metric tags of an event (each only when not None), and `extra` ones (`CONTEXT_TAGS`)."""
     attributes: dict[str, Any] = {"event.name": event.name, "event.severity": event.severity.value}
-    source = zip(_SOURCE_TAGS, (event.pipeline_name, event.pipeline_instance, event.strategy_name), strict=True)
-    attributes.update({name: value for name, value in source if value is not None})
+    if event.pipeline_name is not None:
+        attributes["pipeline.name"] = event.pipeline_name
+    if event.pipeline_instance is not None:
+        attributes["pipeline.instance"] = event.pipeline_instance
+    if event.strategy_name is not None:
+        attributes["strategy.name"] = event.strategy_name
     outcome = event.outcome
     if outcome is not None and outcome.error is not None:
         attributes["exception.type"] = attributes["error.type"] = exception_type(outcome.error)
