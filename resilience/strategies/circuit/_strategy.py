@@ -252,7 +252,8 @@ class CircuitBreakerStrategy:
             result = callback(context)
         except Exception as exc:
             transition = self._controller.record(ticket, handled=self._handler.error(exc))
-            self._controller.report(transition, context, Err(exc))
+            if transition is not None:
+                self._controller.report(transition, context, Err(exc))
             raise
         except BaseException:
             self._controller.release(ticket)
@@ -289,7 +290,8 @@ class CircuitBreakerStrategy:
             result = await callback(context)
         except Exception as exc:
             transition = self._controller.record(ticket, handled=self._handler.error(exc))
-            await self._controller.report_async(transition, context, Err(exc))
+            if transition is not None:
+                await self._controller.report_async(transition, context, Err(exc))
             raise
         except BaseException:
             self._controller.release(ticket)
