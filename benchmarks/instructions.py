@@ -1,4 +1,4 @@
-"""CPU instructions per execution of the success path, counted by valgrind: an A/B that load cannot blur.
+"""CPU instructions per execution of the success and failure paths, counted by valgrind: an A/B that load cannot blur.
 
 Wall-clock runs on a shared 2-vCPU VM move by 20-50% between consecutive processes, which
 hides a 5% change. Instruction counts do not depend on the machine's load: each case runs
@@ -14,6 +14,9 @@ as any library that instruments itself does (tenacity and pybreaker's environmen
 The cases `pybreaker sync` and `circuitbreaker sync` count the breaker rows' peers of `lean.py`
 (the same loop through pybreaker's `call` and circuitbreaker's `@circuit`; no checkout of ours
 is imported), so that ours/peer can be stated in instructions.
+The cases `retrying` (three handled failures, then a success, no delay), `failing` (a handled
+failure through a closed circuit) and `rejected` (a rate limiter's rejection) count the failure
+paths: a change that is free on success can cost there.
 Needs `valgrind` on the PATH; `make bench` does not run it.
 """
 
@@ -26,7 +29,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from resilience import ResiliencePipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (
@@ -45,12 +53,20 @@ CASES = (
     "consecutive sync",
     "hedging sync",
     "hedging async",
+    "retrying sync",
+    "retrying async",
+    "failing sync",
+    "rejected sync",
+    "rejected async",
     "pybreaker sync",
     "circuitbreaker sync",
 )
 # Peers of the breaker rows (`lean.py`'s): the library a user would pick instead, counted the
 # same way, so that a ratio of instructions stands beside `lean.py`'s ratio of time.
 PEERS = {"pybreaker", "circuitbreaker"}
+# Cases whose executions fail or are rejected: paths a success-path count never crosses, where a
+# "free" simplification once cost 4-7% unseen.
+FAILURE_PATHS = {"failing", "rejected"}
 _COLLECTED = re.compile(r"Collected : (\d+)")
 _OTEL_API = "RESILIENCE_BENCH_OTEL_API"
 
@@ -63,6 +79,26 @@ def run_case(strategy: str, mode: str, number: int) -> None:
     if strategy in PEERS:
         run_peer(strategy, number)
         return
+    pipeline = build(strategy)
+    work, awork = callables(strategy)
+    # `settle` answers a failure as an `Err`: the loop measures the failure path, not a raise.
+    failing = strategy in FAILURE_PATHS
+    if mode == "sync":
+        call: Callable[[Callable[[], int]], object] = pipeline.settle if failing else pipeline.execute
+        for _ in range(number):
+            call(work)
+        return
+
+    async def loop() -> None:
+        call: Callable[[Callable[[], Awaitable[int]]], Awaitable[object]]
+        call = pipeline.settle_async if failing else pipeline.execute_async
+        for _ in range(number):
+            await call(awork)
+
+    asyncio.run(loop())
+
+
+def build(strategy: str) -> ResiliencePipeline:
     from resilience import ResiliencePipelineBuilder
     from resilience.stores import MemoryLockStore
 
@@ -83,26 +119,40 @@ def run_case(strategy: str, mode: str, number: int) -> None:
         # No hedge is launched (`delay=inf`): a finite delay arms a timer whose thread's wake-ups
         # make the count differ run to run; this measures the primary attempt's own path.
         builder = builder.add_hedging(max_hedged_attempts=1, delay=float("inf"))
-    pipeline = builder.build()
+    if strategy == "retrying":
+        builder = builder.add_retry(max_retries=3, delay=0.0, handle=ConnectionError)
+    if strategy == "failing":
+        # Never opens: every execution is a handled failure counted by a closed circuit.
+        builder = builder.add_circuit_breaker(failure_ratio=1.0, minimum_throughput=10**9)
+    if strategy == "rejected":
+        # The first execution takes the only permit of the hour; every one after is rejected.
+        builder = builder.add_rate_limiter(1, per=3600.0)
+    return builder.build()
+
+
+def callables(strategy: str) -> tuple[Callable[[], int], Callable[[], Awaitable[int]]]:
+    """The measured callable: returns 1, or fails three calls in four (`retrying`) or always (`failing`)."""
+    calls = 0
 
     def work() -> int:
         return 1
 
-    async def awork() -> int:
+    def flaky() -> int:
+        nonlocal calls
+        calls += 1
+        if strategy == "failing" or calls % 4:
+            raise ConnectionError
         return 1
 
-    if mode == "sync":
-        execute = pipeline.execute
-        for _ in range(number):
-            execute(work)
-        return
+    chosen = flaky if strategy in {"retrying", "failing"} else work
 
-    async def loop() -> None:
-        execute = pipeline.execute_async
-        for _ in range(number):
-            await execute(awork)
+    async def awork() -> int:
+        return chosen()
 
-    asyncio.run(loop())
+    async def aone() -> int:
+        return 1
+
+    return chosen, aone if chosen is work else awork
 
 
 def run_peer(peer: str, number: int) -> None:
