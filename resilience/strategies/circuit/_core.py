@@ -77,12 +77,6 @@ class Bucket:
         self.reads = 0
         self.failures = 0
 
-    def success_count(self) -> int:
-        """The successes counted so far (under the controller's lock)."""
-        count = next(self.successes) - self.reads
-        self.reads += 1
-        return count
-
 
 class RollingWindow:
     """Successes and failures over the last `sampling_duration` seconds, in ten buckets.
@@ -135,7 +129,8 @@ class RollingWindow:
         self._expire(now)
         total = failures = 0
         for bucket in self._buckets:
-            total += bucket.success_count() + bucket.failures
+            total += next(bucket.successes) - bucket.reads + bucket.failures
+            bucket.reads += 1  # the read above stepped the count
             failures += bucket.failures
         return total, failures
 
@@ -315,9 +310,7 @@ class CircuitCore:
 
     def set_break(self, generation: int, duration: float) -> float:
         """Set the break of the opening `generation` to `duration`; return the seconds it lasts."""
-        if not math.isfinite(duration):
-            duration = self.break_duration
-        duration = max(duration, 0.0)
+        duration = max(duration, 0.0) if math.isfinite(duration) else self.break_duration
         if generation == self.generation and self.state is CircuitState.OPEN:
             self._blocked_until = self._opened_at + duration
         return duration

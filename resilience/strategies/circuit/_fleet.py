@@ -206,10 +206,7 @@ class SharedCircuitCore(CircuitCore):
             else:
                 self.unsent_successes += 1
             if self.shared:
-                if handled:
-                    self.window.failure(now)
-                else:
-                    self.window.success(now)
+                (self.window.failure if handled else self.window.success)(now)
                 return None
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
@@ -237,7 +234,7 @@ class SharedCircuitCore(CircuitCore):
 
     # -- what the fleet says ---------------------------------------------------------------------
 
-    def apply(  # noqa: C901 - one branch per remote state, each a line or two
+    def apply(
         self,
         now: float,
         code: StateCode,
@@ -268,10 +265,8 @@ class SharedCircuitCore(CircuitCore):
         self._probe_mine = False
         self._granted_until = None
         if target is _CLOSED:
-            if state is _CLOSED:
-                self.window.reset()  # the fleet opened and closed meanwhile: start afresh
-                return None
-            return self._close(manual=manual)
+            self.window.reset()  # afresh, also if closed here: the fleet may have opened and closed meanwhile
+            return None if state is _CLOSED else self._close(manual=manual)
         if target is _ISOLATED:
             return None if state is _ISOLATED else self._open(now, manual=True)
         if target is _HALF_OPEN and granted:
@@ -284,15 +279,11 @@ class SharedCircuitCore(CircuitCore):
             transition = None if state is _OPEN else self._open(now, known=0.0)  # no break left to report
             self._blocked_until = now + wait
             return transition
-        if target is _HALF_OPEN:
-            if state is _HALF_OPEN:
-                self._probe_until = now + remaining
-                return None
-            return self._half_open(now + remaining)[1]  # someone else's probe, until its lease ends
-        if state is _OPEN:
-            self._blocked_until = now + remaining
-            return None
-        transition = self._open(now, manual=manual, known=remaining)
+        if target is _HALF_OPEN:  # someone else's probe, until its lease ends
+            transition = None if state is _HALF_OPEN else self._half_open(now + remaining)[1]
+            self._probe_until = now + remaining
+            return transition
+        transition = None if state is _OPEN else self._open(now, manual=manual, known=remaining)
         self._blocked_until = now + remaining  # isolated too
         return transition
 
