@@ -230,6 +230,7 @@ class CircuitCore:
     def _move(self, state: CircuitState) -> int:
         self.state = state
         self.generation += 1
+        self._blocked_until = self._probe_until = None  # the new state sets what it keeps
         self.ticket = self.generation if state is CircuitState.CLOSED else None
         return self.generation
 
@@ -241,7 +242,6 @@ class CircuitCore:
         generation = self._move(CircuitState.ISOLATED if manual else CircuitState.OPEN)
         self._opened_at = now
         self._blocked_until = None if pending or manual else now + (self.break_duration if known is None else known)
-        self._probe_until = None
         return Transition(
             self.state,
             generation,
@@ -260,8 +260,6 @@ class CircuitCore:
     def _close(self, *, manual: bool = False) -> Transition:
         generation = self._move(CircuitState.CLOSED)
         self.window.reset()
-        self._blocked_until = None
-        self._probe_until = None
         return Transition(CircuitState.CLOSED, generation, is_manual=manual)
 
     # -- calls ---------------------------------------------------------------------------------

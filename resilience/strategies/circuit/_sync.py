@@ -308,28 +308,25 @@ class CircuitSync:
 
     # -- asyncio-only stores ---------------------------------------------------------------------
 
-    def ensure_task(self) -> asyncio.Event | None:
-        """Start this circuit's sync task on the running loop if it has none there.
+    async def first_exchange(self) -> None:
+        """Start this circuit's sync task on the running loop if it has none there, and wait for its first exchange.
 
-        The event is set once that task's first exchange answered or failed.
+        The wait is bounded, and skipped while the store is failing. The task sets `_ready` once
+        its first exchange answered or failed.
         """
-        task = self._task
-        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+        task, ready = self._task, self._ready
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
             if self._closed:  # its pipeline closed: no sync starts again
-                return None
+                return
             if self._store.closed:
                 self.detach()
-                return None
-            self._ready = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(
-                _serve_async(weakref.ref(self), self._ready), name=f"resilience-circuit-sync-{self.key}"
+                return
+            self._ready = ready = asyncio.Event()
+            self._task = loop.create_task(
+                _serve_async(weakref.ref(self), ready), name=f"resilience-circuit-sync-{self.key}"
             )
             self._store._tasks.add(self._task)
-        return self._ready
-
-    async def first_exchange(self) -> None:
-        """Wait (bounded) for the first exchange of this loop's sync task (not while failing)."""
-        ready = self.ensure_task()
         if ready is not None and not ready.is_set() and not self._failing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.stall_after + 2 * self.interval):
@@ -419,8 +416,7 @@ class SyncWorker:
                 self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
                 self._thread = start_thread(self._serve, name=self._name)
-            else:
-                self._cond.notify()
+            self._cond.notify()  # a running thread may be waiting for a later due time
 
     def notify(self) -> None:
         """Look at the queue again now (a circuit closed: the thread may have nothing left to serve)."""
