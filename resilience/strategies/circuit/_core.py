@@ -54,7 +54,7 @@ class Transition:
     failure_rate: float = 0.0
     failure_count: int = 0
     break_duration: float | None = None
-    """Set when the break is known already (an opening learned from a shared circuit)."""
+    """An opening's break in seconds (`inf` when isolated by hand); None while a break duration generator decides it."""
 
     def __repr__(self) -> str:
         return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"
@@ -237,18 +237,19 @@ class CircuitCore:
     def _open(
         self, now: float, *, pending: bool = False, manual: bool = False, known: float | None = None
     ) -> Transition:
-        """Open (isolate, if `manual`); `known`: the break the fleet decided, which the event reports."""
+        """Open (isolate, if `manual`); `known`: the break the fleet decided; `pending`: the generator decides it."""
         total, failures = self.window.health(now)
         generation = self._move(CircuitState.ISOLATED if manual else CircuitState.OPEN)
         self._opened_at = now
-        self._blocked_until = None if pending or manual else now + (self.break_duration if known is None else known)
+        seconds = self.break_duration if known is None else known
+        self._blocked_until = None if pending or manual else now + seconds
         return Transition(
             self.state,
             generation,
             is_manual=manual,
             failure_rate=failures / total if total else 0.0,
             failure_count=failures,
-            break_duration=known,
+            break_duration=None if pending else math.inf if manual else seconds,
         )
 
     def _half_open(self, probe_until: float | None) -> tuple[int, Transition]:
