@@ -398,9 +398,8 @@ class SyncWorker:
             late = [sync for sync in due if stuck >= sync.stall_after]
             for sync in late:
                 sync.stalled_for = started
-            waiting = [sync.stall_after - stuck for sync in due if stuck < sync.stall_after]
-            if waiting:
-                self._arm(min(waiting))
+            # Look again when the next of the others reaches its `stall_after` (none left: no check).
+            self._arm(min((sync.stall_after - stuck for sync in due if stuck < sync.stall_after), default=None))
         for sync in late:
             sync.stalled()
 
@@ -426,10 +425,7 @@ class SyncWorker:
     def _next(self) -> CircuitSync | None:
         """The next sync when due; None when no circuit is left to serve (the thread ends)."""
         with self._cond:
-            while True:
-                if not self._heap:
-                    self._thread = None  # a schedule() starts a new one
-                    return None
+            while self._heap:
                 due, _, ref = self._heap[0]
                 sync = ref()
                 if sync is None or sync.due != due or not sync.alive:  # gone, or rescheduled since
@@ -442,6 +438,8 @@ class SyncWorker:
                     return sync
                 del sync
                 self._cond.wait(wait)
+            self._thread = None  # a schedule() starts a new one
+            return None
 
     def _serve(self) -> None:
         while (sync := self._next()) is not None:  # None: no circuit left to serve
