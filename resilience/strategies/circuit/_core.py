@@ -107,8 +107,7 @@ class RollingWindow:
 
     def _expire(self, now: float) -> None:
         buckets = self._buckets
-        sampling = self._sampling
-        while buckets and now - buckets[0].start >= sampling:
+        while buckets and now - buckets[0].start >= self._sampling:
             buckets.popleft()
         if not buckets:
             self.current = None

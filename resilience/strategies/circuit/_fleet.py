@@ -132,11 +132,10 @@ class SharedCircuitCore(CircuitCore):
         """Claim the fleet's probe when due (or wanted), renew it while it is ours and unused."""
         state = self.state
         granted = self._granted_until
-        if granted is not None and now >= granted:
-            granted = self._granted_until = None
-        if granted is not None:
+        if granted is not None and now < granted:
             unused = state is _OPEN or (state is _HALF_OPEN and self._probe_mine and self._probe_until is None)
             return Command.RENEW_PROBE if unused else Command.NONE
+        self._granted_until = None  # none, or it ran out
         if state is _OPEN:
             blocked_until = self._blocked_until
             due = blocked_until is not None and now >= blocked_until - interval
@@ -152,12 +151,10 @@ class SharedCircuitCore(CircuitCore):
     def known(self, now: float) -> tuple[StateCode, float]:
         """What this process believes, so that a store that lost its data gets it back."""
         state = self.state
-        remaining = 0.0
         if state is _OPEN and self._granted_until is not None and now < self._granted_until:
             return StateCode.HALF_OPEN, 0.0  # the fleet's probe is ours
-        if state is _OPEN and self._blocked_until is not None:
-            remaining = max(0.0, self._blocked_until - now)
-        return _TO_CODE[state], remaining
+        blocked_until = self._blocked_until if state is _OPEN else None
+        return _TO_CODE[state], 0.0 if blocked_until is None else max(0.0, blocked_until - now)
 
     def _send(self, command: Command, seconds: float = 0.0) -> None:
         if command in _MANUAL:  # only the last manual move matters
@@ -213,7 +210,7 @@ class SharedCircuitCore(CircuitCore):
             self._probe_mine = False
             self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
             # Re-opened for the fleet's break (no generator).
-            return self._open(now, known=self.break_duration) if handled else self._close()
+            return self._open(now) if handled else self._close()
         transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
         # Opened from closed by this process (alone, or on its own run of failures): tell the fleet.
         if state is _CLOSED and transition is not None:
@@ -316,7 +313,7 @@ class SharedCircuitCore(CircuitCore):
         self._probe_mine = False
         if self.state is not _CLOSED or not self.window.tripped(now):
             return None
-        transition = self._open(now, known=self.break_duration)
+        transition = self._open(now)
         self._send(Command.OPEN, self.break_duration)
         return transition
 
