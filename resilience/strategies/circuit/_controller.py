@@ -258,15 +258,14 @@ class CircuitController:
         the `ValidationError` of an answer that is no duration, is raised after the opening is
         reported. Any other opening knows its break (`Transition.break_duration`).
         """
-        hooks = self._hooks
         arguments: Any
         callback: Callable[[Any], object] | None
         misuse = None
         if transition.state is CircuitState.HALF_OPEN:  # the outcome is None: no call has ended
-            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, hooks.on_half_opened
+            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, self._hooks.on_half_opened
             arguments = OnCircuitHalfOpenedArguments(context)
         elif transition.state is CircuitState.CLOSED:
-            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, hooks.on_closed
+            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, self._hooks.on_closed
             arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
         else:
             seconds = transition.break_duration
@@ -278,7 +277,7 @@ class CircuitController:
                 finally:  # the default unless the generator answered a duration
                     seconds, misuse = self.set_break(transition, answer[0])
                 misuse = answer[1] or misuse
-            name, severity, callback = "OnCircuitOpened", Severity.ERROR, hooks.on_opened
+            name, severity, callback = "OnCircuitOpened", Severity.ERROR, self._hooks.on_opened
             arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
         self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
         if callback is not None:

@@ -39,7 +39,7 @@ _ISOLATED = CircuitState.ISOLATED
 
 
 class StateCode(enum.IntEnum):
-    """The state as the store keeps it (numbers only, in Lua)."""
+    """The state as the store keeps it (numbers only, in Lua), by the names of `CircuitState`."""
 
     CLOSED = 0
     OPEN = 1
@@ -66,8 +66,6 @@ class Command(enum.IntEnum):
     """We hold the fleet's probe and have not used it yet: keep it (unless someone else asked)."""
 
 
-_TO_STATE = {code: CircuitState[code.name] for code in StateCode}
-_TO_CODE = {state: code for code, state in _TO_STATE.items()}
 _MANUAL = (Command.ISOLATE, Command.CLOSE)
 
 
@@ -154,7 +152,7 @@ class SharedCircuitCore(CircuitCore):
         if state is _OPEN and self._granted_until is not None and now < self._granted_until:
             return StateCode.HALF_OPEN, 0.0  # the fleet's probe is ours
         blocked_until = self._blocked_until if state is _OPEN else None
-        return _TO_CODE[state], 0.0 if blocked_until is None else max(0.0, blocked_until - now)
+        return StateCode[state.name], 0.0 if blocked_until is None else max(0.0, blocked_until - now)
 
     def _send(self, command: Command, seconds: float = 0.0) -> None:
         if command in _MANUAL:  # only the last manual move matters
@@ -203,7 +201,10 @@ class SharedCircuitCore(CircuitCore):
             else:
                 self.unsent_successes += 1
             if self.shared:
-                (self.window.failure if handled else self.window.success)(now)
+                if handled:
+                    self.window.failure(now)
+                else:
+                    self.window.success(now)
                 return None
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
@@ -254,11 +255,11 @@ class SharedCircuitCore(CircuitCore):
             return None  # our own command is still on its way: its answer will be the truth
         resync, self._resync = self._resync, False
         state = self.state
-        if epoch == self.remote_epoch and not resync and self._agrees(now, code, remaining, granted=granted):
+        target = CircuitState[code.name]
+        if epoch == self.remote_epoch and not resync and self._agrees(now, target, remaining, granted=granted):
             return None
         self.remote_epoch = epoch
         self.unsent_successes = self.unsent_failures = 0  # counted under an epoch that is over
-        target = _TO_STATE[code]
         self._probe_mine = False
         self._granted_until = None
         if target is _CLOSED:
@@ -284,7 +285,7 @@ class SharedCircuitCore(CircuitCore):
         self._blocked_until = now + remaining  # isolated too
         return transition
 
-    def _agrees(self, now: float, code: StateCode, remaining: float, *, granted: bool) -> bool:
+    def _agrees(self, now: float, target: CircuitState, remaining: float, *, granted: bool) -> bool:
         """An answer at the epoch we know: take its times; False if its state is not ours.
 
         The same epoch in another state means a command of ours was refused (a probe's outcome
@@ -293,11 +294,10 @@ class SharedCircuitCore(CircuitCore):
         state = self.state
         if self._last_command is Command.RENEW_PROBE and self._granted_until is not None:
             self._granted_until = now + remaining if granted else None
-        if code is StateCode.OPEN and state is _OPEN:
+        if target is _OPEN and state is _OPEN:
             self._blocked_until = now + remaining
-        elif code is StateCode.HALF_OPEN and state is _HALF_OPEN and not self._probe_mine:
+        elif target is _HALF_OPEN and state is _HALF_OPEN and not self._probe_mine:
             self._probe_until = now + remaining
-        target = _TO_STATE[code]
         return target is state or (target is _HALF_OPEN and state is _OPEN and self._granted_until is not None)
 
     def go_local(self, now: float) -> Transition | None:
@@ -313,9 +313,8 @@ class SharedCircuitCore(CircuitCore):
         self._probe_mine = False
         if self.state is not _CLOSED or not self.window.tripped(now):
             return None
-        transition = self._open(now)
         self._send(Command.OPEN, self.break_duration)
-        return transition
+        return self._open(now)
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""

@@ -462,10 +462,8 @@ class SyncWorker:
         # The thread did not survive the fork (nor its exchange in flight); the circuits did:
         # serve them again.
         self._cond = threading.Condition()
-        self._thread = None
         self._running, self._started, self._watchdog = None, 0.0, None
-        if self._heap:
-            self._thread = start_thread(self._serve, name=self._name)
+        self._thread = start_thread(self._serve, name=self._name) if self._heap else None
 
 
 _WORKERS: weakref.WeakKeyDictionary[RedisCircuitStateStore, SyncWorker] = weakref.WeakKeyDictionary()
