@@ -398,7 +398,7 @@ class SyncWorker:
             late = [sync for sync in due if stuck >= sync.stall_after]
             for sync in late:
                 sync.stalled_for = started
-            # Look again when the next of the others reaches its `stall_after` (none left: no check).
+            # Look again when the next circuit still waiting reaches its `stall_after` (none: no check).
             self._arm(min((sync.stall_after - stuck for sync in due if stuck < sync.stall_after), default=None))
         for sync in late:
             sync.stalled()
