@@ -8,7 +8,6 @@ and async callers share the controller.
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -42,8 +41,6 @@ __all__ = [
     "OnCircuitHalfOpenedArguments",
     "OnCircuitOpenedArguments",
 ]
-
-_CLOSED = CircuitState.CLOSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +104,7 @@ class CircuitBreakerStateProvider:
     def state(self) -> CircuitState:
         """The circuit's state (`CLOSED` until the pipeline is built)."""
         controller = self._controller
-        return _CLOSED if controller is None else controller.core.state
+        return CircuitState.CLOSED if controller is None else controller.core.state
 
     def __repr__(self) -> str:
         return f"<CircuitBreakerStateProvider state={self.state.name}>"
@@ -149,14 +146,13 @@ class CircuitBreakerManualControl:
         with self._lock:
             self._isolated = isolated
 
-    def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition]]:
+    def _move(self, *, isolate: bool) -> list[tuple[CircuitController, Transition | None]]:
         with self._lock:
             self._isolated = isolate
             circuits = list(self._circuits)
         # Every circuit changes state before any callback runs, so one failing callback
-        # cannot leave the other circuits behind.
-        moved = [(controller, controller.move(isolate=isolate)) for controller in circuits]
-        return [(controller, transition) for controller, transition in moved if transition is not None]
+        # cannot leave the other circuits behind (a circuit that did not move reports nothing).
+        return [(controller, controller.move(isolate=isolate)) for controller in circuits]
 
     def isolate(self) -> None:
         """Open every circuit of this control and hold it open (`IsolatedCircuitError`)."""
@@ -260,21 +256,20 @@ class CircuitController:
         error it raised), sets the break it answered (the default if it raised, answered no
         duration or was interrupted) and only then emits the opening; the generator's error, or
         the `ValidationError` of an answer that is no duration, is raised after the opening is
-        reported. A transition learned from the fleet, or made by hand, knows its break.
+        reported. Any other opening knows its break (`Transition.break_duration`).
         """
-        hooks = self._hooks
         arguments: Any
         callback: Callable[[Any], object] | None
         misuse = None
         if transition.state is CircuitState.HALF_OPEN:  # the outcome is None: no call has ended
-            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, hooks.on_half_opened
+            name, severity, callback = "OnCircuitHalfOpened", Severity.WARNING, self._hooks.on_half_opened
             arguments = OnCircuitHalfOpenedArguments(context)
         elif transition.state is CircuitState.CLOSED:
-            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, hooks.on_closed
+            name, severity, callback = "OnCircuitClosed", Severity.INFORMATION, self._hooks.on_closed
             arguments = OnCircuitClosedArguments(context, outcome, transition.is_manual)
         else:
-            seconds = math.inf if transition.is_manual else transition.break_duration
-            if seconds is None and self._generator is not None:
+            seconds = transition.break_duration
+            if seconds is None:  # the generator decides
                 generating = BreakDurationGeneratorArguments(transition.failure_rate, transition.failure_count, context)
                 answer: Any = (None, None)
                 try:
@@ -282,9 +277,7 @@ class CircuitController:
                 finally:  # the default unless the generator answered a duration
                     seconds, misuse = self.set_break(transition, answer[0])
                 misuse = answer[1] or misuse
-            if seconds is None:
-                seconds = self.core.break_duration
-            name, severity, callback = "OnCircuitOpened", Severity.ERROR, hooks.on_opened
+            name, severity, callback = "OnCircuitOpened", Severity.ERROR, self._hooks.on_opened
             arguments = OnCircuitOpenedArguments(context, outcome, seconds, transition.is_manual)
         self._telemetry.emit(name, severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments)
         if callback is not None:
@@ -318,7 +311,7 @@ class CircuitController:
             return self.core.isolate(now) if isolate else self.core.close()
 
 
-def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:
+def _report_all(moved: list[tuple[CircuitController, Transition | None]]) -> None:
     errors: list[Exception] = []
     for controller, transition in moved:
         try:
@@ -329,7 +322,7 @@ def _report_all(moved: list[tuple[CircuitController, Transition]]) -> None:
         raise errors[0]
 
 
-async def _report_all_async(moved: list[tuple[CircuitController, Transition]]) -> None:
+async def _report_all_async(moved: list[tuple[CircuitController, Transition | None]]) -> None:
     errors: list[Exception] = []
     for controller, transition in moved:
         try:

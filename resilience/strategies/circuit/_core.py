@@ -54,7 +54,7 @@ class Transition:
     failure_rate: float = 0.0
     failure_count: int = 0
     break_duration: float | None = None
-    """Set when the break is known already (an opening learned from a shared circuit)."""
+    """An opening's break in seconds (`inf` when isolated by hand); None while a break duration generator decides it."""
 
     def __repr__(self) -> str:
         return f"Transition({self.state.name}, generation={self.generation}, manual={self.is_manual})"
@@ -76,12 +76,6 @@ class Bucket:
         self.successes = itertools.count()
         self.reads = 0
         self.failures = 0
-
-    def success_count(self) -> int:
-        """The successes counted so far (under the controller's lock)."""
-        count = next(self.successes) - self.reads
-        self.reads += 1
-        return count
 
 
 class RollingWindow:
@@ -113,8 +107,7 @@ class RollingWindow:
 
     def _expire(self, now: float) -> None:
         buckets = self._buckets
-        sampling = self._sampling
-        while buckets and now - buckets[0].start >= sampling:
+        while buckets and now - buckets[0].start >= self._sampling:
             buckets.popleft()
         if not buckets:
             self.current = None
@@ -135,7 +128,8 @@ class RollingWindow:
         self._expire(now)
         total = failures = 0
         for bucket in self._buckets:
-            total += bucket.success_count() + bucket.failures
+            total += next(bucket.successes) - bucket.reads + bucket.failures
+            bucket.reads += 1  # the read above stepped the count
             failures += bucket.failures
         return total, failures
 
@@ -235,25 +229,26 @@ class CircuitCore:
     def _move(self, state: CircuitState) -> int:
         self.state = state
         self.generation += 1
+        self._blocked_until = self._probe_until = None  # the new state sets what it keeps
         self.ticket = self.generation if state is CircuitState.CLOSED else None
         return self.generation
 
     def _open(
         self, now: float, *, pending: bool = False, manual: bool = False, known: float | None = None
     ) -> Transition:
-        """Open (isolate, if `manual`); `known`: the break the fleet decided, which the event reports."""
+        """Open (isolate, if `manual`); `known`: the break the fleet decided; `pending`: the generator decides it."""
         total, failures = self.window.health(now)
         generation = self._move(CircuitState.ISOLATED if manual else CircuitState.OPEN)
         self._opened_at = now
-        self._blocked_until = None if pending or manual else now + (self.break_duration if known is None else known)
-        self._probe_until = None
+        seconds = self.break_duration if known is None else known
+        self._blocked_until = None if pending or manual else now + seconds
         return Transition(
             self.state,
             generation,
             is_manual=manual,
             failure_rate=failures / total if total else 0.0,
             failure_count=failures,
-            break_duration=known,
+            break_duration=None if pending else math.inf if manual else seconds,
         )
 
     def _half_open(self, probe_until: float | None) -> tuple[int, Transition]:
@@ -265,8 +260,6 @@ class CircuitCore:
     def _close(self, *, manual: bool = False) -> Transition:
         generation = self._move(CircuitState.CLOSED)
         self.window.reset()
-        self._blocked_until = None
-        self._probe_until = None
         return Transition(CircuitState.CLOSED, generation, is_manual=manual)
 
     # -- calls ---------------------------------------------------------------------------------
@@ -315,9 +308,7 @@ class CircuitCore:
 
     def set_break(self, generation: int, duration: float) -> float:
         """Set the break of the opening `generation` to `duration`; return the seconds it lasts."""
-        if not math.isfinite(duration):
-            duration = self.break_duration
-        duration = max(duration, 0.0)
+        duration = max(duration, 0.0) if math.isfinite(duration) else self.break_duration
         if generation == self.generation and self.state is CircuitState.OPEN:
             self._blocked_until = self._opened_at + duration
         return duration

@@ -39,7 +39,7 @@ _ISOLATED = CircuitState.ISOLATED
 
 
 class StateCode(enum.IntEnum):
-    """The state as the store keeps it (numbers only, in Lua)."""
+    """The state as the store keeps it (numbers only, in Lua), by the names of `CircuitState`."""
 
     CLOSED = 0
     OPEN = 1
@@ -66,8 +66,6 @@ class Command(enum.IntEnum):
     """We hold the fleet's probe and have not used it yet: keep it (unless someone else asked)."""
 
 
-_TO_STATE = {code: CircuitState[code.name] for code in StateCode}
-_TO_CODE = {state: code for code, state in _TO_STATE.items()}
 _MANUAL = (Command.ISOLATE, Command.CLOSE)
 
 
@@ -132,11 +130,10 @@ class SharedCircuitCore(CircuitCore):
         """Claim the fleet's probe when due (or wanted), renew it while it is ours and unused."""
         state = self.state
         granted = self._granted_until
-        if granted is not None and now >= granted:
-            granted = self._granted_until = None
-        if granted is not None:
+        if granted is not None and now < granted:
             unused = state is _OPEN or (state is _HALF_OPEN and self._probe_mine and self._probe_until is None)
             return Command.RENEW_PROBE if unused else Command.NONE
+        self._granted_until = None  # none, or it ran out
         if state is _OPEN:
             blocked_until = self._blocked_until
             due = blocked_until is not None and now >= blocked_until - interval
@@ -152,12 +149,10 @@ class SharedCircuitCore(CircuitCore):
     def known(self, now: float) -> tuple[StateCode, float]:
         """What this process believes, so that a store that lost its data gets it back."""
         state = self.state
-        remaining = 0.0
         if state is _OPEN and self._granted_until is not None and now < self._granted_until:
             return StateCode.HALF_OPEN, 0.0  # the fleet's probe is ours
-        if state is _OPEN and self._blocked_until is not None:
-            remaining = max(0.0, self._blocked_until - now)
-        return _TO_CODE[state], remaining
+        blocked_until = self._blocked_until if state is _OPEN else None
+        return StateCode[state.name], 0.0 if blocked_until is None else max(0.0, blocked_until - now)
 
     def _send(self, command: Command, seconds: float = 0.0) -> None:
         if command in _MANUAL:  # only the last manual move matters
@@ -216,7 +211,7 @@ class SharedCircuitCore(CircuitCore):
             self._probe_mine = False
             self._send(Command.PROBE_FAILED if handled else Command.PROBE_SUCCEEDED)
             # Re-opened for the fleet's break (no generator).
-            return self._open(now, known=self.break_duration) if handled else self._close()
+            return self._open(now) if handled else self._close()
         transition = super().record(now, ticket, handled=handled, pending_break=pending_break)
         # Opened from closed by this process (alone, or on its own run of failures): tell the fleet.
         if state is _CLOSED and transition is not None:
@@ -237,7 +232,7 @@ class SharedCircuitCore(CircuitCore):
 
     # -- what the fleet says ---------------------------------------------------------------------
 
-    def apply(  # noqa: C901 - one branch per remote state, each a line or two
+    def apply(
         self,
         now: float,
         code: StateCode,
@@ -260,18 +255,16 @@ class SharedCircuitCore(CircuitCore):
             return None  # our own command is still on its way: its answer will be the truth
         resync, self._resync = self._resync, False
         state = self.state
-        if epoch == self.remote_epoch and not resync and self._agrees(now, code, remaining, granted=granted):
+        target = CircuitState[code.name]
+        if epoch == self.remote_epoch and not resync and self._agrees(now, target, remaining, granted=granted):
             return None
         self.remote_epoch = epoch
         self.unsent_successes = self.unsent_failures = 0  # counted under an epoch that is over
-        target = _TO_STATE[code]
         self._probe_mine = False
         self._granted_until = None
         if target is _CLOSED:
-            if state is _CLOSED:
-                self.window.reset()  # the fleet opened and closed meanwhile: start afresh
-                return None
-            return self._close(manual=manual)
+            self.window.reset()  # afresh, also if closed here: the fleet may have opened and closed meanwhile
+            return None if state is _CLOSED else self._close(manual=manual)
         if target is _ISOLATED:
             return None if state is _ISOLATED else self._open(now, manual=True)
         if target is _HALF_OPEN and granted:
@@ -284,19 +277,15 @@ class SharedCircuitCore(CircuitCore):
             transition = None if state is _OPEN else self._open(now, known=0.0)  # no break left to report
             self._blocked_until = now + wait
             return transition
-        if target is _HALF_OPEN:
-            if state is _HALF_OPEN:
-                self._probe_until = now + remaining
-                return None
-            return self._half_open(now + remaining)[1]  # someone else's probe, until its lease ends
-        if state is _OPEN:
-            self._blocked_until = now + remaining
-            return None
-        transition = self._open(now, manual=manual, known=remaining)
+        if target is _HALF_OPEN:  # someone else's probe, until its lease ends
+            transition = None if state is _HALF_OPEN else self._half_open(now + remaining)[1]
+            self._probe_until = now + remaining
+            return transition
+        transition = None if state is _OPEN else self._open(now, manual=manual, known=remaining)
         self._blocked_until = now + remaining  # isolated too
         return transition
 
-    def _agrees(self, now: float, code: StateCode, remaining: float, *, granted: bool) -> bool:
+    def _agrees(self, now: float, target: CircuitState, remaining: float, *, granted: bool) -> bool:
         """An answer at the epoch we know: take its times; False if its state is not ours.
 
         The same epoch in another state means a command of ours was refused (a probe's outcome
@@ -305,11 +294,10 @@ class SharedCircuitCore(CircuitCore):
         state = self.state
         if self._last_command is Command.RENEW_PROBE and self._granted_until is not None:
             self._granted_until = now + remaining if granted else None
-        if code is StateCode.OPEN and state is _OPEN:
+        if target is _OPEN and state is _OPEN:
             self._blocked_until = now + remaining
-        elif code is StateCode.HALF_OPEN and state is _HALF_OPEN and not self._probe_mine:
+        elif target is _HALF_OPEN and state is _HALF_OPEN and not self._probe_mine:
             self._probe_until = now + remaining
-        target = _TO_STATE[code]
         return target is state or (target is _HALF_OPEN and state is _OPEN and self._granted_until is not None)
 
     def go_local(self, now: float) -> Transition | None:
@@ -325,9 +313,8 @@ class SharedCircuitCore(CircuitCore):
         self._probe_mine = False
         if self.state is not _CLOSED or not self.window.tripped(now):
             return None
-        transition = self._open(now, known=self.break_duration)
         self._send(Command.OPEN, self.break_duration)
-        return transition
+        return self._open(now)
 
     def go_shared(self) -> None:
         """The store answers again: its next answer wins over what was decided alone meanwhile."""

@@ -101,9 +101,8 @@ class CircuitBreakerStrategyOptions:
         provider: object = self.state_provider
         if provider is not None and not isinstance(provider, CircuitBreakerStateProvider):
             problems.add("state_provider", f"must be a CircuitBreakerStateProvider, got {provider!r}")
-        problems.callable("on_opened", self.on_opened)
-        problems.callable("on_closed", self.on_closed)
-        problems.callable("on_half_opened", self.on_half_opened)
+        for option in ("on_opened", "on_closed", "on_half_opened"):
+            problems.callable(option, getattr(self, option))
         self._validate_sharing(problems, context)
         problems.name("name", self.name)
         return problems.items

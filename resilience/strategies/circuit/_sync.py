@@ -308,28 +308,25 @@ class CircuitSync:
 
     # -- asyncio-only stores ---------------------------------------------------------------------
 
-    def ensure_task(self) -> asyncio.Event | None:
-        """Start this circuit's sync task on the running loop if it has none there.
+    async def first_exchange(self) -> None:
+        """Start this circuit's sync task on the running loop if it has none there, and wait for its first exchange.
 
-        The event is set once that task's first exchange answered or failed.
+        The wait is bounded, and skipped while the store is failing. The task sets `_ready` once
+        its first exchange answered or failed.
         """
-        task = self._task
-        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+        task, ready = self._task, self._ready
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
             if self._closed:  # its pipeline closed: no sync starts again
-                return None
+                return
             if self._store.closed:
                 self.detach()
-                return None
-            self._ready = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(
-                _serve_async(weakref.ref(self), self._ready), name=f"resilience-circuit-sync-{self.key}"
+                return
+            self._ready = ready = asyncio.Event()
+            self._task = loop.create_task(
+                _serve_async(weakref.ref(self), ready), name=f"resilience-circuit-sync-{self.key}"
             )
             self._store._tasks.add(self._task)
-        return self._ready
-
-    async def first_exchange(self) -> None:
-        """Wait (bounded) for the first exchange of this loop's sync task (not while failing)."""
-        ready = self.ensure_task()
         if ready is not None and not ready.is_set() and not self._failing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.stall_after + 2 * self.interval):
@@ -401,9 +398,8 @@ class SyncWorker:
             late = [sync for sync in due if stuck >= sync.stall_after]
             for sync in late:
                 sync.stalled_for = started
-            waiting = [sync.stall_after - stuck for sync in due if stuck < sync.stall_after]
-            if waiting:
-                self._arm(min(waiting))
+            # Look again when the next circuit still waiting reaches its `stall_after` (none: no check).
+            self._arm(min((sync.stall_after - stuck for sync in due if stuck < sync.stall_after), default=None))
         for sync in late:
             sync.stalled()
 
@@ -419,8 +415,7 @@ class SyncWorker:
                 self._arm(max(0.0, sync.stall_after - (time.monotonic() - self._started)))
             if self._thread is None:
                 self._thread = start_thread(self._serve, name=self._name)
-            else:
-                self._cond.notify()
+            self._cond.notify()  # a running thread may be waiting for a later due time
 
     def notify(self) -> None:
         """Look at the queue again now (a circuit closed: the thread may have nothing left to serve)."""
@@ -430,10 +425,7 @@ class SyncWorker:
     def _next(self) -> CircuitSync | None:
         """The next sync when due; None when no circuit is left to serve (the thread ends)."""
         with self._cond:
-            while True:
-                if not self._heap:
-                    self._thread = None  # a schedule() starts a new one
-                    return None
+            while self._heap:
                 due, _, ref = self._heap[0]
                 sync = ref()
                 if sync is None or sync.due != due or not sync.alive:  # gone, or rescheduled since
@@ -446,6 +438,8 @@ class SyncWorker:
                     return sync
                 del sync
                 self._cond.wait(wait)
+            self._thread = None  # a schedule() starts a new one
+            return None
 
     def _serve(self) -> None:
         while (sync := self._next()) is not None:  # None: no circuit left to serve
@@ -468,10 +462,8 @@ class SyncWorker:
         # The thread did not survive the fork (nor its exchange in flight); the circuits did:
         # serve them again.
         self._cond = threading.Condition()
-        self._thread = None
         self._running, self._started, self._watchdog = None, 0.0, None
-        if self._heap:
-            self._thread = start_thread(self._serve, name=self._name)
+        self._thread = start_thread(self._serve, name=self._name) if self._heap else None
 
 
 _WORKERS: weakref.WeakKeyDictionary[RedisCircuitStateStore, SyncWorker] = weakref.WeakKeyDictionary()
