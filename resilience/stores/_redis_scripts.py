@@ -173,8 +173,8 @@ end
 -- more); `qs`, the set of the queued owners that wait for a shared hold (the hash's field `s`
 -- hints that it may be non-empty).
 local rs, qs = KEYS[4], KEYS[5]
--- The number of live shared holders (expired ones dropped, with their tokens) and their
--- latest expiry (ms).
+-- The number of live shared holders (expired ones dropped, with their tokens) and the ms
+-- until the latest of them expires.
 local function readers()
   if not rs then
     return 0, 0
@@ -191,7 +191,7 @@ local function readers()
     redis.call('HDEL', KEYS[1], 'r')
     return 0, 0
   end
-  return redis.call('ZCARD', rs), tonumber(last[2])
+  return redis.call('ZCARD', rs), tonumber(last[2]) - now_ms()
 end
 -- Record a shared hold of `owner` until `expires` (ms) with `token`, a fresh one (the key's
 -- last token now), or false for a holder that asks again (it keeps its own); the keys live
@@ -380,17 +380,11 @@ if ARGV[5] == '1' then
   end
   return 0
 end
-local head, left = false, 0
+local head, left, count = false, 0, 0
 if not lease[1] and lease[3] then
-  local count, latest = readers()
-  if count > 0 then  -- shared holders: the exclusive request waits for the last to leave
-    if qa and tonumber(ARGV[3]) > 0 then
-      join(ARGV[1], ARGV[3], ARGV[4], lease[2])
-    end
-    return -math.max(latest - now_ms(), 1)
-  end
+  count, left = readers()  -- shared holders: the exclusive request waits for the last to leave
 end
-if not lease[1] then
+if not lease[1] and count == 0 then
   local queued = qa and (mark or not lease[2]) and redis.call('EXISTS', qa) == 1
   if queued then
     head, left = live_head()
@@ -427,6 +421,7 @@ return 0
 LOCK_RENEW = LuaScript(
     "lock_renew",
     _TTL_CHECK
+    + _LOCK_LIB
     + """
 -- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
@@ -435,24 +430,15 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-local rs = KEYS[2]
+rs = KEYS[2]  -- the library's shared holders (given second here; the queue is not used)
 if not rs then
   return 0
 end
 local expires = redis.call('ZSCORE', rs, ARGV[1])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if not expires or tonumber(expires) <= now_ms then
+if not expires or tonumber(expires) <= now_ms() then
   return 0
 end
-local until_ms = now_ms + tonumber(ARGV[2])
-redis.call('ZADD', rs, until_ms, ARGV[1])
-local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
-redis.call('HSET', KEYS[1], 'r', latest)
-redis.call('PEXPIRE', rs, latest - now_ms)
-if redis.call('PTTL', KEYS[1]) < latest - now_ms then
-  redis.call('PEXPIRE', KEYS[1], latest - now_ms)
-end
+hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
 return 1
 """,
 )
