@@ -93,21 +93,17 @@ if command == 1 then
   elseif st == 2 and wq == 0 then
     wq, dirty = 1, true
   end
-elseif command == 7 then
+elseif command == 7 and st == 2 and ep == about and wq == 0 then
   -- The holder of an unused probe keeps it while nobody else asks for it.
-  if st == 2 and ep == about and wq == 0 then
-    un, dirty, granted = math.max(un, now_ms + lease), true, 1
+  un, dirty, granted = math.max(un, now_ms + lease), true, 1
+elseif (command == 2 or command == 3) and st == 2 and ep == about then
+  if command == 2 then
+    move(0, 0, 0)
+    reset = true
+  else
+    move(1, now_ms + brk, 0)
   end
-elseif command == 2 or command == 3 then
-  if st == 2 and ep == about then
-    if command == 2 then
-      move(0, 0, 0)
-      reset = true
-    else
-      move(1, now_ms + brk, 0)
-    end
-    granted = 1
-  end
+  granted = 1
 -- A state written back just now is the caller's, its own move already in it (an isolation
 -- made before its first exchange, say): the move still takes a new epoch, or the members at
 -- `known` would never hear of it.

@@ -157,10 +157,7 @@ local function entry_left(owner, arrival)
     return left
   end
   local refreshed = redis.call('ZSCORE', qe, owner)
-  if refreshed then
-    return tonumber(refreshed) - now_ms()
-  end
-  return left
+  return refreshed and tonumber(refreshed) - now_ms() or left
 end
 local function leave(owner)
   redis.call('ZREM', qa, owner)
@@ -607,13 +604,8 @@ local function fits(owner, permits, free)
   end
   prune()
   local arrival = redis.call('ZSCORE', qa, owner)
-  local ahead
-  if arrival then
-    -- How many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK).
-    ahead = redis.call('ZCOUNT', qa, '-inf', '(' .. arrival)
-  else
-    ahead = redis.call('ZCARD', qa)
-  end
+  -- How many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK), or all.
+  local ahead = arrival and redis.call('ZCOUNT', qa, '-inf', '(' .. arrival) or redis.call('ZCARD', qa)
   local queued = arrival and true or false
   if ahead + permits > free then
     return false, queued  -- even at one permit each, those ahead leave too few
@@ -699,10 +691,7 @@ if not token then
     leave(ARGV[1], permits)
   end
   token = mint(state[2])
-  local extra = permits - 1  -- `x` counts from 0 again when nobody holds
-  if held > 0 then
-    extra = extra + (tonumber(state[3]) or 0)
-  end
+  local extra = permits - 1 + (held > 0 and tonumber(state[3]) or 0)  -- `x` counts from 0 when nobody holds
   redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', extra)
   if permits > 1 then
     redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
@@ -837,10 +826,7 @@ if state[1] then
   return 0
 end
 local free = tonumber(ARGV[2]) - held_permits(state[2])
-if fits(ARGV[1], tonumber(ARGV[3]) or 1, free) then
-  return 0
-end
-return 1
+return fits(ARGV[1], tonumber(ARGV[3]) or 1, free) and 0 or 1
 """,
 )
 
@@ -855,23 +841,20 @@ LOCK_INFO = LuaScript(
 -- then per holder: owner, token, ms left}; an entry is live as the lock scripts' entry_left
 -- decides.
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
-local found = false
+local found = {}
 if lease[1] then
   found = {lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1])}
 elseif lease[3] and rs then
   local holders = redis.call('ZRANGEBYSCORE', rs, string.format('(%d', now_ms()), '+inf', 'WITHSCORES')
-  if #holders > 0 then
-    found = {}
-    for i = 1, #holders, 2 do
-      local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
-      local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms()}
-      for j = 1, #rest do
-        found[#found + 1] = rest[j]
-      end
+  for i = 1, #holders, 2 do
+    local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
+    local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms()}
+    for j = 1, #rest do
+      found[#found + 1] = rest[j]
     end
   end
 end
-if not found then
+if #found == 0 then
   return nil
 end
 local waiters = -1
