@@ -48,9 +48,6 @@ _TURNS_KEPT = 64
 
 _E = TypeVar("_E", threading.Event, asyncio.Event)
 
-_RELEASED = frozenset({"message", "smessage"})
-_SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
-
 
 def _subscribe_to(pubsub: Any, channel: str, *, sharded: bool) -> Any:
     """Subscribe to `channel`: sharded (`SSUBSCRIBE`) on Cluster, where a channel lives in its name's hash slot."""
@@ -73,11 +70,11 @@ def _parse(message: Any) -> tuple[str, str, str | None] | None:
     kind, channel = _decoded(message.get("type")), _decoded(message.get("channel"))
     if not isinstance(channel, str):
         return None
-    if kind in _RELEASED:
+    if kind in {"message", "smessage"}:
         data = _decoded(message.get("data"))
         turn = data[2:] if isinstance(data, str) and data.startswith("h:") else None
         return "released", channel, turn
-    if kind in _SUBSCRIBED:
+    if kind in {"subscribe", "ssubscribe"}:
         return "subscribed", channel, None
     return None
 

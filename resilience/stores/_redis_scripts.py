@@ -90,12 +90,7 @@ class LuaScript:
 # ~1.7e15 today: far below 2**53 (~9.0e15).
 _MINT = """
 local function mint(previous)
-  local token = now_us()
-  previous = tonumber(previous)
-  if previous and previous >= token then
-    token = previous + 1
-  end
-  return token
+  return math.max(now_us(), (tonumber(previous) or 0) + 1)
 end
 """
 
