@@ -216,9 +216,7 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
         try:
             if confirmed is not None:
                 confirmed.wait(max(0.0, deadline - time.monotonic()))
-            if run_steps(checked(is_free)):
-                return True
-            return event.wait(max(0.0, deadline - time.monotonic()))
+            return run_steps(checked(is_free)) or event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             self._remove(channel, event.set)
 
@@ -353,10 +351,9 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
                 if not heard and await _is_free_async(is_free):
                     return True
                 await event.wait()
+                return True
         except TimeoutError:
             return False
-        else:
-            return True
         finally:
             self._drop(channel, event.set)
 
@@ -431,8 +428,7 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
                 self._task = None
                 await self._close_pubsub()
                 return
-            message = await self._read()
-            parsed = _parse(message)
+            parsed = _parse(await self._read())
             if parsed is None:
                 continue
             kind, channel, turn = parsed
