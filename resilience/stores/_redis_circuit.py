@@ -119,8 +119,8 @@ elseif command == 6 and (st == 0 or restored) then
   reset, granted = true, 1
 end
 local successes, failures = tonumber(ARGV[1]), tonumber(ARGV[2])
-local wrote = false
-if st == 0 and not reset and known == ep and (successes > 0 or failures > 0) then
+local wrote = st == 0 and not reset and known == ep and (successes > 0 or failures > 0)
+if wrote then
   local bucket = math.floor(now_ms / (tonumber(ARGV[5]) / 10))
   local ring = redis.call('HMGET', KEYS[1], unpack(RING))
   local slot = bucket % 10 + 1
@@ -130,7 +130,6 @@ if st == 0 and not reset and known == ep and (successes > 0 or failures > 0) the
   local s = (tonumber(ring[slot]) or 0) + successes
   local f = (tonumber(ring[10 + slot]) or 0) + failures
   redis.call('HSET', KEYS[1], RING[slot], s, RING[10 + slot], f, RING[20 + slot], bucket)
-  wrote = true
   if failures > 0 then
     -- Polly checks the ratio when a failure is recorded: over the buckets still in the window.
     ring[slot], ring[10 + slot], ring[20 + slot] = s, f, bucket

@@ -367,10 +367,7 @@ if ARGV[5] == '1' then
       redis.call('PEXPIRE', KEYS[1], ARGV[3])
     end
   end
-  if lease[1] then
-    return -math.max(redis.call('PTTL', KEYS[1]), 1)
-  end
-  return 0
+  return lease[1] and -math.max(redis.call('PTTL', KEYS[1]), 1) or 0
 end
 local head, left, count = false, 0, 0
 if not lease[1] and lease[3] then
@@ -776,13 +773,8 @@ if held then
   end
   return 1
 end
-if qa and redis.call('EXISTS', qa) == 1 then
-  local head = live_head()
-  if head and head ~= ARGV[1] then
-    return 1
-  end
-end
-return 0
+local head = qa and redis.call('EXISTS', qa) == 1 and live_head()
+return head and head ~= ARGV[1] and 1 or 0
 """,
 )
 
