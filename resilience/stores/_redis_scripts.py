@@ -511,10 +511,8 @@ if #expired > 0 then
 end
 local function held_permits(extra)
   local holders = redis.call('ZCARD', KEYS[1])
-  if holders == 0 then
-    return 0  -- whatever `x` says: with no holder, nothing is held
-  end
-  return holders + math.max(0, tonumber(extra) or 0)
+  -- Whatever `x` says: with no holder, nothing is held.
+  return holders == 0 and 0 or holders + math.max(0, tonumber(extra) or 0)
 end
 local function settle(tombstone)
   local horizon = tonumber(tombstone)
@@ -812,8 +810,7 @@ local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'x')
 if state[1] then
   return 0
 end
-local free = tonumber(ARGV[2]) - held_permits(state[2])
-return fits(ARGV[1], tonumber(ARGV[3]) or 1, free) and 0 or 1
+return fits(ARGV[1], tonumber(ARGV[3]) or 1, tonumber(ARGV[2]) - held_permits(state[2])) and 0 or 1
 """,
 )
 
