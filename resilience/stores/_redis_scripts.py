@@ -410,7 +410,6 @@ return 0
 LOCK_RENEW = LuaScript(
     "lock_renew",
     _TTL_CHECK
-    + _LOCK_LIB
     + """
 -- KEYS[1] lock key; KEYS[2] its shared holders (absent: none); ARGV[1] owner; ARGV[2] ttl (ms).
 -- Returns 1 when ARGV[1] holds the live lease, exclusive or shared (now expiring ttl from
@@ -419,15 +418,24 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-rs = KEYS[2]  -- the library's shared holders (given second here; the queue is not used)
+local rs = KEYS[2]
 if not rs then
   return 0
 end
 local expires = redis.call('ZSCORE', rs, ARGV[1])
-if not expires or tonumber(expires) <= now_ms() then
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if not expires or tonumber(expires) <= now_ms then
   return 0
 end
-hold_shared(ARGV[1], false, now_ms() + tonumber(ARGV[2]))
+local until_ms = now_ms + tonumber(ARGV[2])
+redis.call('ZADD', rs, until_ms, ARGV[1])
+local latest = tonumber(redis.call('ZRANGE', rs, -1, -1, 'WITHSCORES')[2])
+redis.call('HSET', KEYS[1], 'r', latest)
+redis.call('PEXPIRE', rs, latest - now_ms)
+if redis.call('PTTL', KEYS[1]) < latest - now_ms then
+  redis.call('PEXPIRE', KEYS[1], latest - now_ms)
+end
 return 1
 """,
 )
