@@ -490,13 +490,13 @@ class _RedisStore(RedisClientsStore):
             except ValidationError as exc:
                 calls.append(exc)
         client = yield runner.get()
-        replies: list[Any] = []
+        replies: list[Any] = list(calls)  # a refused call's error stays in its place
         if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
-            for call in calls:
+            for n, call in enumerate(calls):
                 try:
-                    replies.append(call if isinstance(call, Exception) else (yield runner.run(script, *call)))
+                    replies[n] = call if isinstance(call, Exception) else (yield runner.run(script, *call))
                 except Exception as exc:  # noqa: BLE001 - this call's answer
-                    replies.append(exc)
+                    replies[n] = exc
         elif sent := [call for call in calls if not isinstance(call, Exception)]:
             try:
                 sent_replies = yield pipelined(client, [(script.sha, call) for call in sent])
@@ -512,8 +512,6 @@ class _RedisStore(RedisClientsStore):
                 raise _unencodable(exc) from exc
             answers = iter(sent_replies)  # each refused call's error back in its place
             replies = [call if isinstance(call, Exception) else next(answers) for call in calls]
-        else:
-            replies = list(calls)
         return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
     def _release_steps(

@@ -444,10 +444,9 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
 
     async def _read(self) -> Any:
         """The next message, or None after at most about `_POLL` seconds (never at once)."""
-        pubsub = self._pubsub
         started = time.monotonic()
         try:
-            message = await _next_message(pubsub, sharded=self._sharded)
+            message = await _next_message(self._pubsub, sharded=self._sharded)
         except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
             current = asyncio.current_task()
             if current is not None and current.cancelling():

@@ -668,7 +668,6 @@ local limit = tonumber(ARGV[3])
 if permits < 1 or permits > limit then
   return redis.error_reply('ERR invalid permits: must be between 1 and the limit')
 end
-local expires = now_ms + tonumber(ARGV[2])
 local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'seq', 'x')
 local token = tonumber(state[1])  -- a holder that asks again keeps its token
 if not token then
@@ -695,7 +694,7 @@ if not token then
     redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
   end
 end
-redis.call('ZADD', KEYS[1], expires, ARGV[1])
+redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
 settle(ARGV[4])
 return token
 """,
