@@ -109,9 +109,7 @@ def typed(arguments: tuple[object, ...]) -> tuple[object, ...]:
 
 def capacity(limit: int, burst: int | None, algorithm: str) -> int:
     """The most permits one request can ever get: `burst` (token bucket) or `limit` (windows)."""
-    if algorithm == "token_bucket" and burst is not None:
-        return burst
-    return limit
+    return burst if algorithm == "token_bucket" and burst is not None else limit
 
 
 def check_take(  # noqa: PLR0917 - the arguments of `take`, in its order

@@ -133,8 +133,7 @@ class MemoryRateLimitStore:
         `take` keeps one for each set of arguments (checking its caller's `key` here too); the
         rate limiter strategy calls its own on its hot path: no argument tuple, no lookups.
         """
-        problem = check_take(key, limit, per, burst, algorithm, permits)
-        if problem is not None:
+        if (problem := check_take(key, limit, per, burst, algorithm, permits)) is not None:
             raise ValidationError(problem)
         partitions = self._partitions
         if algorithm == "sliding_window":

@@ -46,8 +46,7 @@ class RedisRateLimitStore(RedisClientsStore):
         prepared = self._prepared.get(typed(arguments))
         if prepared is not None and type(key) is str:
             return prepared
-        problem = check_take(key, *arguments)
-        if problem is not None:
+        if (problem := check_take(key, *arguments)) is not None:
             raise ValidationError(problem)
         limit, per, burst, algorithm, permits = cast("tuple[int, float, int | None, str, int]", arguments)  # checked
         # ARGV: the token bucket's cost of a permit or a window's length (us), its capacity, the permits.

@@ -115,8 +115,7 @@ local ends = tonumber(window[1])
 local taken = tonumber(window[2]) or 0
 local fresh = not ends or ends <= now_us + 0.001
 if fresh then
-  ends = now_us + tonumber(ARGV[1])
-  taken = 0
+  ends, taken = now_us + tonumber(ARGV[1]), 0
 end
 taken = taken + tonumber(ARGV[3])
 if taken > tonumber(ARGV[2]) then

@@ -289,10 +289,8 @@ def _queue(client: Any, pipe: Any, commands: Sequence[tuple[str | None, _Call]],
     node_of = client.get_node_from_key if _is_cluster(client) else None
     for sha, (keys, args) in commands:
         command = ("EVAL", source) if sha is None else ("EVALSHA", sha)
-        if node_of is None:
-            pipe.execute_command(*command, len(keys), *keys, *args)
-        else:
-            pipe.execute_command(*command, len(keys), *keys, *args, target_nodes=node_of(keys[0]))
+        target = {} if node_of is None else {"target_nodes": node_of(keys[0])}
+        pipe.execute_command(*command, len(keys), *keys, *args, **target)
 
 
 def _pipelined(client: Any, commands: Sequence[tuple[str | None, _Call]], source: str = "") -> list[Any]:
@@ -492,13 +490,13 @@ class _RedisStore(RedisClientsStore):
             except ValidationError as exc:
                 calls.append(exc)
         client = yield runner.get()
-        replies: list[Any] = []
+        replies: list[Any] = list(calls)  # a refused call's error stays in its place
         if not callable(getattr(client, "pipeline", None)):  # a client with EVALSHA only: one call each
-            for call in calls:
+            for n, call in enumerate(calls):
                 try:
-                    replies.append(call if isinstance(call, Exception) else (yield runner.run(script, *call)))
+                    replies[n] = call if isinstance(call, Exception) else (yield runner.run(script, *call))
                 except Exception as exc:  # noqa: BLE001 - this call's answer
-                    replies.append(exc)
+                    replies[n] = exc
         elif sent := [call for call in calls if not isinstance(call, Exception)]:
             try:
                 sent_replies = yield pipelined(client, [(script.sha, call) for call in sent])
@@ -514,8 +512,6 @@ class _RedisStore(RedisClientsStore):
                 raise _unencodable(exc) from exc
             answers = iter(sent_replies)  # each refused call's error back in its place
             replies = [call if isinstance(call, Exception) else next(answers) for call in calls]
-        else:
-            replies = list(calls)
         return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
     def _release_steps(
@@ -691,10 +687,8 @@ class RedisLockStore(_RedisStore):
         return keys, [*args, "1"] if shared else args
 
     def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
-        lock_key = self.key(key)
-        found = companions(lock_key)
-        keys = [lock_key] if found is None else [lock_key, found[2]]
-        return keys, [_check_str("owner", owner), ttl_ms(ttl)]
+        keys = self._keys(key)  # the lock key and, when it has companions, its shared holders (the fourth)
+        return keys[:1] + keys[3:4], [_check_str("owner", owner), ttl_ms(ttl)]
 
     def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]

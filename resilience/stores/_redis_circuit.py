@@ -93,21 +93,17 @@ if command == 1 then
   elseif st == 2 and wq == 0 then
     wq, dirty = 1, true
   end
-elseif command == 7 then
+elseif command == 7 and st == 2 and ep == about and wq == 0 then
   -- The holder of an unused probe keeps it while nobody else asks for it.
-  if st == 2 and ep == about and wq == 0 then
-    un, dirty, granted = math.max(un, now_ms + lease), true, 1
+  un, dirty, granted = math.max(un, now_ms + lease), true, 1
+elseif (command == 2 or command == 3) and st == 2 and ep == about then
+  if command == 2 then
+    move(0, 0, 0)
+    reset = true
+  else
+    move(1, now_ms + brk, 0)
   end
-elseif command == 2 or command == 3 then
-  if st == 2 and ep == about then
-    if command == 2 then
-      move(0, 0, 0)
-      reset = true
-    else
-      move(1, now_ms + brk, 0)
-    end
-    granted = 1
-  end
+  granted = 1
 -- A state written back just now is the caller's, its own move already in it (an isolation
 -- made before its first exchange, say): the move still takes a new epoch, or the members at
 -- `known` would never hear of it.
@@ -123,8 +119,8 @@ elseif command == 6 and (st == 0 or restored) then
   reset, granted = true, 1
 end
 local successes, failures = tonumber(ARGV[1]), tonumber(ARGV[2])
-local wrote = false
-if st == 0 and not reset and known == ep and (successes > 0 or failures > 0) then
+local wrote = st == 0 and not reset and known == ep and (successes > 0 or failures > 0)
+if wrote then
   local bucket = math.floor(now_ms / (tonumber(ARGV[5]) / 10))
   local ring = redis.call('HMGET', KEYS[1], unpack(RING))
   local slot = bucket % 10 + 1
@@ -134,7 +130,6 @@ if st == 0 and not reset and known == ep and (successes > 0 or failures > 0) the
   local s = (tonumber(ring[slot]) or 0) + successes
   local f = (tonumber(ring[10 + slot]) or 0) + failures
   redis.call('HSET', KEYS[1], RING[slot], s, RING[10 + slot], f, RING[20 + slot], bucket)
-  wrote = true
   if failures > 0 then
     -- Polly checks the ratio when a failure is recorded: over the buckets still in the window.
     ring[slot], ring[10 + slot], ring[20 + slot] = s, f, bucket

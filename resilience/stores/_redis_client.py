@@ -41,7 +41,6 @@ def redis_client(url: str, *, timeout: float = 3.0, retries: int = 1, cluster: b
     times, at once: the lease engine does the rest. `cluster=True` builds a `RedisCluster`.
     Other keywords go to redis-py unchanged and win over these.
     """
-    import redis
     import redis.cluster
     import redis.retry
 
@@ -53,7 +52,6 @@ def async_redis_client(
     url: str, *, timeout: float = 3.0, retries: int = 1, cluster: bool = False, **options: Any
 ) -> Any:
     """The asyncio twin of `redis_client`: `redis.asyncio.Redis.from_url(url, ...)`, same timeouts."""
-    import redis.asyncio
     import redis.asyncio.cluster
     import redis.asyncio.retry
 

@@ -48,9 +48,6 @@ _TURNS_KEPT = 64
 
 _E = TypeVar("_E", threading.Event, asyncio.Event)
 
-_RELEASED = frozenset({"message", "smessage"})
-_SUBSCRIBED = frozenset({"subscribe", "ssubscribe"})
-
 
 def _subscribe_to(pubsub: Any, channel: str, *, sharded: bool) -> Any:
     """Subscribe to `channel`: sharded (`SSUBSCRIBE`) on Cluster, where a channel lives in its name's hash slot."""
@@ -73,11 +70,11 @@ def _parse(message: Any) -> tuple[str, str, str | None] | None:
     kind, channel = _decoded(message.get("type")), _decoded(message.get("channel"))
     if not isinstance(channel, str):
         return None
-    if kind in _RELEASED:
+    if kind in {"message", "smessage"}:
         data = _decoded(message.get("data"))
         turn = data[2:] if isinstance(data, str) and data.startswith("h:") else None
         return "released", channel, turn
-    if kind in _SUBSCRIBED:
+    if kind in {"subscribe", "ssubscribe"}:
         return "subscribed", channel, None
     return None
 
@@ -219,9 +216,7 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
         try:
             if confirmed is not None:
                 confirmed.wait(max(0.0, deadline - time.monotonic()))
-            if run_steps(checked(is_free)):
-                return True
-            return event.wait(max(0.0, deadline - time.monotonic()))
+            return run_steps(checked(is_free)) or event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             self._remove(channel, event.set)
 
@@ -356,10 +351,9 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
                 if not heard and await _is_free_async(is_free):
                     return True
                 await event.wait()
+                return True
         except TimeoutError:
             return False
-        else:
-            return True
         finally:
             self._drop(channel, event.set)
 
@@ -434,8 +428,7 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
                 self._task = None
                 await self._close_pubsub()
                 return
-            message = await self._read()
-            parsed = _parse(message)
+            parsed = _parse(await self._read())
             if parsed is None:
                 continue
             kind, channel, turn = parsed
@@ -451,10 +444,9 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
 
     async def _read(self) -> Any:
         """The next message, or None after at most about `_POLL` seconds (never at once)."""
-        pubsub = self._pubsub
         started = time.monotonic()
         try:
-            message = await _next_message(pubsub, sharded=self._sharded)
+            message = await _next_message(self._pubsub, sharded=self._sharded)
         except Exception:  # noqa: BLE001 -- redis-py reconnects and resubscribes on the next read
             current = asyncio.current_task()
             if current is not None and current.cancelling():

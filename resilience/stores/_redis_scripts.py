@@ -90,12 +90,7 @@ class LuaScript:
 # ~1.7e15 today: far below 2**53 (~9.0e15).
 _MINT = """
 local function mint(previous)
-  local token = now_us()
-  previous = tonumber(previous)
-  if previous and previous >= token then
-    token = previous + 1
-  end
-  return token
+  return math.max(now_us(), (tonumber(previous) or 0) + 1)
 end
 """
 
@@ -157,10 +152,7 @@ local function entry_left(owner, arrival)
     return left
   end
   local refreshed = redis.call('ZSCORE', qe, owner)
-  if refreshed then
-    return tonumber(refreshed) - now_ms()
-  end
-  return left
+  return refreshed and tonumber(refreshed) - now_ms() or left
 end
 local function leave(owner)
   redis.call('ZREM', qa, owner)
@@ -173,8 +165,8 @@ end
 -- more); `qs`, the set of the queued owners that wait for a shared hold (the hash's field `s`
 -- hints that it may be non-empty).
 local rs, qs = KEYS[4], KEYS[5]
--- The number of live shared holders (expired ones dropped, with their tokens) and their
--- latest expiry (ms).
+-- The number of live shared holders (expired ones dropped, with their tokens) and the ms
+-- until the latest of them expires.
 local function readers()
   if not rs then
     return 0, 0
@@ -191,7 +183,7 @@ local function readers()
     redis.call('HDEL', KEYS[1], 'r')
     return 0, 0
   end
-  return redis.call('ZCARD', rs), tonumber(last[2])
+  return redis.call('ZCARD', rs), tonumber(last[2]) - now_ms()
 end
 -- Record a shared hold of `owner` until `expires` (ms) with `token`, a fresh one (the key's
 -- last token now), or false for a holder that asks again (it keeps its own); the keys live
@@ -375,22 +367,13 @@ if ARGV[5] == '1' then
       redis.call('PEXPIRE', KEYS[1], ARGV[3])
     end
   end
-  if lease[1] then
-    return -math.max(redis.call('PTTL', KEYS[1]), 1)
-  end
-  return 0
+  return lease[1] and -math.max(redis.call('PTTL', KEYS[1]), 1) or 0
 end
-local head, left = false, 0
+local head, left, count = false, 0, 0
 if not lease[1] and lease[3] then
-  local count, latest = readers()
-  if count > 0 then  -- shared holders: the exclusive request waits for the last to leave
-    if qa and tonumber(ARGV[3]) > 0 then
-      join(ARGV[1], ARGV[3], ARGV[4], lease[2])
-    end
-    return -math.max(latest - now_ms(), 1)
-  end
+  count, left = readers()  -- shared holders: the exclusive request waits for the last to leave
 end
-if not lease[1] then
+if not lease[1] and count == 0 then
   local queued = qa and (mark or not lease[2]) and redis.call('EXISTS', qa) == 1
   if queued then
     head, left = live_head()
@@ -536,10 +519,8 @@ if #expired > 0 then
 end
 local function held_permits(extra)
   local holders = redis.call('ZCARD', KEYS[1])
-  if holders == 0 then
-    return 0  -- whatever `x` says: with no holder, nothing is held
-  end
-  return holders + math.max(0, tonumber(extra) or 0)
+  -- Whatever `x` says: with no holder, nothing is held.
+  return holders == 0 and 0 or holders + math.max(0, tonumber(extra) or 0)
 end
 local function settle(tombstone)
   local horizon = tonumber(tombstone)
@@ -621,13 +602,8 @@ local function fits(owner, permits, free)
   end
   prune()
   local arrival = redis.call('ZSCORE', qa, owner)
-  local ahead
-  if arrival then
-    -- How many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK).
-    ahead = redis.call('ZCOUNT', qa, '-inf', '(' .. arrival)
-  else
-    ahead = redis.call('ZCARD', qa)
-  end
+  -- How many arrived before it (ZCOUNT, which the ACL already allows, not ZRANK), or all.
+  local ahead = arrival and redis.call('ZCOUNT', qa, '-inf', '(' .. arrival) or redis.call('ZCARD', qa)
   local queued = arrival and true or false
   if ahead + permits > free then
     return false, queued  -- even at one permit each, those ahead leave too few
@@ -692,7 +668,6 @@ local limit = tonumber(ARGV[3])
 if permits < 1 or permits > limit then
   return redis.error_reply('ERR invalid permits: must be between 1 and the limit')
 end
-local expires = now_ms + tonumber(ARGV[2])
 local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'seq', 'x')
 local token = tonumber(state[1])  -- a holder that asks again keeps its token
 if not token then
@@ -713,16 +688,13 @@ if not token then
     leave(ARGV[1], permits)
   end
   token = mint(state[2])
-  local extra = permits - 1  -- `x` counts from 0 again when nobody holds
-  if held > 0 then
-    extra = extra + (tonumber(state[3]) or 0)
-  end
+  local extra = permits - 1 + (held > 0 and tonumber(state[3]) or 0)  -- `x` counts from 0 when nobody holds
   redis.call('HSET', KEYS[2], 'seq', token, 'o:' .. ARGV[1], token, 'l', limit, 'x', extra)
   if permits > 1 then
     redis.call('HSET', KEYS[2], 'p:' .. ARGV[1], permits)
   end
 end
-redis.call('ZADD', KEYS[1], expires, ARGV[1])
+redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
 settle(ARGV[4])
 return token
 """,
@@ -806,13 +778,8 @@ if held then
   end
   return 1
 end
-if qa and redis.call('EXISTS', qa) == 1 then
-  local head = live_head()
-  if head and head ~= ARGV[1] then
-    return 1
-  end
-end
-return 0
+local head = qa and redis.call('EXISTS', qa) == 1 and live_head()
+return head and head ~= ARGV[1] and 1 or 0
 """,
 )
 
@@ -850,11 +817,7 @@ local state = redis.call('HMGET', KEYS[2], 'o:' .. ARGV[1], 'x')
 if state[1] then
   return 0
 end
-local free = tonumber(ARGV[2]) - held_permits(state[2])
-if fits(ARGV[1], tonumber(ARGV[3]) or 1, free) then
-  return 0
-end
-return 1
+return fits(ARGV[1], tonumber(ARGV[3]) or 1, tonumber(ARGV[2]) - held_permits(state[2])) and 0 or 1
 """,
 )
 
@@ -869,23 +832,20 @@ LOCK_INFO = LuaScript(
 -- then per holder: owner, token, ms left}; an entry is live as the lock scripts' entry_left
 -- decides.
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'r')
-local found = false
+local found = {}
 if lease[1] then
   found = {lease[1], tonumber(lease[2]), redis.call('PTTL', KEYS[1])}
 elseif lease[3] and rs then
   local holders = redis.call('ZRANGEBYSCORE', rs, string.format('(%d', now_ms()), '+inf', 'WITHSCORES')
-  if #holders > 0 then
-    found = {}
-    for i = 1, #holders, 2 do
-      local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
-      local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms()}
-      for j = 1, #rest do
-        found[#found + 1] = rest[j]
-      end
+  for i = 1, #holders, 2 do
+    local token = tonumber(redis.call('HGET', KEYS[1], 'r:' .. holders[i])) or 0
+    local rest = {holders[i], token, tonumber(holders[i + 1]) - now_ms()}
+    for j = 1, #rest do
+      found[#found + 1] = rest[j]
     end
   end
 end
-if not found then
+if #found == 0 then
   return nil
 end
 local waiters = -1
