@@ -265,9 +265,7 @@ class LeaseMachine:
     def renew_timed_out(self) -> int:
         """The renewal in flight ran out of the lease's time (its bound fired): lost."""
         self.in_flight = False
-        if self.ended:
-            return 0
-        return self._lose()
+        return 0 if self.ended else self._lose()
 
     def extend_answered(self, sent_at: float, now: float, ttl: float, ok: bool) -> int:
         """The holder's `extend(ttl)` sent at `sent_at` answered `ok` at `now`."""
@@ -309,10 +307,10 @@ class LeaseMachine:
 
     def _succeeded(self, sent_at: float, now: float, ttl: float) -> None:
         deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))
-        if sent_at >= self.answered_at:
-            self.deadline = deadline  # sent after every earlier success was answered: it acted last
-        elif deadline < self.deadline:
-            self.deadline = deadline  # the store's order is unknown: the earlier of the two
+        # Sent after every earlier success was answered, it acted last; else the store's order is
+        # unknown: the earlier of the two.
+        if sent_at >= self.answered_at or deadline < self.deadline:
+            self.deadline = deadline
         self.answered_at = max(self.answered_at, now)
         self.failures = 0
         self.renew_at = None if self.interval is None else sent_at + self.interval

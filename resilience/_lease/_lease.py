@@ -775,10 +775,6 @@ class _Wake(threading.Event):
         self.released = True
         self.set()
 
-    def reset(self) -> None:
-        self.released = False
-        self.clear()
-
 
 def acquire_lease(
     ops: StoreOps,
@@ -813,8 +809,9 @@ def acquire_lease(
         while True:
             if signal is not None and signal._reason is not None:
                 raise signal._reason
-            if wake is not None:
-                wake.reset()
+            if wake is not None:  # a turn announced from now on wakes the next wait
+                wake.released = False
+                wake.clear()
             sent = time_provider.monotonic()
             try:  # interrupted, the attempt releases in the background (the store may have granted it)
                 token, held_for = ops.queue(key, owner, params.ttl) if queued else ops.acquire(key, owner, params.ttl)
@@ -852,14 +849,13 @@ def _wait_turn(
     between its refused attempt and this wait is not missed; interrupted, it leaves the queue
     in the background.
     """
-    waiter = owner if ops.fair else None
     signal = signal or Signal()
     try:
         if ops.listen is None and ops.notify:
             end = time_provider.monotonic() + wait
             released = False
             while not released and not signal.aborted and (left := end - time_provider.monotonic()) > 0:
-                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter)
+                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), owner)
         else:
             registered = wake is not None
             woken = wake or _Wake()
@@ -874,7 +870,7 @@ def _wait_turn(
             released = woken.released
         signal.raise_if_aborted()
     except BaseException:
-        if waiter is not None:
+        if ops.fair:
             _release_in_background(ops, key, owner)
         raise
     if released:

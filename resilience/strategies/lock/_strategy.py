@@ -194,9 +194,8 @@ class _Run:
         try:
             context = self.context
             if context is None:  # pragma: no cover - a lease is lost only after `_enter`
-                self.strategy._events.lost(self.inner, self.key, lease)
-            else:
-                context.run(self.strategy._events.lost, self.inner, self.key, lease)
+                context = contextvars.copy_context()
+            context.run(self.strategy._events.lost, self.inner, self.key, lease)
         finally:
             self.told = True
             emitting.set()
@@ -301,9 +300,8 @@ class LockStrategy:
 
     def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase) -> ResilienceContext:
         key = run.key
-        held = run.held
         self._events.acquired(context, key, lease, run.started)
-        held = self._alone if not held and key == self._key else held | {(self._store_id, key)}
+        held = self._alone if not run.held and key == self._key else run.held | {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
