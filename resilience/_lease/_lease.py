@@ -857,10 +857,9 @@ def _wait_turn(
             while not released and not signal.aborted and (left := end - time_provider.monotonic()) > 0:
                 released = ops.wait_released(key, min(left, _NOTIFY_SLICE), owner)
         else:
-            registered = wake is not None
             woken = wake or _Wake()
             remove_signal = signal.add_wakeup(lambda _reason: woken.set())
-            remove_listener = None if ops.listen is None or registered else ops.listen(key, woken.on_release)
+            remove_listener = None if ops.listen is None or wake is not None else ops.listen(key, woken.on_release)
             try:
                 clock_wait(time_provider, woken, wait)
             finally:

@@ -568,9 +568,8 @@ class Locks(Closing):
     def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
         """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
         shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
         return (acquire_lease_async if is_async else acquire_lease)(
-            ops,
+            shared_ops if options.shared else self._ops_for(options, is_async=is_async),
             key,
             params=self._params(options, run=run),
             schedule=self._schedule(options),

@@ -79,19 +79,15 @@ class LockStrategyOptions:
         problems.duration("ttl", self.ttl, minimum=0.001)
         problems.duration("wait", self.wait)
         store: object = self.store
-        if store is not None:
-            if serves(store, SemaphoreStore, AsyncSemaphoreStore) and not serves(store, LockStore, AsyncLockStore):
+        is_lock = serves(store, LockStore, AsyncLockStore)
+        if store is not None and not is_lock:
+            if serves(store, SemaphoreStore, AsyncSemaphoreStore):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
-            elif not serves(store, LockStore, AsyncLockStore):
+            else:
                 check_store_kind(problems, store)
-            elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
-                problems.add("store", off_clock("MemoryLockStore", "leases expire on its clock"))
-        if (
-            problems.boolean("shared", self.shared)
-            and self.shared
-            and serves(store, LockStore, AsyncLockStore)
-            and not SharedLockOps.supported(store)
-        ):
+        elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
+            problems.add("store", off_clock("MemoryLockStore", "leases expire on its clock"))
+        if problems.boolean("shared", self.shared) and self.shared and is_lock and not SharedLockOps.supported(store):
             problems.add(
                 "shared",
                 f"the store {store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
@@ -339,8 +335,7 @@ class LockStrategy:
         except BaseException as exc:
             self._ended(run, lease, lease.finish(), exc)
             raise
-        error = lease.finish()
-        if error is None:  # `_ended`, inline
+        if lease.finish() is None:  # `_ended`, inline
             self._events.released(run.inner, run.key, lease)
         else:
             run.tell_lost(lease, ending=True)
