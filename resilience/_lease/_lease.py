@@ -429,18 +429,16 @@ class LeaseBase:
         caller's cancellation), the lease is given back at once (`_abandon`) and the signal's
         reason raised.
         """
-        owner, token, sent, tag = grant
+        self.owner, self.token, sent, tag = grant
         self._ops = ops
         self.key = key
         self.store_key = store_key
-        self.owner = owner
         self._tp = time_provider
         if parent is not None and parent._reason is not None:
             self._abandon()
             raise parent._reason
         self.tag = tag
         """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
-        self.token = token
         self._params = params
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None

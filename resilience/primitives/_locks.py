@@ -364,8 +364,6 @@ class Locks(Closing):
         self.store: object = client if made is None else made
         """The store the leases live in (made from the client, or the one passed)."""
         self._owns_store = made is not None
-        # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
-        key_prefix = "" if self._owns_store else f"{prefix}:"
         memory = client if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else None
         if time_provider is None:
             time_provider = SYSTEM_TIME if memory is None else memory.time_provider
@@ -376,7 +374,8 @@ class Locks(Closing):
             )
             raise ValidationError(msg)
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
-        self._ops: StoreOps = self._make_ops(self.store, key_prefix)
+        # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
+        self._ops: StoreOps = self._make_ops(self.store, "" if self._owns_store else f"{prefix}:")
         self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
         self._shared: tuple[StoreOps, LockEvents] | None = None  # made on the first shared hold
 
