@@ -256,9 +256,8 @@ class LeaseMachine:
         if self.ended or self.lost:
             return 0
         self.failures += 1
-        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64))
-        # Never wait past the deadline: half the time left still leaves room for a reply.
-        delay = min(delay, (self.deadline - now) / 2)
+        # Backoff, at most ttl/10, and never past the deadline: half the time left still leaves room for a reply.
+        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64), (self.deadline - now) / 2)
         self.renew_at = None if delay < _RENEW_RETRY_FLOOR else now + delay  # else the deadline decides
         return REPORT | self._arm()
 

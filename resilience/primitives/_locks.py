@@ -90,12 +90,11 @@ def _is_async_source(client: object) -> bool:
     """Whether a non-client `client` argument yields an asyncio client (told apart by class)."""
     if inspect.isawaitable(client):
         return True
-    target = client
-    while isinstance(target, functools.partial):
-        target = target.func
-    if isinstance(target, type):
-        return any(".asyncio" in klass.__module__ for klass in target.__mro__)
-    return inspect.iscoroutinefunction(target)
+    while isinstance(client, functools.partial):
+        client = client.func
+    if isinstance(client, type):
+        return any(".asyncio" in klass.__module__ for klass in client.__mro__)
+    return inspect.iscoroutinefunction(client)
 
 
 # -- handles ----------------------------------------------------------------------------------
