@@ -286,8 +286,8 @@ class LeaseMachine:
         if self.ended:
             return 0
         flags = self._end()
-        if self.watch and not self.lost and now >= self.deadline:
-            flags |= self._lose()
+        if self.watch and now >= self.deadline:
+            flags |= self._lose()  # nothing when already lost
         return flags
 
     def holder_released(self) -> int:
@@ -317,9 +317,8 @@ class LeaseMachine:
     def _arm(self) -> int:
         """Arm the earlier of the next renewal and (when watched) the deadline, if not armed before it."""
         renew_at = self.renew_at
-        target = early = _NEVER if renew_at is None or self.in_flight else renew_at
-        if target != _NEVER:
-            early = target - self.slack
+        target = _NEVER if renew_at is None or self.in_flight else renew_at
+        early = target - self.slack  # never minus the slack is still never
         if self.watch and self.deadline <= target:
             target = early = self.deadline
         if target >= self.armed_at:
