@@ -674,10 +674,12 @@ class Lease(LeaseBase):
         _release_quietly(self._ops, self.store_key, self.owner)  # the store just answered: no reason to wait
 
     def _callbacks(self) -> Strand:
-        with _LOCK:  # made by the first callback, on a loss or a failed renewal only
-            strand = self._strand
-            if strand is None:
-                strand = self._strand = Strand(CALLBACKS)
+        strand = self._strand
+        if strand is None:
+            with _LOCK:
+                strand = self._strand
+                if strand is None:
+                    strand = self._strand = Strand(CALLBACKS)
         return strand
 
     def _deliver(self, run: Callable[[], None]) -> None:
