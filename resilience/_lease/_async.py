@@ -143,19 +143,9 @@ def _new_scheduler(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
     # or no closed loop would ever be freed.
     loop_ref = weakref.ref(loop)
 
-    def forget(target: asyncio.AbstractEventLoop | None) -> None:
-        # The loop is gone, and its leases with it: forget them. An ended lease left in
-        # the heap can still reach the loop (its loss error's traceback, its tag's
-        # context), which would keep the loop alive for good.
-        with _lease._LOCK:
-            scheduler._heap.clear()
-        if target is not None:
-            _SCHEDULERS.pop(target, None)
-
     def fired(callback: Callable[[], object]) -> None:
         target = loop_ref()
-        if target is not None and not target.is_closed():
-            _on_loop(target, thread, callback)
+        _on_loop(target, thread, callback)  # not at all when the loop is gone
         if threading.get_ident() != thread or target is None or target.is_closed():
             stopped()  # a closed loop's leases are forgotten; a stopped one is looked at again
 
@@ -165,7 +155,13 @@ def _new_scheduler(loop: asyncio.AbstractEventLoop, time_provider: TimeProvider)
         # until the loop runs (the hop with it) or is closed (its leases forgotten).
         target = loop_ref()
         if target is None or target.is_closed():
-            forget(target)
+            # The loop is gone, and its leases with it: forget them. An ended lease left in
+            # the heap can still reach the loop (its loss error's traceback, its tag's
+            # context), which would keep the loop alive for good.
+            with _lease._LOCK:
+                scheduler._heap.clear()
+            if target is not None:
+                _SCHEDULERS.pop(target, None)
         elif not target.is_running():
             time_provider.call_later(_RECHECK, stopped)
 
@@ -366,18 +362,17 @@ async def _wait_turn(
     the signal aborting raises its reason. A queued waiter (`ops.fair`) that is interrupted
     leaves the queue in the background.
     """
-    queued = ops.fair
     task, baseline = cancel
     released = False
     try:
         async with contextlib.nullcontext() if signal is None else signal.cancel_scope():
             if ops.notify_async:
-                released = await ops.wait_released_async(key, wait, owner if queued else None)
+                released = await ops.wait_released_async(key, wait, owner)
             else:
                 await time_provider.sleep_async(wait)
         _raise_if_cancelling(task, baseline)
     except BaseException as exc:
-        if queued:
+        if ops.fair:
             _release_in_background(ops, key, owner, time_provider)
         _raise_if_cancelling(task, baseline, exc)
         raise

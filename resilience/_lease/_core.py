@@ -256,18 +256,15 @@ class LeaseMachine:
         if self.ended or self.lost:
             return 0
         self.failures += 1
-        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64))
-        # Never wait past the deadline: half the time left still leaves room for a reply.
-        delay = min(delay, (self.deadline - now) / 2)
+        # Backoff, at most ttl/10, and never past the deadline: half the time left still leaves room for a reply.
+        delay = min(self.ttl / 10, _RENEW_RETRY_FIRST * 2.0 ** min(self.failures - 1, 64), (self.deadline - now) / 2)
         self.renew_at = None if delay < _RENEW_RETRY_FLOOR else now + delay  # else the deadline decides
         return REPORT | self._arm()
 
     def renew_timed_out(self) -> int:
         """The renewal in flight ran out of the lease's time (its bound fired): lost."""
         self.in_flight = False
-        if self.ended:
-            return 0
-        return self._lose()
+        return 0 if self.ended else self._lose()
 
     def extend_answered(self, sent_at: float, now: float, ttl: float, ok: bool) -> int:
         """The holder's `extend(ttl)` sent at `sent_at` answered `ok` at `now`."""
@@ -289,8 +286,8 @@ class LeaseMachine:
         if self.ended:
             return 0
         flags = self._end()
-        if self.watch and not self.lost and now >= self.deadline:
-            flags |= self._lose()
+        if self.watch and now >= self.deadline:
+            flags |= self._lose()  # nothing when already lost
         return flags
 
     def holder_released(self) -> int:
@@ -309,10 +306,10 @@ class LeaseMachine:
 
     def _succeeded(self, sent_at: float, now: float, ttl: float) -> None:
         deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))
-        if sent_at >= self.answered_at:
-            self.deadline = deadline  # sent after every earlier success was answered: it acted last
-        elif deadline < self.deadline:
-            self.deadline = deadline  # the store's order is unknown: the earlier of the two
+        # Sent after every earlier success was answered, it acted last; else the store's order is
+        # unknown: the earlier of the two.
+        if sent_at >= self.answered_at or deadline < self.deadline:
+            self.deadline = deadline
         self.answered_at = max(self.answered_at, now)
         self.failures = 0
         self.renew_at = None if self.interval is None else sent_at + self.interval
@@ -320,9 +317,8 @@ class LeaseMachine:
     def _arm(self) -> int:
         """Arm the earlier of the next renewal and (when watched) the deadline, if not armed before it."""
         renew_at = self.renew_at
-        target = early = _NEVER if renew_at is None or self.in_flight else renew_at
-        if target != _NEVER:
-            early = target - self.slack
+        target = _NEVER if renew_at is None or self.in_flight else renew_at
+        early = target - self.slack  # never minus the slack is still never
         if self.watch and self.deadline <= target:
             target = early = self.deadline
         if target >= self.armed_at:

@@ -429,18 +429,16 @@ class LeaseBase:
         caller's cancellation), the lease is given back at once (`_abandon`) and the signal's
         reason raised.
         """
-        owner, token, sent, tag = grant
+        self.owner, self.token, sent, tag = grant
         self._ops = ops
         self.key = key
         self.store_key = store_key
-        self.owner = owner
         self._tp = time_provider
         if parent is not None and parent._reason is not None:
             self._abandon()
             raise parent._reason
         self.tag = tag
         """The caller's own per-lease state (the hooks get the lease, and so the tag)."""
-        self.token = token
         self._params = params
         self.signal: Signal = Signal() if parent is None else parent.child()
         self._loss: Signal | None = None
@@ -775,10 +773,6 @@ class _Wake(threading.Event):
         self.released = True
         self.set()
 
-    def reset(self) -> None:
-        self.released = False
-        self.clear()
-
 
 def acquire_lease(
     ops: StoreOps,
@@ -813,8 +807,9 @@ def acquire_lease(
         while True:
             if signal is not None and signal._reason is not None:
                 raise signal._reason
-            if wake is not None:
-                wake.reset()
+            if wake is not None:  # a turn announced from now on wakes the next wait
+                wake.released = False
+                wake.clear()
             sent = time_provider.monotonic()
             try:  # interrupted, the attempt releases in the background (the store may have granted it)
                 token, held_for = ops.queue(key, owner, params.ttl) if queued else ops.acquire(key, owner, params.ttl)
@@ -852,19 +847,17 @@ def _wait_turn(
     between its refused attempt and this wait is not missed; interrupted, it leaves the queue
     in the background.
     """
-    waiter = owner if ops.fair else None
     signal = signal or Signal()
     try:
         if ops.listen is None and ops.notify:
             end = time_provider.monotonic() + wait
             released = False
             while not released and not signal.aborted and (left := end - time_provider.monotonic()) > 0:
-                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), waiter)
+                released = ops.wait_released(key, min(left, _NOTIFY_SLICE), owner)
         else:
-            registered = wake is not None
             woken = wake or _Wake()
             remove_signal = signal.add_wakeup(lambda _reason: woken.set())
-            remove_listener = None if ops.listen is None or registered else ops.listen(key, woken.on_release)
+            remove_listener = None if ops.listen is None or wake is not None else ops.listen(key, woken.on_release)
             try:
                 clock_wait(time_provider, woken, wait)
             finally:
@@ -874,7 +867,7 @@ def _wait_turn(
             released = woken.released
         signal.raise_if_aborted()
     except BaseException:
-        if waiter is not None:
+        if ops.fair:
             _release_in_background(ops, key, owner)
         raise
     if released:

@@ -106,13 +106,11 @@ class StoreOps:
 
     def queue(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """`acquire` for a waiter: refused, it joins the store's queue (only when `fair`)."""
-        token, held_for = self.store.acquire_or_queue(key, owner, ttl, *self.extra, **self.keywords)
-        return token, held_for
+        return self.store.acquire_or_queue(key, owner, ttl, *self.extra, **self.keywords)  # type: ignore[no-any-return]
 
     async def queue_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `queue`."""
-        token, held_for = await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra, **self.keywords)
-        return token, held_for
+        return await self.store.acquire_or_queue_async(key, owner, ttl, *self.extra, **self.keywords)  # type: ignore[no-any-return]
 
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """The token (or None) and, when refused and the store knows it, the holder's time left.
@@ -121,15 +119,13 @@ class StoreOps:
         adapters override it.
         """
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl)
-            return token, held_for
+            return self.store.acquire_or_ttl(key, owner, ttl)  # type: ignore[no-any-return]
         return self.store.acquire(key, owner, ttl), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl)
-            return token, held_for
+            return await self.store.acquire_or_ttl_async(key, owner, ttl)  # type: ignore[no-any-return]
         return await self.store.acquire_async(key, owner, ttl), None
 
     def renew_many(self, items: list[tuple[str, str, float]]) -> list[bool | Exception]:
@@ -148,7 +144,7 @@ class StoreOps:
         return await run_steps_async(_renewals(items, many, store.renew_async))
 
     def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """`store.wait_released` (only when `notify`); for a queued `owner`, until its turn.
+        """`store.wait_released` (only when `notify`); on a store that queues waiters (`fair`), until `owner`'s turn.
 
         A semaphore's turn: its slots are free for it.
         """
@@ -157,7 +153,7 @@ class StoreOps:
         return bool(self.store.wait_released(key, timeout))
 
     async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
-        """`store.wait_released_async` (only when `notify_async`); for a queued `owner`, until its turn."""
+        """`store.wait_released_async` (only when `notify_async`); see `wait_released`."""
         if owner is not None and self.fair:
             return bool(await self.store.wait_released_async(key, timeout, owner, *self.extra))
         return bool(await self.store.wait_released_async(key, timeout))
@@ -197,15 +193,13 @@ class SharedLockOps(LockOps):
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.fair and self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, shared=True)
-            return token, held_for
+            return self.store.acquire_or_ttl(key, owner, ttl, shared=True)  # type: ignore[no-any-return]
         return self.store.acquire_shared(key, owner, ttl), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.fair and self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, shared=True)
-            return token, held_for
+            return await self.store.acquire_or_ttl_async(key, owner, ttl, shared=True)  # type: ignore[no-any-return]
         return await self.store.acquire_shared_async(key, owner, ttl), None
 
 
@@ -242,15 +236,13 @@ class SemaphoreOps(StoreOps):
     def acquire(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info:
-            token, held_for = self.store.acquire_or_ttl(key, owner, ttl, *self.extra)
-            return token, held_for
+            return self.store.acquire_or_ttl(key, owner, ttl, *self.extra)  # type: ignore[no-any-return]
         return self.store.acquire(key, owner, ttl, *self.extra), None
 
     async def acquire_async(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """See `StoreOps.acquire`."""
         if self.lease_info_async:
-            token, held_for = await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)
-            return token, held_for
+            return await self.store.acquire_or_ttl_async(key, owner, ttl, *self.extra)  # type: ignore[no-any-return]
         return await self.store.acquire_async(key, owner, ttl, *self.extra), None
 
 

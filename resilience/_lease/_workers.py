@@ -172,11 +172,7 @@ def wait_idle(timeout: float = 5.0) -> bool:
     Store pools first, then the callbacks their jobs queued; twice, as a callback may renew.
     """
     deadline = TIMER_THREAD.monotonic() + timeout
-    for _ in range(2):
-        for pool in all_pools():
-            if not pool.wait_idle(max(0.0, deadline - TIMER_THREAD.monotonic())):
-                return False
-    return True
+    return all(pool.wait_idle(max(0.0, deadline - TIMER_THREAD.monotonic())) for _ in range(2) for pool in all_pools())
 
 
 fork_generation = 0

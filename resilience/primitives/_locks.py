@@ -90,12 +90,11 @@ def _is_async_source(client: object) -> bool:
     """Whether a non-client `client` argument yields an asyncio client (told apart by class)."""
     if inspect.isawaitable(client):
         return True
-    target = client
-    while isinstance(target, functools.partial):
-        target = target.func
-    if isinstance(target, type):
-        return any(".asyncio" in klass.__module__ for klass in target.__mro__)
-    return inspect.iscoroutinefunction(target)
+    while isinstance(client, functools.partial):
+        client = client.func
+    if isinstance(client, type):
+        return any(".asyncio" in klass.__module__ for klass in client.__mro__)
+    return inspect.iscoroutinefunction(client)
 
 
 # -- handles ----------------------------------------------------------------------------------
@@ -364,8 +363,6 @@ class Locks(Closing):
         self.store: object = client if made is None else made
         """The store the leases live in (made from the client, or the one passed)."""
         self._owns_store = made is not None
-        # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
-        key_prefix = "" if self._owns_store else f"{prefix}:"
         memory = client if isinstance(client, MemoryLockStore | MemorySemaphoreStore) else None
         if time_provider is None:
             time_provider = SYSTEM_TIME if memory is None else memory.time_provider
@@ -376,7 +373,8 @@ class Locks(Closing):
             )
             raise ValidationError(msg)
         self._tp: TimeProvider = lease_clock(time_provider)  # the real clock for the system clock
-        self._ops: StoreOps = self._make_ops(self.store, key_prefix)
+        # A store made from the client applies the prefix itself; before a store passed, the adapter puts it.
+        self._ops: StoreOps = self._make_ops(self.store, "" if self._owns_store else f"{prefix}:")
         self._events = LockEvents(TelemetrySource(strategy_name=self._strategy_name), self._tp, self._mode)
         self._shared: tuple[StoreOps, LockEvents] | None = None  # made on the first shared hold
 
@@ -568,9 +566,8 @@ class Locks(Closing):
     def _acquire(self, key: str, options: _Options, parent: Signal | None, *, run: bool, is_async: bool) -> Any:
         """The engine's `(lease, held_for)` for one acquisition; with `is_async`, the coroutine that gives it."""
         shared_ops, events = self._mode_of(shared=options.shared)
-        ops = shared_ops if options.shared else self._ops_for(options, is_async=is_async)
         return (acquire_lease_async if is_async else acquire_lease)(
-            ops,
+            shared_ops if options.shared else self._ops_for(options, is_async=is_async),
             key,
             params=self._params(options, run=run),
             schedule=self._schedule(options),

@@ -79,19 +79,15 @@ class LockStrategyOptions:
         problems.duration("ttl", self.ttl, minimum=0.001)
         problems.duration("wait", self.wait)
         store: object = self.store
-        if store is not None:
-            if serves(store, SemaphoreStore, AsyncSemaphoreStore) and not serves(store, LockStore, AsyncLockStore):
+        is_lock = serves(store, LockStore, AsyncLockStore)
+        if store is not None and not is_lock:
+            if serves(store, SemaphoreStore, AsyncSemaphoreStore):
                 problems.add("store", "is a semaphore store: pass a lock store (e.g. MemoryLockStore)")
-            elif not serves(store, LockStore, AsyncLockStore):
+            else:
                 check_store_kind(problems, store)
-            elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
-                problems.add("store", off_clock("MemoryLockStore", "leases expire on its clock"))
-        if (
-            problems.boolean("shared", self.shared)
-            and self.shared
-            and serves(store, LockStore, AsyncLockStore)
-            and not SharedLockOps.supported(store)
-        ):
+        elif isinstance(store, MemoryLockStore) and store.time_provider is not context.time_provider:
+            problems.add("store", off_clock("MemoryLockStore", "leases expire on its clock"))
+        if problems.boolean("shared", self.shared) and self.shared and is_lock and not SharedLockOps.supported(store):
             problems.add(
                 "shared",
                 f"the store {store!r} cannot hold keys shared (it does not offer SupportsSharedHolds): "
@@ -194,9 +190,8 @@ class _Run:
         try:
             context = self.context
             if context is None:  # pragma: no cover - a lease is lost only after `_enter`
-                self.strategy._events.lost(self.inner, self.key, lease)
-            else:
-                context.run(self.strategy._events.lost, self.inner, self.key, lease)
+                context = contextvars.copy_context()
+            context.run(self.strategy._events.lost, self.inner, self.key, lease)
         finally:
             self.told = True
             emitting.set()
@@ -301,9 +296,8 @@ class LockStrategy:
 
     def _enter(self, context: ResilienceContext, run: _Run, lease: LeaseBase) -> ResilienceContext:
         key = run.key
-        held = run.held
         self._events.acquired(context, key, lease, run.started)
-        held = self._alone if not held and key == self._key else held | {(self._store_id, key)}
+        held = self._alone if not run.held and key == self._key else run.held | {(self._store_id, key)}
         inner = context.derive(signal=lease.signal, properties={LOCK_TOKEN: lease.token, HELD_LOCKS: held})
         run.inner = inner
         run.context = contextvars.copy_context()  # where OnLockLost goes (the execution's span)
@@ -341,8 +335,7 @@ class LockStrategy:
         except BaseException as exc:
             self._ended(run, lease, lease.finish(), exc)
             raise
-        error = lease.finish()
-        if error is None:  # `_ended`, inline
+        if lease.finish() is None:  # `_ended`, inline
             self._events.released(run.inner, run.key, lease)
         else:
             run.tell_lost(lease, ending=True)
