@@ -190,16 +190,12 @@ class TelemetrySource:
 class _Fields:
     """An event's fields for the metrics-only path: plain attributes, no frozen dataclass to build."""
 
-    __slots__ = (
-        "arguments",
-        "name",
-        "operation_key",
-        "outcome",
-        "pipeline_instance",
-        "pipeline_name",
-        "severity",
-        "strategy_name",
-    )
+    __slots__ = TelemetryEvent.__slots__  # the event's fields, writable
+
+    # Set by `emit` right after the fields of the source.
+    operation_key: str | None
+    outcome: Outcome[Any] | None
+    arguments: object | None
 
     def __init__(self, source: TelemetrySource, name: str, severity: Severity) -> None:
         self.name = name
@@ -207,9 +203,6 @@ class _Fields:
         self.pipeline_name = source.pipeline_name
         self.pipeline_instance = source.pipeline_instance
         self.strategy_name = source.strategy_name
-        self.operation_key: str | None = None
-        self.outcome: Outcome[Any] | None = None
-        self.arguments: object | None = None
 
 
 def _ask(provider: SeverityProvider, event: TelemetryEvent) -> Severity:
