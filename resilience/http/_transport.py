@@ -214,27 +214,20 @@ class _Exchange:
         other's extensions).
         """
         request = self.request
-        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
-            shared = request
-            request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
-            request.extensions = shared.extensions
+        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`) and headers; extensions below
+            request = httpx.Request(request.method, request.url, headers=request.headers, stream=request.stream)
         cut = self.time_left()
         if cut is None:
             request.extensions = self.extensions
             return request
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
-        shorter = False
         for key in _TIMEOUT_KEYS:  # a loop, not a call per key: this runs on every attempt
             own = original.get(key)
-            if own is None or own > cut:
-                timeouts[key] = cut
-                shorter = True
-            else:
-                timeouts[key] = own
+            timeouts[key] = cut if own is None or own > cut else own
         # The common case (httpx's 5 s default under a 10 s attempt timeout): the client's own
         # timeouts are the shorter ones already, and the caller's extensions serve as they are.
-        request.extensions = {**self.extensions, "timeout": timeouts} if shorter else self.extensions
+        request.extensions = self.extensions if timeouts == original else {**self.extensions, "timeout": timeouts}
         return request
 
     def time_left(self) -> float | None:
