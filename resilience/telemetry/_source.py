@@ -101,18 +101,18 @@ class TelemetrySource:
 
     def execution_span(self, attributes: Mapping[str, str]) -> Any:
         """The execution span's context manager, or None when no tracer records (`trace_executions` is asked first)."""
-        tracer = _otel.tracer(self.options)
-        if tracer is None:
-            return None
-        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+        return self._span("resilience.pipeline.execute", attributes)
 
     def span(self, name: str, attempt: int) -> Any:
         """A child span for one attempt (`trace_executions`), or None when no tracer records."""
+        facts = {"attempt.number": attempt, "pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name}
+        return self._span(name, {k: v for k, v in facts.items() if v is not None})
+
+    def _span(self, name: str, attributes: Mapping[str, Any]) -> Any:
         tracer = _otel.tracer(self.options)
         if tracer is None:
             return None
-        facts = {"attempt.number": attempt, "pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name}
-        return tracer.start_as_current_span(name, attributes={k: v for k, v in facts.items() if v is not None})
+        return tracer.start_as_current_span(name, attributes=attributes)
 
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""
