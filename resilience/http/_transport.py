@@ -43,6 +43,7 @@ from resilience._pipeline import require_pipeline
 from resilience._runtime._pool import Pool
 from resilience._runtime._threads import on_fork_in_child
 from resilience.http._classify import REQUEST, authority, discarder, is_response
+from resilience.stores._steps import run_steps, run_steps_async
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from resilience._pipeline import ResiliencePipeline
     from resilience._signal import Signal
     from resilience._time import TimeProvider
+    from resilience.stores._steps import Steps
     from resilience.telemetry._otel import EventFields
 
 __all__ = [
@@ -102,10 +104,6 @@ def small_body(headers: Any) -> bool:
     return length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT
 
 
-def _drainable(response: httpx.Response) -> bool:
-    return not (response.is_stream_consumed or response.is_closed) and small_body(response.headers)
-
-
 def discard(response: Any) -> None:
     """Close a response nobody will read, reading a small body first to keep its connection (`release`).
 
@@ -129,26 +127,24 @@ def release(response: httpx.Response) -> None:
     nobody will read (`discard`) and one given up on that may still be returned (a retry's wait
     cut short) need.
     """
-    try:
-        if _drainable(response):
-            response.read()
-            return
-    except Exception:  # unreadable after all: closing is what matters
-        _logger.debug("reading a released response failed", exc_info=True)
-    with contextlib.suppress(Exception):
-        response.close()
+    run_steps(_releasing(response, response.read, response.close))
 
 
 async def release_async(response: httpx.Response) -> None:
     """`release` (and `discard`) for a response of an async transport."""
+    await run_steps_async(_releasing(response, response.aread, response.aclose))
+
+
+def _releasing(response: httpx.Response, read: Callable[[], Any], close: Callable[[], Any]) -> Steps[None]:
+    """`release`'s steps, for both flavours: `read` and `close` are the response's methods or their async twins."""
     try:
-        if _drainable(response):
-            await response.aread()
+        if not (response.is_stream_consumed or response.is_closed) and small_body(response.headers):
+            yield read()
             return
     except Exception:  # unreadable after all: closing is what matters
         _logger.debug("reading a released response failed", exc_info=True)
     with contextlib.suppress(Exception):
-        await response.aclose()
+        yield close()
 
 
 def server_tags(method: str, host: str, port: int | None) -> dict[str, Any]:
