@@ -158,8 +158,6 @@ def _printable(text: str) -> str:
     character (and `\` itself, so that the escaping is unambiguous) appears as in a Python
     string literal: `\n`, `\x1b`, `\u202e`, `\\`.
     """
-    if text.isprintable() and "\\" not in text:
-        return text
     return "".join(char if char.isprintable() and char != "\\" else repr(char)[1:-1] for char in text)
 
 
@@ -225,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> int:
+def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> None:
     if not force:
         msg = f"refusing to release {key!r} without --force. {_FENCING}"
         raise CliError(msg, 2)
@@ -234,10 +232,9 @@ def _release(inspector: Inspector, key: str, *, force: bool, out: TextIO) -> int
         raise CliError(f"{key!r} is not held")
     holders = "; ".join(f"token {holder.token}, owner {_printable(holder.owner)}" for holder in info.holders)
     out.write(f"released {key!r} ({holders}). {_FENCING}\n")
-    return 0
 
 
-def _watch(inspector: Inspector, interval: float, count: int | None, out: TextIO) -> int:
+def _watch(inspector: Inspector, interval: float, count: int | None, out: TextIO) -> None:
     if not math.isfinite(interval) or interval <= 0:
         raise CliError("--interval: must be a positive number of seconds", 2)
     clear = "\x1b[H\x1b[2J" if out.isatty() else ""
@@ -246,7 +243,6 @@ def _watch(inspector: Inspector, interval: float, count: int | None, out: TextIO
             time.sleep(interval)
         out.write(f"{clear}{time.strftime('%H:%M:%S')}\n{_table(_held(inspector))}")
         out.flush()
-    return 0
 
 
 def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -259,7 +255,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             RedisInspector(args.redis, args.prefix) if redis else PostgresInspector(args.postgres, args.table)
         )
         try:
-            return _act(inspector, args, out)
+            _act(inspector, args, out)
         except inspector.errors as exc:
             raise CliError(" ".join([str(exc).strip(), *getattr(exc, "__notes__", ())])) from exc
         finally:
@@ -268,22 +264,22 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         sys.stderr.write(f"resilience: {exc}\n")
         return exc.code
     except KeyboardInterrupt:
-        return 0
+        pass
+    return 0
 
 
-def _act(inspector: Inspector, args: argparse.Namespace, out: TextIO) -> int:
+def _act(inspector: Inspector, args: argparse.Namespace, out: TextIO) -> None:
     if args.action == "list":
         out.write(_table(_held(inspector)))
-        return 0
-    if args.action == "show":
+    elif args.action == "show":
         info = inspector.store.info(args.key)
         if info is None:
             raise CliError(f"{args.key!r} is not held")
         out.write(_show(info))
-        return 0
-    if args.action == "release":
-        return _release(inspector, args.key, force=args.force, out=out)
-    return _watch(inspector, args.interval, args.count, out)
+    elif args.action == "release":
+        _release(inspector, args.key, force=args.force, out=out)
+    else:
+        _watch(inspector, args.interval, args.count, out)
 
 
 def main() -> None:

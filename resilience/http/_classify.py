@@ -39,7 +39,6 @@ __all__ = [
     "current_request",
     "is_response",
     "is_transient",
-    "is_transient_status",
     "parse_retry_after",
     "register_client",
     "replayable",
@@ -129,11 +128,6 @@ def discarder(response: object) -> Callable[[Any], None] | None:
 _IDEMPOTENCY_KEY: Final = "idempotency-key"
 
 
-def is_transient_status(status_code: int) -> bool:
-    """True for 408 Request Timeout, 429 Too Many Requests and every 5xx."""
-    return status_code >= 500 or status_code in (408, 429)
-
-
 def is_transient(outcome: Outcome[Any]) -> bool:
     """True when an outcome is worth another attempt and counts against a circuit.
 
@@ -144,7 +138,7 @@ def is_transient(outcome: Outcome[Any]) -> bool:
     if error is not None:
         return isinstance(error, _TRANSIENT_ERRORS) and not isinstance(error, _NOT_TRANSIENT)
     value = outcome.value
-    return is_response(value) and is_transient_status(value.status_code)
+    return is_response(value) and (value.status_code >= 500 or value.status_code in (408, 429))
 
 
 def current_request(outcome: Outcome[Any] | None = None) -> Any:

@@ -333,9 +333,6 @@ class AuthorityCircuitBreaker:
 
     def circuit(self, key: str) -> CircuitBreakerStrategy:
         """The circuit of authority `key` (`"https://example.com:443"`), made if new."""
-        circuit = self._circuits.get(key)
-        if circuit is not None:
-            return circuit
         with self._lock:  # two first requests to one authority must share its circuit
             circuit = self._circuits.get(key)
             if circuit is None:

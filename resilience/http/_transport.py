@@ -43,6 +43,7 @@ from resilience._pipeline import require_pipeline
 from resilience._runtime._pool import Pool
 from resilience._runtime._threads import on_fork_in_child
 from resilience.http._classify import REQUEST, authority, discarder, is_response
+from resilience.stores._steps import run_steps, run_steps_async
 from resilience.telemetry._otel import CONTEXT_TAGS
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from resilience._pipeline import ResiliencePipeline
     from resilience._signal import Signal
     from resilience._time import TimeProvider
+    from resilience.stores._steps import Steps
     from resilience.telemetry._otel import EventFields
 
 __all__ = [
@@ -102,10 +104,6 @@ def small_body(headers: Any) -> bool:
     return length is not None and length.isdigit() and int(length) <= _DRAIN_LIMIT
 
 
-def _drainable(response: httpx.Response) -> bool:
-    return not (response.is_stream_consumed or response.is_closed) and small_body(response.headers)
-
-
 def discard(response: Any) -> None:
     """Close a response nobody will read, reading a small body first to keep its connection (`release`).
 
@@ -129,26 +127,24 @@ def release(response: httpx.Response) -> None:
     nobody will read (`discard`) and one given up on that may still be returned (a retry's wait
     cut short) need.
     """
-    try:
-        if _drainable(response):
-            response.read()
-            return
-    except Exception:  # unreadable after all: closing is what matters
-        _logger.debug("reading a released response failed", exc_info=True)
-    with contextlib.suppress(Exception):
-        response.close()
+    run_steps(_releasing(response, response.read, response.close))
 
 
 async def release_async(response: httpx.Response) -> None:
     """`release` (and `discard`) for a response of an async transport."""
+    await run_steps_async(_releasing(response, response.aread, response.aclose))
+
+
+def _releasing(response: httpx.Response, read: Callable[[], Any], close: Callable[[], Any]) -> Steps[None]:
+    """`release`'s steps, for both flavours: `read` and `close` are the response's methods or their async twins."""
     try:
-        if _drainable(response):
-            await response.aread()
+        if not (response.is_stream_consumed or response.is_closed) and small_body(response.headers):
+            yield read()
             return
     except Exception:  # unreadable after all: closing is what matters
         _logger.debug("reading a released response failed", exc_info=True)
     with contextlib.suppress(Exception):
-        await response.aclose()
+        yield close()
 
 
 def server_tags(method: str, host: str, port: int | None) -> dict[str, Any]:
@@ -214,27 +210,20 @@ class _Exchange:
         other's extensions).
         """
         request = self.request
-        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`), headers and extensions
-            shared = request
-            request = httpx.Request(shared.method, shared.url, headers=shared.headers, stream=shared.stream)
-            request.extensions = shared.extensions
+        if ABORTABLE.get():  # the same stream (copy.copy would drop it: `__getstate__`) and headers; extensions below
+            request = httpx.Request(request.method, request.url, headers=request.headers, stream=request.stream)
         cut = self.time_left()
         if cut is None:
             request.extensions = self.extensions
             return request
         original: dict[str, float | None] = self.extensions.get("timeout") or {}
         timeouts: dict[str, float | None] = {}
-        shorter = False
         for key in _TIMEOUT_KEYS:  # a loop, not a call per key: this runs on every attempt
             own = original.get(key)
-            if own is None or own > cut:
-                timeouts[key] = cut
-                shorter = True
-            else:
-                timeouts[key] = own
+            timeouts[key] = cut if own is None or own > cut else own
         # The common case (httpx's 5 s default under a 10 s attempt timeout): the client's own
         # timeouts are the shorter ones already, and the caller's extensions serve as they are.
-        request.extensions = {**self.extensions, "timeout": timeouts} if shorter else self.extensions
+        request.extensions = self.extensions if timeouts == original else {**self.extensions, "timeout": timeouts}
         return request
 
     def time_left(self) -> float | None:

@@ -87,16 +87,12 @@ class _RequestsExchange(_Exchange):
         """The caller's `timeout=`, shortened to the time left before the nearest HTTP timeout's deadline."""
         own = self.timeout
         cut = self.time_left()
-        if cut is None:
+        if cut is None or not isinstance(own, tuple | int | float | None):  # a urllib3 Timeout: the caller's, as given
             return own
-        if own is None:
-            return cut
         if isinstance(own, tuple):
             connect, read = own
             return (cut if connect is None else min(connect, cut), cut if read is None else min(read, cut))
-        if isinstance(own, int | float):
-            return min(own, cut)
-        return own  # a urllib3 Timeout object: the caller's, as given
+        return cut if own is None else min(own, cut)
 
 
 def _send(adapter: ResilientHTTPAdapter, exchange: _RequestsExchange, options: dict[str, Any]) -> requests.Response:

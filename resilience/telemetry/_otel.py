@@ -209,14 +209,13 @@ class Batch:
         self._flushing = False
         self.limit = _FLUSH_AT
 
-    def count(self, key: _Key, counter: Counter, tags: Callable[[], dict[str, Any]]) -> None:
-        """Add one to `counter` under the tags `key` stands for (`tags()` is called once per key)."""
-        self.record(key, counter, tags, 1, counted=True)
-
     def record(
         self, key: _Key, instrument: Any, tags: Callable[[], dict[str, Any]], value: float, *, counted: bool = False
     ) -> None:
-        """Record `value` in the histogram `instrument` (a counter's one: `counted`) under the tags `key` stands for."""
+        """Record `value` in the histogram `instrument` (a counter's one: `counted`) under the tags `key` stands for.
+
+        `tags()` is called once per key, when the key is first seen.
+        """
         with self._lock:  # the buffer is read under it: a flush swaps it for an empty one
             entries: dict[_Key, Any] = self._counts if counted else self._durations
             entry = entries.get(key)
@@ -295,9 +294,8 @@ class _InstrumentCache:
         with self._lock:
             try:
                 found = self._weak.get(provider)
-            except TypeError:  # not weak-referenceable
-                entry = self._strong.get(id(provider))
-                found = entry[1] if entry is not None and entry[0] is provider else None
+            except TypeError:  # not weak-referenceable: its entry holds it, so its id is not reused
+                found = self._strong.get(id(provider), (None, None))[1]
             if found is None:
                 found = Instruments(provider)
                 try:
@@ -558,7 +556,7 @@ def record(instruments: Instruments, event: EventFields, options: TelemetryOptio
         key = (*key, getattr(arguments, "mode", None))  # a lost semaphore permit has its own error.type
     batch = instruments.batch
     if name not in _NOT_COUNTED:
-        batch.count(key, instruments.events, lambda: tags(event, options, extra))
+        batch.record(key, instruments.events, lambda: tags(event, options, extra), 1, counted=True)
     measure = _record_now if now else batch.record
     if name == "ExecutionAttempt":
         number = getattr(arguments, "attempt", 0)

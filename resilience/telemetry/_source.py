@@ -101,18 +101,18 @@ class TelemetrySource:
 
     def execution_span(self, attributes: Mapping[str, str]) -> Any:
         """The execution span's context manager, or None when no tracer records (`trace_executions` is asked first)."""
-        tracer = _otel.tracer(self.options)
-        if tracer is None:
-            return None
-        return tracer.start_as_current_span("resilience.pipeline.execute", attributes=attributes)
+        return self._span("resilience.pipeline.execute", attributes)
 
     def span(self, name: str, attempt: int) -> Any:
         """A child span for one attempt (`trace_executions`), or None when no tracer records."""
+        facts = {"attempt.number": attempt, "pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name}
+        return self._span(name, {k: v for k, v in facts.items() if v is not None})
+
+    def _span(self, name: str, attributes: Mapping[str, Any]) -> Any:
         tracer = _otel.tracer(self.options)
         if tracer is None:
             return None
-        facts = {"attempt.number": attempt, "pipeline.name": self.pipeline_name, "strategy.name": self.strategy_name}
-        return tracer.start_as_current_span(name, attributes={k: v for k, v in facts.items() if v is not None})
+        return tracer.start_as_current_span(name, attributes=attributes)
 
     def enabled(self, severity: Severity) -> bool:
         """Whether an event of this default severity would reach anything at all."""
@@ -190,16 +190,12 @@ class TelemetrySource:
 class _Fields:
     """An event's fields for the metrics-only path: plain attributes, no frozen dataclass to build."""
 
-    __slots__ = (
-        "arguments",
-        "name",
-        "operation_key",
-        "outcome",
-        "pipeline_instance",
-        "pipeline_name",
-        "severity",
-        "strategy_name",
-    )
+    __slots__ = TelemetryEvent.__slots__  # the event's fields, writable
+
+    # Set by `emit` right after the fields of the source.
+    operation_key: str | None
+    outcome: Outcome[Any] | None
+    arguments: object | None
 
     def __init__(self, source: TelemetrySource, name: str, severity: Severity) -> None:
         self.name = name
@@ -207,9 +203,6 @@ class _Fields:
         self.pipeline_name = source.pipeline_name
         self.pipeline_instance = source.pipeline_instance
         self.strategy_name = source.strategy_name
-        self.operation_key: str | None = None
-        self.outcome: Outcome[Any] | None = None
-        self.arguments: object | None = None
 
 
 def _ask(provider: SeverityProvider, event: TelemetryEvent) -> Severity:

@@ -107,7 +107,7 @@ class Broken:
 def test_a_failing_instrument_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     """A provider whose instrument raises never breaks the thread that flushes."""
     batch = Batch()
-    batch.count(("k",), Broken(), dict)  # type: ignore[arg-type]
+    batch.record(("k",), Broken(), dict, 1, counted=True)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="resilience"):
         batch.flush()
     assert "recording metrics in OpenTelemetry failed" in caplog.text
@@ -130,11 +130,11 @@ def test_a_collection_waits_for_a_flush_in_progress() -> None:
     """A flush that returns has seen every earlier flush finish: a collection misses nothing recorded before it."""
     batch = Batch()
     slow = Slow()
-    batch.count(("a",), slow, dict)  # type: ignore[arg-type]
+    batch.record(("a",), slow, dict, 1, counted=True)  # type: ignore[arg-type]
     background = threading.Thread(target=batch.flush)
     background.start()
     assert slow.entered.wait(5)
-    batch.count(("b",), slow, dict)  # type: ignore[arg-type]
+    batch.record(("b",), slow, dict, 1, counted=True)  # type: ignore[arg-type]
     threading.Timer(0.05, slow.release.set).start()
     batch.flush(wait=5)  # as a collection does
     assert slow.totals == [1, 1]
@@ -145,11 +145,11 @@ def test_a_collection_does_not_wait_forever_for_a_stuck_flush() -> None:
     """The wait is bounded: a stuck flush delays a collection, never blocks it."""
     batch = Batch()
     slow = Slow()
-    batch.count(("a",), slow, dict)  # type: ignore[arg-type]
+    batch.record(("a",), slow, dict, 1, counted=True)  # type: ignore[arg-type]
     background = threading.Thread(target=batch.flush)
     background.start()
     assert slow.entered.wait(5)
-    batch.count(("b",), slow, dict)  # type: ignore[arg-type]
+    batch.record(("b",), slow, dict, 1, counted=True)  # type: ignore[arg-type]
     batch.flush(wait=0.01)
     assert batch._pending == 1  # left for the next collection
     slow.release.set()
@@ -184,7 +184,7 @@ def test_no_measurement_falls_between_a_flush_and_the_buffer_it_empties() -> Non
 
     def work() -> None:
         for _ in range(4000):
-            batch.count(("c",), counter, dict)  # type: ignore[arg-type]
+            batch.record(("c",), counter, dict, 1, counted=True)  # type: ignore[arg-type]
             batch.record(("h",), histogram, dict, 1.0)  # type: ignore[arg-type]
 
     race(work)
