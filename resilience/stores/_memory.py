@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 import threading
 import weakref
@@ -108,10 +109,10 @@ class _MemoryStore:
         # system clock, which a freezegun freeze does not move).
         self._now: Callable[[], float] = lease_clock(provider).monotonic
         self._mutex = threading.Lock()
-        self._counter = 0
+        self._tokens = itertools.count(1)
         # key -> id -> (callback, the queued owner it waits for, None for any release)
         self._listeners: dict[str, dict[int, tuple[Callable[[], object], str | None]]] = {}
-        self._listener_ids = 0
+        self._listener_ids = itertools.count()
         self._sweep_at = _SWEEP_FLOOR
 
     @classmethod
@@ -133,10 +134,6 @@ class _MemoryStore:
         """The clock leases expire on."""
         return _alive(self._provider_ref)
 
-    def _next_token(self) -> int:
-        self._counter += 1
-        return self._counter
-
     # -- release notification -----------------------------------------------------------------
 
     def add_release_listener(
@@ -147,8 +144,7 @@ class _MemoryStore:
         With `owner` (a queued waiter of a lock), only when the release hands it the turn.
         """
         with self._mutex:
-            self._listener_ids += 1
-            ident = self._listener_ids
+            ident = next(self._listener_ids)
             self._listeners.setdefault(key, {})[ident] = (callback, owner)
 
         def remove() -> None:
@@ -168,10 +164,7 @@ class _MemoryStore:
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
-        if turns is None:
-            del self._listeners[key]
-            return [callback for callback, _ in listeners.values()]
-        woken = [ident for ident, (_, owner) in listeners.items() if owner is None or owner in turns]
+        woken = [ident for ident, (_, owner) in listeners.items() if turns is None or owner is None or owner in turns]
         callbacks = [listeners.pop(ident)[0] for ident in woken]
         if not listeners:
             del self._listeners[key]
@@ -244,14 +237,10 @@ class _MemoryStore:
         "free" and "released" mean: its turn has come (for a semaphore, with its `limit` and
         `permits`: the slots it asks for are free for it).
         """
-        if self._is_free(key, owner, limit, permits):
-            return True
         woken = threading.Event()
         remove = self.add_release_listener(key, woken.set, owner)
-        try:
-            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
-                return True
-            return clock_wait(self.time_provider, woken, timeout)
+        try:  # checked once listening: a release after the check is not missed
+            return self._is_free(key, owner, limit, permits) or clock_wait(self.time_provider, woken, timeout)
         finally:
             remove()
 
@@ -259,13 +248,11 @@ class _MemoryStore:
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
-        if self._is_free(key, owner, limit, permits):
-            return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         remove = self.add_release_listener(key, functools.partial(resolve_threadsafe, loop, future), owner)
-        try:
-            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
+        try:  # as in `wait_released`
+            if self._is_free(key, owner, limit, permits):
                 return True
             return await clock_wait_async(self.time_provider, future, timeout)
         finally:
@@ -370,10 +357,10 @@ class MemoryLockStore(_MemoryStore):
             now = self._now()
             lease = self._live(key, now)
             if lease is None and key not in self._queues and key not in self._shared:
-                # The common case of each mode: free, nobody waits (sweep and token inline).
+                # The common case of each mode: free, nobody waits (the sweep's check inline).
                 if len(self._leases) + len(self._shared) + len(self._queues) >= self._sweep_at:
                     self._sweep(now)
-                self._counter = token = self._counter + 1
+                token = next(self._tokens)
                 if shared:
                     self._shared[key] = {owner: (token, now + ttl)}
                 else:
@@ -396,7 +383,7 @@ class MemoryLockStore(_MemoryStore):
                     return None, max(expires for _, expires in readers.values()) - now
                 self._leave(key, owner)
                 self._sweep(now)
-                token = self._next_token()
+                token = next(self._tokens)
             self._leases[key] = (owner, token, now + ttl)
             return token, None
 
@@ -416,7 +403,7 @@ class MemoryLockStore(_MemoryStore):
                         return None, None
                 self._leave(key, owner)
             self._sweep(now)
-            token = self._next_token()
+            token = next(self._tokens)
             readers = self._shared.setdefault(key, {})
         readers[owner] = (token, now + ttl)
         return token, None
@@ -449,32 +436,26 @@ class MemoryLockStore(_MemoryStore):
         """See `SupportsSharedHolds.acquire_shared`: refused while an exclusive lease is held or waits first."""
         return self._acquire(key, owner, ttl, join=False, shared=True)[0]
 
-    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
-        # Under the mutex: push `owner`'s live hold (either mode) out to now + ttl.
+    def _renew(self, key: str, owner: str, ttl: float | None, now: float) -> bool:
+        # Under the mutex: push `owner`'s live hold (either mode) out to now + ttl, or end it
+        # (`ttl` None: a release); whether it held one.
         lease = self._live(key, now)
         if lease is not None:
             if lease[0] != owner:
                 return False
-            self._leases[key] = (owner, lease[1], now + ttl)
+            if ttl is None:
+                del self._leases[key]
+            else:
+                self._leases[key] = (owner, lease[1], now + ttl)
             return True
         readers = self._readers(key, now)
         if readers is None or owner not in readers:
             return False
-        readers[owner] = (readers[owner][0], now + ttl)
-        return True
-
-    def _drop(self, key: str, owner: str, now: float) -> bool:
-        # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
-        lease = self._live(key, now)
-        if lease is not None:
-            if lease[0] != owner:
-                return False
-            del self._leases[key]
-            return True
-        readers = self._readers(key, now)
-        if readers is None or readers.pop(owner, None) is None:
-            return False
-        if not readers:
+        if ttl is not None:
+            readers[owner] = (readers[owner][0], now + ttl)
+        elif len(readers) > 1:
+            del readers[owner]
+        else:
             del self._shared[key]
         return True
 
@@ -491,7 +472,7 @@ class MemoryLockStore(_MemoryStore):
                 del self._leases[key]
                 released = True
             else:
-                released = self._drop(key, owner, now)
+                released = self._renew(key, owner, None, now)
             if not released and not self._leave(key, owner):
                 return False
             if key not in self._listeners:  # the common case: nobody waits
@@ -672,7 +653,7 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
                 if holders is None:
                     self._sweep(now)
                     holders = self._holders[key] = {}
-                token = self._next_token()
+                token = next(self._tokens)
             holders[owner] = (token, now + ttl, permits)
             self._limits[key] = limit
             return token, None
