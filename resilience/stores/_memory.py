@@ -28,7 +28,7 @@ from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._steps import inline_twin
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Collection, Iterator, Sequence
 
     from resilience._time import TimeProvider
 
@@ -79,6 +79,11 @@ def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at:
             return None
         table[key] = entries
     return entries
+
+
+def _ahead(queue: dict[str, Any], owner: str) -> Iterator[str]:
+    """The waiters queued before `owner` (all of them when it is not queued)."""
+    return itertools.takewhile(owner.__ne__, queue)
 
 
 class _MemoryStore:
@@ -322,14 +327,10 @@ class MemoryLockStore(_MemoryStore):
         An exclusive request at the head, when nothing is held; else the shared requests at the
         head, together.
         """
-        turns: list[str] = []
-        for owner, (_, shared) in queue.items():
-            if not shared:
-                if not turns and self._readers(key, now) is None:
-                    turns.append(owner)
-                break
-            turns.append(owner)
-        return turns
+        turns = list(itertools.takewhile(lambda owner: queue[owner][1], queue))  # the shared requests at the head
+        if turns or self._readers(key, now) is not None:
+            return turns
+        return list(itertools.islice(queue, 1))  # the exclusive request at the head
 
     def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
         return (self._leases, self._live), (self._shared, self._readers), (self._queues, self._waiting)
@@ -393,15 +394,12 @@ class MemoryLockStore(_MemoryStore):
         if readers is not None and owner in readers:
             token = readers[owner][0]
         else:
-            queue = self._waiting(key, now)
-            if queue is not None:
-                for waiting, (_, shared) in queue.items():
-                    if waiting == owner:
-                        break
-                    if not shared:  # an exclusive request waits ahead: readers never starve a writer
-                        self._join(key, owner, now, asked=True, join=join)
-                        return None, None
-                self._leave(key, owner)
+            queue = self._waiting(key, now) or {}
+            if not all(queue[waiting][1] for waiting in _ahead(queue, owner)):
+                # An exclusive request waits ahead: readers never starve a writer.
+                self._join(key, owner, now, asked=True, join=join)
+                return None, None
+            self._leave(key, owner)
             self._sweep(now)
             token = next(self._tokens)
             readers = self._shared.setdefault(key, {})
@@ -588,33 +586,16 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
         # queue and it fit.
         if permits > free:
             return False
-        queue = self._waiting(key, now)
-        if queue is None:
-            return True
-        wanted = permits
-        for waiter, (_, asked) in queue.items():
-            if waiter == owner:
-                return True
-            wanted += asked
-            if wanted > free:
-                return False
-        return True
+        queue = self._waiting(key, now) or {}
+        ahead: int = sum(queue[waiter][1] for waiter in _ahead(queue, owner))  # what the waiters ahead ask
+        return permits + ahead <= free
 
     def _served(self, key: str, free: int, already: int, now: float) -> set[str]:
         # Under the mutex: the queued waiters that `free` slots serve (in order, until one does
         # not fit) and that `already` free slots did not: the ones a release wakes.
-        queue = self._waiting(key, now)
-        turns: set[str] = set()
-        if queue is None:
-            return turns
-        wanted = 0
-        for waiter, (_, asked) in queue.items():
-            wanted += asked
-            if wanted > free:
-                break
-            if wanted > already:
-                turns.add(waiter)
-        return turns
+        queue = self._waiting(key, now) or {}
+        wanted = itertools.accumulate(asked for _, asked in queue.values())  # what each and those ahead ask
+        return {waiter for waiter, total in zip(queue, wanted, strict=True) if already < total <= free}
 
     def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
         return (self._holders, self._live), (self._queues, self._waiting)
