@@ -40,6 +40,7 @@ _POOL_TIMEOUT: Final = 5.0
 """How long a call of a store-made pool waits for a connection before it fails."""
 _CONNECT_TIMEOUT: Final = 5
 """`connect_timeout` of the connections a store makes (s)."""
+_CONNECT_KWARGS: Final = {"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT}
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
 _DIAGNOSE_EVERY: Final = 60.0
@@ -127,7 +128,7 @@ class _PostgresStore(Closing):
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
-        self._psycopg = psycopg
+        self._psycopg, self._psycopg_pool = psycopg, psycopg_pool
         self._sql = sql
         self._conninfo: str | None = None
         self._pool: Any = None
@@ -253,9 +254,6 @@ class _PostgresStore(Closing):
         """Whether the `_async` methods work (a conninfo or an `AsyncConnectionPool` was given)."""
         return self._conninfo is not None or self._async_pool is not None
 
-    def _connect_kwargs(self) -> dict[str, Any]:
-        return {"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT}
-
     def _sync_pool(self, method: str) -> Any:
         pool = self._pool
         if pool is not None:
@@ -265,8 +263,7 @@ class _PostgresStore(Closing):
             raise ValidationError(msg)
         with self._pool_lock:
             if self._pool is None:
-                _, psycopg_pool = _psycopg()
-                pool = psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
+                pool = self._psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
                 pool.open(wait=False)
                 self._pool = pool
                 self._own_pool = True
@@ -275,7 +272,7 @@ class _PostgresStore(Closing):
     def _pool_options(self) -> dict[str, Any]:
         """The pools the store makes itself: small, opened in the background, named after the table."""
         return {
-            "kwargs": self._connect_kwargs(),
+            "kwargs": dict(_CONNECT_KWARGS),
             "min_size": 1,
             "max_size": 8,
             "open": False,
@@ -293,8 +290,7 @@ class _PostgresStore(Closing):
         loop = asyncio.get_running_loop()
         pool = self._async_pools.get(loop)
         if pool is None:
-            _, psycopg_pool = _psycopg()
-            pool = psycopg_pool.AsyncConnectionPool(self._conninfo, **self._pool_options())
+            pool = self._psycopg_pool.AsyncConnectionPool(self._conninfo, **self._pool_options())
             self._async_pools[loop] = pool
             await pool.open(wait=False)
         return pool
@@ -382,7 +378,7 @@ class _PostgresStore(Closing):
         a note, and the error's cause. One attempt per `_DIAGNOSE_EVERY` at most (an outage is
         no connection storm); meanwhile the last attempt's finding is reused.
         """
-        psycopg, psycopg_pool = _psycopg()
+        psycopg, psycopg_pool = self._psycopg, self._psycopg_pool
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
             exc.add_note(
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
@@ -404,7 +400,7 @@ class _PostgresStore(Closing):
     def _connector(self, pool: Any, connect: Callable[..., Any]) -> Callable[[], Any]:
         """`connect` (psycopg's, sync or async) bound to `pool`'s database: a direct connection."""
         if self._conninfo is not None:
-            conninfo, kwargs = self._conninfo, self._connect_kwargs()
+            conninfo, kwargs = self._conninfo, _CONNECT_KWARGS
         else:
             conninfo, kwargs = pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
         return partial(connect, conninfo, **{**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT})
