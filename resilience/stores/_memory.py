@@ -267,6 +267,9 @@ class _MemoryStore:
         # Under the mutex: push `owner`'s live hold out to now + ttl; whether it held one.
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(time_provider={self.time_provider!r})"
+
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """See `LockStore.renew` and `SemaphoreStore.renew`; never re-acquires an expired hold.
 
@@ -497,10 +500,9 @@ class MemoryLockStore(_MemoryStore):
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
-            readers = None if lease is not None else self._readers(key, now)
             if lease is not None:
                 holders = [HolderInfo(lease[0], lease[1], lease[2] - now)]
-            elif readers is not None:
+            elif (readers := self._readers(key, now)) is not None:
                 holders = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in readers.items()]
             else:
                 return None
@@ -532,9 +534,6 @@ class MemoryLockStore(_MemoryStore):
     release_async = inline_twin(release)
     info_async = inline_twin(info)
     force_release_async = inline_twin(force_release)
-
-    def __repr__(self) -> str:
-        return f"MemoryLockStore(time_provider={self.time_provider!r})"
 
 
 class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
@@ -584,8 +583,6 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
         # every live waiter ahead of it fit in them (first come, first served: a request that
         # does not fit holds back the ones behind it), or, outside the queue, when the whole
         # queue and it fit.
-        if permits > free:
-            return False
         queue = self._waiting(key, now) or {}
         ahead: int = sum(queue[waiter][1] for waiter in _ahead(queue, owner))  # what the waiters ahead ask
         return permits + ahead <= free
@@ -734,13 +731,10 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
     force_release_async = inline_twin(force_release)
     holders_async = inline_twin(HoldersFromInfo.holders)
 
-    def __repr__(self) -> str:
-        return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"
-
 
 _SYSTEM_STORE = MemoryLockStore(SYSTEM_TIME)
 _BY_CLOCK: weakref.WeakKeyDictionary[TimeProvider, MemoryLockStore] = weakref.WeakKeyDictionary()
-_BY_UNWEAKABLE_CLOCK: dict[int, tuple[TimeProvider, MemoryLockStore]] = {}
+_BY_UNWEAKABLE_CLOCK: dict[int, MemoryLockStore] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -758,9 +752,8 @@ def default_lock_store(time_provider: TimeProvider) -> MemoryLockStore:
             store = _BY_CLOCK.get(time_provider)
             if store is None:
                 store = _BY_CLOCK[time_provider] = MemoryLockStore._weakly(time_provider)
-        except TypeError:
-            entry = _BY_UNWEAKABLE_CLOCK.get(id(time_provider))
-            if entry is None:
-                entry = _BY_UNWEAKABLE_CLOCK[id(time_provider)] = (time_provider, MemoryLockStore(time_provider))
-            store = entry[1]
+        except TypeError:  # the store holds its clock: the clock's id stays its own
+            store = _BY_UNWEAKABLE_CLOCK.get(id(time_provider))
+            if store is None:
+                store = _BY_UNWEAKABLE_CLOCK[id(time_provider)] = MemoryLockStore(time_provider)
         return store
