@@ -28,7 +28,7 @@ from resilience.stores._protocols import StoreCapabilities
 from resilience.stores._steps import inline_twin
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterator, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from resilience._time import TimeProvider
 
@@ -79,11 +79,6 @@ def _live_entries(table: dict[str, dict[str, _Entry]], key: str, now: float, at:
             return None
         table[key] = entries
     return entries
-
-
-def _ahead(queue: dict[str, Any], owner: str) -> Iterator[str]:
-    """The waiters queued before `owner` (all of them when it is not queued)."""
-    return itertools.takewhile(owner.__ne__, queue)
 
 
 class _MemoryStore:
@@ -166,10 +161,12 @@ class _MemoryStore:
         # Under the mutex: the callbacks to run once it is released. With `turns` (a lock's
         # queued owners whose turn came, the waiters a semaphore's freed slots serve), the other
         # queued waiters keep sleeping.
+        if turns is None:
+            return [callback for callback, _ in self._listeners.pop(key, {}).values()]
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
-        woken = [ident for ident, (_, owner) in listeners.items() if turns is None or owner is None or owner in turns]
+        woken = [ident for ident, (_, owner) in listeners.items() if owner is None or owner in turns]
         callbacks = [listeners.pop(ident)[0] for ident in woken]
         if not listeners:
             del self._listeners[key]
@@ -242,10 +239,14 @@ class _MemoryStore:
         "free" and "released" mean: its turn has come (for a semaphore, with its `limit` and
         `permits`: the slots it asks for are free for it).
         """
+        if self._is_free(key, owner, limit, permits):
+            return True
         woken = threading.Event()
         remove = self.add_release_listener(key, woken.set, owner)
-        try:  # checked once listening: a release after the check is not missed
-            return self._is_free(key, owner, limit, permits) or clock_wait(self.time_provider, woken, timeout)
+        try:
+            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
+                return True
+            return clock_wait(self.time_provider, woken, timeout)
         finally:
             remove()
 
@@ -253,11 +254,13 @@ class _MemoryStore:
         self, key: str, timeout: float, owner: str | None = None, limit: int | None = None, permits: int = 1
     ) -> bool:
         """See `wait_released`."""
+        if self._is_free(key, owner, limit, permits):
+            return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         remove = self.add_release_listener(key, functools.partial(resolve_threadsafe, loop, future), owner)
-        try:  # as in `wait_released`
-            if self._is_free(key, owner, limit, permits):
+        try:
+            if self._is_free(key, owner, limit, permits):  # pragma: no cover - released since the check
                 return True
             return await clock_wait_async(self.time_provider, future, timeout)
         finally:
@@ -330,10 +333,12 @@ class MemoryLockStore(_MemoryStore):
         An exclusive request at the head, when nothing is held; else the shared requests at the
         head, together.
         """
-        turns = list(itertools.takewhile(lambda owner: queue[owner][1], queue))  # the shared requests at the head
-        if turns or self._readers(key, now) is not None:
-            return turns
-        return list(itertools.islice(queue, 1))  # the exclusive request at the head
+        turns: list[str] = []
+        for owner, (_, shared) in queue.items():
+            if not shared:  # an exclusive request: its turn comes at the head, when nothing is held
+                return turns or ([owner] if self._readers(key, now) is None else [])
+            turns.append(owner)
+        return turns
 
     def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
         return (self._leases, self._live), (self._shared, self._readers), (self._queues, self._waiting)
@@ -397,12 +402,15 @@ class MemoryLockStore(_MemoryStore):
         if readers is not None and owner in readers:
             token = readers[owner][0]
         else:
-            queue = self._waiting(key, now) or {}
-            if not all(queue[waiting][1] for waiting in _ahead(queue, owner)):
-                # An exclusive request waits ahead: readers never starve a writer.
-                self._join(key, owner, now, asked=True, join=join)
-                return None, None
-            self._leave(key, owner)
+            queue = self._waiting(key, now)
+            if queue is not None:
+                for waiting, (_, shared) in queue.items():
+                    if waiting == owner:
+                        break
+                    if not shared:  # an exclusive request waits ahead: readers never starve a writer
+                        self._join(key, owner, now, asked=True, join=join)
+                        return None, None
+                self._leave(key, owner)
             self._sweep(now)
             token = next(self._tokens)
             readers = self._shared.setdefault(key, {})
@@ -584,15 +592,27 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
         # does not fit holds back the ones behind it), or, outside the queue, when the whole
         # queue and it fit.
         queue = self._waiting(key, now) or {}
-        ahead: int = sum(queue[waiter][1] for waiter in _ahead(queue, owner))  # what the waiters ahead ask
-        return permits + ahead <= free
+        for waiter, (_, asked) in queue.items():
+            if waiter == owner:
+                break
+            permits += asked  # the waiters ahead ask for theirs first
+        return permits <= free
 
     def _served(self, key: str, free: int, already: int, now: float) -> set[str]:
         # Under the mutex: the queued waiters that `free` slots serve (in order, until one does
         # not fit) and that `already` free slots did not: the ones a release wakes.
-        queue = self._waiting(key, now) or {}
-        wanted = itertools.accumulate(asked for _, asked in queue.values())  # what each and those ahead ask
-        return {waiter for waiter, total in zip(queue, wanted, strict=True) if already < total <= free}
+        queue = self._waiting(key, now)
+        turns: set[str] = set()
+        if queue is None:
+            return turns
+        wanted = 0
+        for waiter, (_, asked) in queue.items():
+            wanted += asked
+            if wanted > free:
+                break
+            if wanted > already:
+                turns.add(waiter)
+        return turns
 
     def _tables(self) -> tuple[tuple[dict[str, Any], Callable[[str, float], object]], ...]:
         return (self._holders, self._live), (self._queues, self._waiting)
