@@ -130,21 +130,17 @@ class _PostgresStore(Closing):
         psycopg, psycopg_pool = _psycopg()
         self._psycopg, self._psycopg_pool = psycopg, psycopg_pool
         self._sql = sql
-        self._conninfo: str | None = None
-        self._pool: Any = None
+        self._conninfo: str | None = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        self._pool: Any = conninfo_or_pool if isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool) else None
         self._own_pool = False
         self._async_pool: Any = async_pool
         self._async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-        if isinstance(conninfo_or_pool, str):
-            self._conninfo = conninfo_or_pool
-        elif isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
+        if isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
             if async_pool is not None:
                 msg = f"{self._kind}: two async pools given; pass the sync one first or only async_pool="
                 raise ValidationError(msg)
             self._async_pool = conninfo_or_pool
-        elif isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool):
-            self._pool = conninfo_or_pool
-        elif conninfo_or_pool is not None:
+        elif conninfo_or_pool is not None and self._conninfo is None and self._pool is None:
             msg = f"{self._kind}: the first argument must be {_SYNC_HINT}, got {conninfo_or_pool!r}"
             raise ValidationError(msg)
         if self._async_pool is not None and not isinstance(self._async_pool, psycopg_pool.AsyncConnectionPool):
@@ -265,8 +261,7 @@ class _PostgresStore(Closing):
             if self._pool is None:
                 pool = self._psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
                 pool.open(wait=False)
-                self._pool = pool
-                self._own_pool = True
+                self._pool, self._own_pool = pool, True
             return self._pool
 
     def _pool_options(self) -> dict[str, Any]:
@@ -378,20 +373,19 @@ class _PostgresStore(Closing):
         a note, and the error's cause. One attempt per `_DIAGNOSE_EVERY` at most (an outage is
         no connection storm); meanwhile the last attempt's finding is reused.
         """
-        psycopg, psycopg_pool = self._psycopg, self._psycopg_pool
-        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
+        if isinstance(exc, self._psycopg.errors.UndefinedTable | self._psycopg.errors.UndefinedFunction):
             exc.add_note(
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
-        if not isinstance(exc, psycopg_pool.PoolTimeout):
+        if not isinstance(exc, self._psycopg_pool.PoolTimeout):
             return
         now = time.monotonic()
         if now - self._diagnosed_at >= _DIAGNOSE_EVERY:
             self._diagnosed_at, self._cause = now, None
             try:
                 yield (yield self._connector(pool, connect)()).close()
-            except psycopg.Error as cause:
+            except self._psycopg.Error as cause:
                 self._cause = cause
         if self._cause is not None:
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")

@@ -308,15 +308,10 @@ class SemaphoreSql(_TableSql):
     """The statements of one semaphore table (and of its waiters' queue, `<table>_queue`)."""
 
     @property
-    def queue(self) -> str:
-        """The queue table: one row per waiting owner, in arrival order."""
-        return f"{self.table}_queue"
-
-    @property
     def schema(self) -> str:
         """The DDL and the acquire function: idempotent, one transaction under an advisory lock."""
         t = self.table
-        q = self.queue
+        q = f"{t}_queue"
         return f"""SELECT pg_advisory_xact_lock({_lock_id(t)}, 0);
 {_sequence(t)}
 CREATE TABLE IF NOT EXISTS {t} (
@@ -410,7 +405,7 @@ WHERE {_LIVE} RETURNING 1"""
         return f"""WITH released AS (
     DELETE FROM {t} WHERE {_LIVE} RETURNING key
 ), gone AS (
-    DELETE FROM {self.queue} WHERE key = %(key)s AND owner = %(owner)s RETURNING key
+    DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING key
 ), told AS (
     SELECT pg_notify('{self.channel}', md5(key)) FROM released
     UNION ALL SELECT pg_notify('{self.channel}', md5(key)) FROM gone
@@ -420,12 +415,12 @@ SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM told)"""
     @property
     def turn(self) -> str:
         """(key, owner, permits, limit) -> whether `owner` may take its slots now."""
-        t, q = self.table, self.queue
+        t = self.table
         now = "clock_timestamp()"
         return f"""SELECT EXISTS (SELECT FROM {t} WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now})
     OR (SELECT coalesce(sum(permits), 0) FROM {t} WHERE key = %(key)s AND expires_at > {now})
-     + (SELECT coalesce(sum(w.permits), 0) FROM {q} w WHERE w.key = %(key)s AND w.expires_at > {now}
-        AND w.arrival < coalesce((SELECT arrival FROM {q} WHERE key = w.key AND owner = %(owner)s),
+     + (SELECT coalesce(sum(w.permits), 0) FROM {t}_queue w WHERE w.key = %(key)s AND w.expires_at > {now}
+        AND w.arrival < coalesce((SELECT arrival FROM {t}_queue WHERE key = w.key AND owner = %(owner)s),
                                  9223372036854775807))
      + %(permits)s <= %(limit)s"""
 
@@ -439,7 +434,7 @@ FROM {self.table} WHERE key = %(key)s AND expires_at > clock_timestamp() ORDER B
     def purge(self) -> str:
         """Delete the rows whose lease (or queue entry) ended long ago."""
         return f"""WITH gone AS (
-    DELETE FROM {self.queue} WHERE {_OLD}
+    DELETE FROM {self.table}_queue WHERE {_OLD}
 )
 DELETE FROM {self.table} WHERE {_OLD}"""
 
