@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 import threading
 import weakref
@@ -108,10 +109,10 @@ class _MemoryStore:
         # system clock, which a freezegun freeze does not move).
         self._now: Callable[[], float] = lease_clock(provider).monotonic
         self._mutex = threading.Lock()
-        self._counter = 0
+        self._tokens = itertools.count(1)
         # key -> id -> (callback, the queued owner it waits for, None for any release)
         self._listeners: dict[str, dict[int, tuple[Callable[[], object], str | None]]] = {}
-        self._listener_ids = 0
+        self._listener_ids = itertools.count()
         self._sweep_at = _SWEEP_FLOOR
 
     @classmethod
@@ -133,10 +134,6 @@ class _MemoryStore:
         """The clock leases expire on."""
         return _alive(self._provider_ref)
 
-    def _next_token(self) -> int:
-        self._counter += 1
-        return self._counter
-
     # -- release notification -----------------------------------------------------------------
 
     def add_release_listener(
@@ -147,8 +144,7 @@ class _MemoryStore:
         With `owner` (a queued waiter of a lock), only when the release hands it the turn.
         """
         with self._mutex:
-            self._listener_ids += 1
-            ident = self._listener_ids
+            ident = next(self._listener_ids)
             self._listeners.setdefault(key, {})[ident] = (callback, owner)
 
         def remove() -> None:
@@ -165,12 +161,11 @@ class _MemoryStore:
         # Under the mutex: the callbacks to run once it is released. With `turns` (a lock's
         # queued owners whose turn came, the waiters a semaphore's freed slots serve), the other
         # queued waiters keep sleeping.
+        if turns is None:
+            return [callback for callback, _ in self._listeners.pop(key, {}).values()]
         listeners = self._listeners.get(key)
         if listeners is None:
             return []
-        if turns is None:
-            del self._listeners[key]
-            return [callback for callback, _ in listeners.values()]
         woken = [ident for ident, (_, owner) in listeners.items() if owner is None or owner in turns]
         callbacks = [listeners.pop(ident)[0] for ident in woken]
         if not listeners:
@@ -275,6 +270,9 @@ class _MemoryStore:
         # Under the mutex: push `owner`'s live hold out to now + ttl; whether it held one.
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(time_provider={self.time_provider!r})"
+
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         """See `LockStore.renew` and `SemaphoreStore.renew`; never re-acquires an expired hold.
 
@@ -337,10 +335,8 @@ class MemoryLockStore(_MemoryStore):
         """
         turns: list[str] = []
         for owner, (_, shared) in queue.items():
-            if not shared:
-                if not turns and self._readers(key, now) is None:
-                    turns.append(owner)
-                break
+            if not shared:  # an exclusive request: its turn comes at the head, when nothing is held
+                return turns or ([owner] if self._readers(key, now) is None else [])
             turns.append(owner)
         return turns
 
@@ -370,10 +366,10 @@ class MemoryLockStore(_MemoryStore):
             now = self._now()
             lease = self._live(key, now)
             if lease is None and key not in self._queues and key not in self._shared:
-                # The common case of each mode: free, nobody waits (sweep and token inline).
+                # The common case of each mode: free, nobody waits (the sweep's check inline).
                 if len(self._leases) + len(self._shared) + len(self._queues) >= self._sweep_at:
                     self._sweep(now)
-                self._counter = token = self._counter + 1
+                token = next(self._tokens)
                 if shared:
                     self._shared[key] = {owner: (token, now + ttl)}
                 else:
@@ -396,7 +392,7 @@ class MemoryLockStore(_MemoryStore):
                     return None, max(expires for _, expires in readers.values()) - now
                 self._leave(key, owner)
                 self._sweep(now)
-                token = self._next_token()
+                token = next(self._tokens)
             self._leases[key] = (owner, token, now + ttl)
             return token, None
 
@@ -416,7 +412,7 @@ class MemoryLockStore(_MemoryStore):
                         return None, None
                 self._leave(key, owner)
             self._sweep(now)
-            token = self._next_token()
+            token = next(self._tokens)
             readers = self._shared.setdefault(key, {})
         readers[owner] = (token, now + ttl)
         return token, None
@@ -449,32 +445,26 @@ class MemoryLockStore(_MemoryStore):
         """See `SupportsSharedHolds.acquire_shared`: refused while an exclusive lease is held or waits first."""
         return self._acquire(key, owner, ttl, join=False, shared=True)[0]
 
-    def _renew(self, key: str, owner: str, ttl: float, now: float) -> bool:
-        # Under the mutex: push `owner`'s live hold (either mode) out to now + ttl.
+    def _renew(self, key: str, owner: str, ttl: float | None, now: float) -> bool:
+        # Under the mutex: push `owner`'s live hold (either mode) out to now + ttl, or end it
+        # (`ttl` None: a release); whether it held one.
         lease = self._live(key, now)
         if lease is not None:
             if lease[0] != owner:
                 return False
-            self._leases[key] = (owner, lease[1], now + ttl)
+            if ttl is None:
+                del self._leases[key]
+            else:
+                self._leases[key] = (owner, lease[1], now + ttl)
             return True
         readers = self._readers(key, now)
         if readers is None or owner not in readers:
             return False
-        readers[owner] = (readers[owner][0], now + ttl)
-        return True
-
-    def _drop(self, key: str, owner: str, now: float) -> bool:
-        # Under the mutex: end `owner`'s live hold of `key` (either mode); whether it held one.
-        lease = self._live(key, now)
-        if lease is not None:
-            if lease[0] != owner:
-                return False
-            del self._leases[key]
-            return True
-        readers = self._readers(key, now)
-        if readers is None or readers.pop(owner, None) is None:
-            return False
-        if not readers:
+        if ttl is not None:
+            readers[owner] = (readers[owner][0], now + ttl)
+        elif len(readers) > 1:
+            del readers[owner]
+        else:
             del self._shared[key]
         return True
 
@@ -491,7 +481,7 @@ class MemoryLockStore(_MemoryStore):
                 del self._leases[key]
                 released = True
             else:
-                released = self._drop(key, owner, now)
+                released = self._renew(key, owner, None, now)
             if not released and not self._leave(key, owner):
                 return False
             if key not in self._listeners:  # the common case: nobody waits
@@ -518,10 +508,9 @@ class MemoryLockStore(_MemoryStore):
         with self._mutex:
             now = self._now()
             lease = self._live(key, now)
-            readers = None if lease is not None else self._readers(key, now)
             if lease is not None:
                 holders = [HolderInfo(lease[0], lease[1], lease[2] - now)]
-            elif readers is not None:
+            elif (readers := self._readers(key, now)) is not None:
                 holders = [HolderInfo(owner, token, expires - now) for owner, (token, expires) in readers.items()]
             else:
                 return None
@@ -553,9 +542,6 @@ class MemoryLockStore(_MemoryStore):
     release_async = inline_twin(release)
     info_async = inline_twin(info)
     force_release_async = inline_twin(force_release)
-
-    def __repr__(self) -> str:
-        return f"MemoryLockStore(time_provider={self.time_provider!r})"
 
 
 class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
@@ -605,19 +591,12 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
         # every live waiter ahead of it fit in them (first come, first served: a request that
         # does not fit holds back the ones behind it), or, outside the queue, when the whole
         # queue and it fit.
-        if permits > free:
-            return False
-        queue = self._waiting(key, now)
-        if queue is None:
-            return True
-        wanted = permits
+        queue = self._waiting(key, now) or {}
         for waiter, (_, asked) in queue.items():
             if waiter == owner:
-                return True
-            wanted += asked
-            if wanted > free:
-                return False
-        return True
+                break
+            permits += asked  # the waiters ahead ask for theirs first
+        return permits <= free
 
     def _served(self, key: str, free: int, already: int, now: float) -> set[str]:
         # Under the mutex: the queued waiters that `free` slots serve (in order, until one does
@@ -672,7 +651,7 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
                 if holders is None:
                     self._sweep(now)
                     holders = self._holders[key] = {}
-                token = self._next_token()
+                token = next(self._tokens)
             holders[owner] = (token, now + ttl, permits)
             self._limits[key] = limit
             return token, None
@@ -772,13 +751,10 @@ class MemorySemaphoreStore(_MemoryStore, HoldersFromInfo):
     force_release_async = inline_twin(force_release)
     holders_async = inline_twin(HoldersFromInfo.holders)
 
-    def __repr__(self) -> str:
-        return f"MemorySemaphoreStore(time_provider={self.time_provider!r})"
-
 
 _SYSTEM_STORE = MemoryLockStore(SYSTEM_TIME)
 _BY_CLOCK: weakref.WeakKeyDictionary[TimeProvider, MemoryLockStore] = weakref.WeakKeyDictionary()
-_BY_UNWEAKABLE_CLOCK: dict[int, tuple[TimeProvider, MemoryLockStore]] = {}
+_BY_UNWEAKABLE_CLOCK: dict[int, MemoryLockStore] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -796,9 +772,8 @@ def default_lock_store(time_provider: TimeProvider) -> MemoryLockStore:
             store = _BY_CLOCK.get(time_provider)
             if store is None:
                 store = _BY_CLOCK[time_provider] = MemoryLockStore._weakly(time_provider)
-        except TypeError:
-            entry = _BY_UNWEAKABLE_CLOCK.get(id(time_provider))
-            if entry is None:
-                entry = _BY_UNWEAKABLE_CLOCK[id(time_provider)] = (time_provider, MemoryLockStore(time_provider))
-            store = entry[1]
+        except TypeError:  # the store holds its clock: the clock's id stays its own
+            store = _BY_UNWEAKABLE_CLOCK.get(id(time_provider))
+            if store is None:
+                store = _BY_UNWEAKABLE_CLOCK[id(time_provider)] = MemoryLockStore(time_provider)
         return store

@@ -40,6 +40,7 @@ _POOL_TIMEOUT: Final = 5.0
 """How long a call of a store-made pool waits for a connection before it fails."""
 _CONNECT_TIMEOUT: Final = 5
 """`connect_timeout` of the connections a store makes (s)."""
+_CONNECT_KWARGS: Final = {"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT}
 _PURGE_EVERY: Final = 60.0
 """How often (s, local clock) one release also purges long-ended rows."""
 _DIAGNOSE_EVERY: Final = 60.0
@@ -127,23 +128,19 @@ class _PostgresStore(Closing):
 
     def __init__(self, conninfo_or_pool: Any, async_pool: Any, sql: LockSql | SemaphoreSql) -> None:
         psycopg, psycopg_pool = _psycopg()
-        self._psycopg = psycopg
+        self._psycopg, self._psycopg_pool = psycopg, psycopg_pool
         self._sql = sql
-        self._conninfo: str | None = None
-        self._pool: Any = None
+        self._conninfo: str | None = conninfo_or_pool if isinstance(conninfo_or_pool, str) else None
+        self._pool: Any = conninfo_or_pool if isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool) else None
         self._own_pool = False
         self._async_pool: Any = async_pool
         self._async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-        if isinstance(conninfo_or_pool, str):
-            self._conninfo = conninfo_or_pool
-        elif isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
+        if isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
             if async_pool is not None:
                 msg = f"{self._kind}: two async pools given; pass the sync one first or only async_pool="
                 raise ValidationError(msg)
             self._async_pool = conninfo_or_pool
-        elif isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool):
-            self._pool = conninfo_or_pool
-        elif conninfo_or_pool is not None:
+        elif conninfo_or_pool is not None and self._conninfo is None and self._pool is None:
             msg = f"{self._kind}: the first argument must be {_SYNC_HINT}, got {conninfo_or_pool!r}"
             raise ValidationError(msg)
         if self._async_pool is not None and not isinstance(self._async_pool, psycopg_pool.AsyncConnectionPool):
@@ -253,9 +250,6 @@ class _PostgresStore(Closing):
         """Whether the `_async` methods work (a conninfo or an `AsyncConnectionPool` was given)."""
         return self._conninfo is not None or self._async_pool is not None
 
-    def _connect_kwargs(self) -> dict[str, Any]:
-        return {"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT}
-
     def _sync_pool(self, method: str) -> Any:
         pool = self._pool
         if pool is not None:
@@ -265,17 +259,15 @@ class _PostgresStore(Closing):
             raise ValidationError(msg)
         with self._pool_lock:
             if self._pool is None:
-                _, psycopg_pool = _psycopg()
-                pool = psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
+                pool = self._psycopg_pool.ConnectionPool(self._conninfo, **self._pool_options())
                 pool.open(wait=False)
-                self._pool = pool
-                self._own_pool = True
+                self._pool, self._own_pool = pool, True
             return self._pool
 
     def _pool_options(self) -> dict[str, Any]:
         """The pools the store makes itself: small, opened in the background, named after the table."""
         return {
-            "kwargs": self._connect_kwargs(),
+            "kwargs": dict(_CONNECT_KWARGS),
             "min_size": 1,
             "max_size": 8,
             "open": False,
@@ -293,8 +285,7 @@ class _PostgresStore(Closing):
         loop = asyncio.get_running_loop()
         pool = self._async_pools.get(loop)
         if pool is None:
-            _, psycopg_pool = _psycopg()
-            pool = psycopg_pool.AsyncConnectionPool(self._conninfo, **self._pool_options())
+            pool = self._psycopg_pool.AsyncConnectionPool(self._conninfo, **self._pool_options())
             self._async_pools[loop] = pool
             await pool.open(wait=False)
         return pool
@@ -382,20 +373,19 @@ class _PostgresStore(Closing):
         a note, and the error's cause. One attempt per `_DIAGNOSE_EVERY` at most (an outage is
         no connection storm); meanwhile the last attempt's finding is reused.
         """
-        psycopg, psycopg_pool = _psycopg()
-        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction):
+        if isinstance(exc, self._psycopg.errors.UndefinedTable | self._psycopg.errors.UndefinedFunction):
             exc.add_note(
                 f"{self._kind}: the table {self._sql.table!r} (or its functions) does not exist in this database: "
                 "call store.create_schema() (or create_schema_async()) once, or run its SQL (docs/postgres.md)"
             )
-        if not isinstance(exc, psycopg_pool.PoolTimeout):
+        if not isinstance(exc, self._psycopg_pool.PoolTimeout):
             return
         now = time.monotonic()
         if now - self._diagnosed_at >= _DIAGNOSE_EVERY:
             self._diagnosed_at, self._cause = now, None
             try:
                 yield (yield self._connector(pool, connect)()).close()
-            except psycopg.Error as cause:
+            except self._psycopg.Error as cause:
                 self._cause = cause
         if self._cause is not None:
             exc.add_note(f"{self._kind}: the pool could not connect to PostgreSQL: {str(self._cause).strip()}")
@@ -404,7 +394,7 @@ class _PostgresStore(Closing):
     def _connector(self, pool: Any, connect: Callable[..., Any]) -> Callable[[], Any]:
         """`connect` (psycopg's, sync or async) bound to `pool`'s database: a direct connection."""
         if self._conninfo is not None:
-            conninfo, kwargs = self._conninfo, self._connect_kwargs()
+            conninfo, kwargs = self._conninfo, _CONNECT_KWARGS
         else:
             conninfo, kwargs = pool.conninfo, {**(pool.kwargs or {}), "autocommit": True}
         return partial(connect, conninfo, **{**kwargs, "connect_timeout": _DIAGNOSE_TIMEOUT})

@@ -63,9 +63,7 @@ def _first(waiters: dict[str, dict[Any, str | None]], payload: str) -> list[Any]
     if not owner:
         del woken[1:]
     for event in woken:
-        del events[event]
-    if not events:
-        del waiters[name]
+        _forget(waiters, name, event)
     return woken
 
 
@@ -86,6 +84,7 @@ class _Listener(Generic[_E]):
         self._channel = channel
         self._waiters: dict[str, dict[_E, str | None]] = {}  # per key, in arrival order: owner
         self._ready: _E = ready
+        ready.set()  # set while no connection is being made: nothing to wait for
         self._listening = False
         self._failed_at = -_RETRY_AFTER
 
@@ -123,10 +122,9 @@ class SyncReleaseListener(_Listener[threading.Event]):
             if self._thread is None and not self._closed and time.monotonic() >= self._failed_at + _RETRY_AFTER:
                 self._ready = threading.Event()
                 self._thread = start_thread(self._run, self._ready, name=f"resilience-pg-{self._channel}")
-            ready = None if self._thread is None else self._ready
+            ready = self._ready
         try:
-            if ready is not None:
-                ready.wait(max(0.0, deadline - time.monotonic()))
+            ready.wait(max(0.0, deadline - time.monotonic()))
             if run_steps(checked(is_free)):
                 return True
             # No hint can come when it is not listening: the wait is a plain poll interval (False).
@@ -185,12 +183,10 @@ class AsyncReleaseListener(_Listener[asyncio.Event]):
         if self._task is None and time.monotonic() >= self._failed_at + _RETRY_AFTER:  # as the sync listener's
             self._ready = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(self._ready))
-        ready = None if self._task is None else self._ready
         scope = asyncio.timeout(max(0.0, timeout))
         try:
             async with scope:
-                if ready is not None:
-                    await ready.wait()
+                await self._ready.wait()
                 if await run_steps_async(checked(is_free)):
                     return True
                 # No hint can come when it is not listening: the wait is a plain poll interval.

@@ -35,6 +35,10 @@ PURGE_AFTER_S = 60
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?")
 # The condition of `owner`'s live lease on `key`.
 _LIVE = "key = %(key)s AND owner = %(owner)s AND expires_at > clock_timestamp()"
+# A renewed lease's expiry; the ms a lease has left; the condition of a row a purge deletes.
+_UNTIL = "clock_timestamp() + %(ttl)s * interval '1 millisecond'"
+_LEFT = "ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
+_OLD = f"expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
 
 
 def check_table(owner: str, table: object) -> str:
@@ -201,9 +205,8 @@ $fn$;"""
     def renew(self) -> str:
         """(key, owner, ttl ms): one row when `owner` holds the live lease (either mode), pushed out."""
         t = self.table
-        until = "clock_timestamp() + %(ttl)s * interval '1 millisecond'"
-        return f"""WITH x AS (UPDATE {t} SET expires_at = {until} WHERE {_LIVE} RETURNING 1),
-s AS (UPDATE {t}_shared SET expires_at = {until} WHERE {_LIVE} RETURNING 1)
+        return f"""WITH x AS (UPDATE {t} SET expires_at = {_UNTIL} WHERE {_LIVE} RETURNING 1),
+s AS (UPDATE {t}_shared SET expires_at = {_UNTIL} WHERE {_LIVE} RETURNING 1)
 SELECT 1 FROM x UNION ALL SELECT 1 FROM s"""
 
     @property
@@ -247,12 +250,11 @@ turns AS (SELECT owner FROM waiting WHERE ticket = (SELECT min(ticket) FROM wait
         `waiters` is how many requests wait in the key's queue (the same on every row).
         """
         t = self.table
-        left = "ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
         waiters = f"(SELECT count(*) FROM {t}_queue WHERE key = %(key)s AND expires_at > clock_timestamp())"
-        return f"""SELECT owner, token, {left}, false, {waiters} FROM {t}
+        return f"""SELECT owner, token, {_LEFT}, false, {waiters} FROM {t}
 WHERE key = %(key)s AND owner IS NOT NULL AND expires_at > clock_timestamp()
 UNION ALL
-SELECT owner, token, {left}, true, {waiters} FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp()
+SELECT owner, token, {_LEFT}, true, {waiters} FROM {t}_shared WHERE key = %(key)s AND expires_at > clock_timestamp()
 ORDER BY 2"""
 
     @property
@@ -297,9 +299,8 @@ SELECT count(*) FROM freed, {self._notified}"""
     def purge(self) -> str:
         """Delete the rows whose lease (or queue entry) ended long ago (bounded tables for unbounded keys)."""
         t = self.table
-        old = f"expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"
-        return f"""WITH s AS (DELETE FROM {t}_shared WHERE {old}), q AS (DELETE FROM {t}_queue WHERE {old})
-DELETE FROM {t} WHERE {old}"""
+        return f"""WITH s AS (DELETE FROM {t}_shared WHERE {_OLD}), q AS (DELETE FROM {t}_queue WHERE {_OLD})
+DELETE FROM {t} WHERE {_OLD}"""
 
 
 @dataclass(frozen=True)
@@ -307,15 +308,10 @@ class SemaphoreSql(_TableSql):
     """The statements of one semaphore table (and of its waiters' queue, `<table>_queue`)."""
 
     @property
-    def queue(self) -> str:
-        """The queue table: one row per waiting owner, in arrival order."""
-        return f"{self.table}_queue"
-
-    @property
     def schema(self) -> str:
         """The DDL and the acquire function: idempotent, one transaction under an advisory lock."""
         t = self.table
-        q = self.queue
+        q = f"{t}_queue"
         return f"""SELECT pg_advisory_xact_lock({_lock_id(t)}, 0);
 {_sequence(t)}
 CREATE TABLE IF NOT EXISTS {t} (
@@ -395,7 +391,7 @@ $fn$;"""
     @property
     def renew(self) -> str:
         """(key, owner, ttl ms): one row when `owner` holds a live slot, pushed out."""
-        return f"""UPDATE {self.table} SET expires_at = clock_timestamp() + %(ttl)s * interval '1 millisecond'
+        return f"""UPDATE {self.table} SET expires_at = {_UNTIL}
 WHERE {_LIVE} RETURNING 1"""
 
     @property
@@ -409,7 +405,7 @@ WHERE {_LIVE} RETURNING 1"""
         return f"""WITH released AS (
     DELETE FROM {t} WHERE {_LIVE} RETURNING key
 ), gone AS (
-    DELETE FROM {self.queue} WHERE key = %(key)s AND owner = %(owner)s RETURNING key
+    DELETE FROM {t}_queue WHERE key = %(key)s AND owner = %(owner)s RETURNING key
 ), told AS (
     SELECT pg_notify('{self.channel}', md5(key)) FROM released
     UNION ALL SELECT pg_notify('{self.channel}', md5(key)) FROM gone
@@ -419,28 +415,28 @@ SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM told)"""
     @property
     def turn(self) -> str:
         """(key, owner, permits, limit) -> whether `owner` may take its slots now."""
-        t, q = self.table, self.queue
+        t = self.table
         now = "clock_timestamp()"
         return f"""SELECT EXISTS (SELECT FROM {t} WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now})
     OR (SELECT coalesce(sum(permits), 0) FROM {t} WHERE key = %(key)s AND expires_at > {now})
-     + (SELECT coalesce(sum(w.permits), 0) FROM {q} w WHERE w.key = %(key)s AND w.expires_at > {now}
-        AND w.arrival < coalesce((SELECT arrival FROM {q} WHERE key = w.key AND owner = %(owner)s),
+     + (SELECT coalesce(sum(w.permits), 0) FROM {t}_queue w WHERE w.key = %(key)s AND w.expires_at > {now}
+        AND w.arrival < coalesce((SELECT arrival FROM {t}_queue WHERE key = w.key AND owner = %(owner)s),
                                  9223372036854775807))
      + %(permits)s <= %(limit)s"""
 
     @property
     def holders(self) -> str:
         """(key,): the live holders: owner, token, ms left, permits (oldest token first)."""
-        return f"""SELECT owner, token, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, permits
+        return f"""SELECT owner, token, {_LEFT}, permits
 FROM {self.table} WHERE key = %(key)s AND expires_at > clock_timestamp() ORDER BY token"""
 
     @property
     def purge(self) -> str:
         """Delete the rows whose lease (or queue entry) ended long ago."""
         return f"""WITH gone AS (
-    DELETE FROM {self.queue} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'
+    DELETE FROM {self.table}_queue WHERE {_OLD}
 )
-DELETE FROM {self.table} WHERE expires_at < clock_timestamp() - interval '{PURGE_AFTER_S} seconds'"""
+DELETE FROM {self.table} WHERE {_OLD}"""
 
     @property
     def force_release(self) -> str:
