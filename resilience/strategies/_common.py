@@ -97,9 +97,7 @@ class Handler:
     def handles(self, outcome: Outcome[Any]) -> bool:
         """Whether `outcome` (an exception or a result) is handled."""
         error = outcome.error
-        if error is not None:
-            return self.error(error, outcome)
-        return self.result(outcome.value, outcome)
+        return self.result(outcome.value, outcome) if error is None else self.error(error, outcome)
 
 
 def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) -> StrategyTraits:

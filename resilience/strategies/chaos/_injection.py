@@ -102,9 +102,7 @@ def coerce_rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"injection_rate_generator returned {value!r}: return a number from 0 to 1"
         raise ValidationError(msg)
-    if math.isnan(value):
-        return 0.0
-    return min(max(float(value), 0.0), 1.0)
+    return 0.0 if math.isnan(value) else min(max(float(value), 0.0), 1.0)
 
 
 T = TypeVar("T")
