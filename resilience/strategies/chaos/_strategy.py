@@ -385,11 +385,10 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
         latency = self._latency
         if self._generator is not None:
             latency = _generated_latency((yield self._generator, LatencyGeneratorArguments(context)), latency)
-        if latency <= 0:
-            yield None, None
-            return
-        yield from self._injected(context, OnLatencyInjectedArguments(context, latency))
-        yield None, latency
+        if latency > 0:
+            yield from self._injected(context, OnLatencyInjectedArguments(context, latency))
+            yield None, latency
+        yield None, None
 
     def __repr__(self) -> str:
         return f"<ChaosLatencyStrategy rate={self._rate!r} latency={self._latency!r}>"
