@@ -515,8 +515,9 @@ class _SyncRun(_Run):
             self.abandon(attempt)
 
     def wake(self) -> None:
-        with self._lock:
-            waiter = self._waiter
+        # No lock: the caller makes its waiter and clears it under the lock before it looks at
+        # the state again (or at the jobs), and a waker has changed those under the lock first.
+        waiter = self._waiter
         if waiter is not None:
             waiter.set()
 
