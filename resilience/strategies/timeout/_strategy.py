@@ -405,6 +405,7 @@ class TimeoutStrategy:
         self, callback: Callable[[ResilienceContext], Awaitable[T]], context: ResilienceContext, /
     ) -> T:
         """Await `callback` in the caller's task, cancelling it at the deadline (async)."""
+        timeout: float | None = self.timeout
         deadlines = self._deadlines
         if self._generator is not None:
             generated = await call_back_async(self._generator, TimeoutGeneratorArguments(context))
