@@ -22,7 +22,7 @@ from resilience._runtime._threads import resolve_threadsafe
 from resilience._time import clock_wait, clock_wait_async
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator
 
     from resilience._signal import Signal
     from resilience._time import TimeProvider
@@ -143,7 +143,7 @@ class LocalPermits:
             return False
 
     @contextlib.contextmanager
-    def _waiting(self, key: str, waiter: _Waiter, signal: Signal) -> Iterator[None]:
+    def _waiting(self, key: str, waiter: _Waiter, signal: Signal) -> Generator[None, None, None]:
         """Around a queued wait: an abort of `signal` wakes it too.
 
         An exception that interrupts the wait leaves the queue, or hands on the permit granted
