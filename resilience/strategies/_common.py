@@ -49,23 +49,15 @@ Steps: TypeAlias = "Generator[tuple[Callable[[Any], object] | None, Any], object
 """What a strategy's sync and async shells share, as one generator both drive (`run_steps`)."""
 
 
-def _is_exception_type(value: object) -> bool:
-    return isinstance(value, type) and issubclass(value, Exception)
-
-
 def check_handle(problems: Problems, value: object) -> None:
     """Record what is wrong with a `handle` option."""
-    if value is None or _is_exception_type(value):
-        return
     if isinstance(value, tuple):
-        bad = [item for item in value if not _is_exception_type(item)]
+        bad = [item for item in value if not (isinstance(item, type) and issubclass(item, Exception))]
         if bad:
             problems.add("handle", f"a tuple must hold only Exception subclasses, got {bad[0]!r}")
-        return
-    if isinstance(value, type):
+    elif isinstance(value, type) and not issubclass(value, Exception):
         problems.add("handle", f"must be an Exception subclass (BaseExceptions are never handled), got {value!r}")
-        return
-    if not callable(value):
+    elif value is not None and not callable(value):
         problems.add("handle", f"must be an exception type, a tuple of them, or a predicate, got {value!r}")
 
 
@@ -75,18 +67,13 @@ class Handler:
     __slots__ = ("_exclude", "_predicate", "_result", "_types", "checks_results")
 
     def __init__(self, handle: Handle, handle_result: Callable[[Any], bool] | None = None) -> None:
+        self._types: type[Exception] | tuple[type[Exception], ...] = Exception if handle is None else ()
+        self._exclude: type[Exception] | None = ValidationError if handle is None else None
+        self._result = handle_result
         self._predicate: Callable[[Outcome[Any]], bool] | None = None
-        self._types: type[Exception] | tuple[type[Exception], ...] = ()
-        self._exclude: type[Exception] | None = None
-        self._result: Callable[[Any], bool] | None = None
-        if handle is None:
-            self._types = Exception
-            self._exclude = ValidationError
-            self._result = handle_result
-        elif isinstance(handle, type | tuple):
+        if isinstance(handle, type | tuple):
             self._types = handle
-            self._result = handle_result
-        else:
+        elif handle is not None:
             self._predicate = handle  # it sees every outcome; handle_result is ignored
         self.checks_results = self._predicate is not None or self._result is not None
         """False when every result is a success (no need to build an `Outcome` for it)."""
@@ -110,9 +97,7 @@ class Handler:
     def handles(self, outcome: Outcome[Any]) -> bool:
         """Whether `outcome` (an exception or a result) is handled."""
         error = outcome.error
-        if error is not None:
-            return self.error(error, outcome)
-        return self.result(outcome.value, outcome)
+        return self.result(outcome.value, outcome) if error is None else self.error(error, outcome)
 
 
 def store_traits(what: str, *, has_sync: bool, has_async: bool, example: str) -> StrategyTraits:

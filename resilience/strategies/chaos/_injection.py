@@ -19,7 +19,7 @@ import copy
 import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from resilience._outcome import Outcome
 from resilience._validation import Problems
@@ -102,9 +102,7 @@ def coerce_rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"injection_rate_generator returned {value!r}: return a number from 0 to 1"
         raise ValidationError(msg)
-    if math.isnan(value):
-        return 0.0
-    return min(max(float(value), 0.0), 1.0)
+    return 0.0 if math.isnan(value) else min(max(float(value), 0.0), 1.0)
 
 
 T = TypeVar("T")
@@ -117,11 +115,13 @@ class ChaosStrategyBase:
     strategy out, so switched-off chaos costs nothing on the success path.
     """
 
+    _event: ClassVar[str]
+    """The event each injection emits (one per kind)."""
+
     __slots__ = (
         "_draw",
         "_enabled",
         "_enabled_generator",
-        "_event",
         "_on_injected",
         "_rate",
         "_rate_generator",
@@ -131,12 +131,7 @@ class ChaosStrategyBase:
     )
 
     def __init__(
-        self,
-        options: Any,
-        context: StrategyBuildContext,
-        *,
-        event: str,
-        on_injected: Callable[[Any], object] | None,
+        self, options: Any, context: StrategyBuildContext, on_injected: Callable[[Any], object] | None
     ) -> None:
         self._enabled: bool = options.enabled
         self._enabled_generator: Callable[[EnabledGeneratorArguments], object] | None = options.enabled_generator
@@ -147,7 +142,6 @@ class ChaosStrategyBase:
         self._draw = context.time_provider.random().random
         self._telemetry: TelemetrySource = context.telemetry
         self._time: TimeProvider = context.time_provider
-        self._event = event
         self._on_injected = on_injected
         # No execution can ever be injected when switched off or at a rate of 0 (no generator).
         never = self._enabled_generator is None and not self._enabled

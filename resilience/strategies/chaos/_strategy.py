@@ -339,10 +339,12 @@ def _checked(value: object, kind: type, option: str, expected: str) -> Any:
 class ChaosFaultStrategy(ChaosStrategyBase):
     """The built fault chaos strategy."""
 
+    _event = "OnFaultInjected"
+
     __slots__ = ("_fault", "_generator")
 
     def __init__(self, options: ChaosFaultStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options, context, event="OnFaultInjected", on_injected=options.on_fault_injected)
+        super().__init__(options, context, options.on_fault_injected)
         self._fault = options.fault
         self._generator = options.fault_generator
 
@@ -367,10 +369,12 @@ def _generated_latency(value: object, default: float) -> float:
 class ChaosLatencyStrategy(ChaosStrategyBase):
     """The built latency chaos strategy."""
 
+    _event = "OnLatencyInjected"
+
     __slots__ = ("_generator", "_latency")
 
     def __init__(self, options: ChaosLatencyStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options, context, event="OnLatencyInjected", on_injected=options.on_latency_injected)
+        super().__init__(options, context, options.on_latency_injected)
         self._latency = to_seconds(options.latency)
         self._generator = options.latency_generator
         if self._generator is None and self._latency <= 0:
@@ -381,11 +385,10 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
         latency = self._latency
         if self._generator is not None:
             latency = _generated_latency((yield self._generator, LatencyGeneratorArguments(context)), latency)
-        if latency <= 0:
-            yield None, None
-            return
-        yield from self._injected(context, OnLatencyInjectedArguments(context, latency))
-        yield None, latency
+        if latency > 0:
+            yield from self._injected(context, OnLatencyInjectedArguments(context, latency))
+            yield None, latency
+        yield None, None
 
     def __repr__(self) -> str:
         return f"<ChaosLatencyStrategy rate={self._rate!r} latency={self._latency!r}>"
@@ -394,10 +397,12 @@ class ChaosLatencyStrategy(ChaosStrategyBase):
 class ChaosOutcomeStrategy(ChaosStrategyBase):
     """The built outcome chaos strategy."""
 
+    _event = "OnOutcomeInjected"
+
     __slots__ = ("_generator", "_outcome")
 
     def __init__(self, options: ChaosOutcomeStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options, context, event="OnOutcomeInjected", on_injected=options.on_outcome_injected)
+        super().__init__(options, context, options.on_outcome_injected)
         self._outcome = options.outcome
         self._generator = options.outcome_generator
 
@@ -419,10 +424,12 @@ class ChaosOutcomeStrategy(ChaosStrategyBase):
 class ChaosBehaviorStrategy(ChaosStrategyBase):
     """The built behavior chaos strategy."""
 
+    _event = "OnBehaviorInjected"
+
     __slots__ = ("_behavior",)
 
     def __init__(self, options: ChaosBehaviorStrategyOptions, context: StrategyBuildContext) -> None:
-        super().__init__(options, context, event="OnBehaviorInjected", on_injected=options.on_behavior_injected)
+        super().__init__(options, context, options.on_behavior_injected)
         self._behavior = options.behavior
 
     def _inject(self, context: ResilienceContext) -> Steps:

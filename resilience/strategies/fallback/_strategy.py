@@ -114,9 +114,8 @@ class FallbackStrategy:
 
     def _handles(self, outcome: Outcome[Any], context: ResilienceContext) -> bool:
         """Whether to fall back from `outcome`: handled, and the caller has not aborted us."""
-        if context.abort_reason is not None:
-            return False  # the caller gave up: its abort (or what it caused) is the answer
-        return self._handler.handles(outcome)
+        # Once the caller gave up, its abort (or what it caused) is the answer.
+        return context.abort_reason is None and self._handler.handles(outcome)
 
     def _substitute(self, outcome: Outcome[Any], context: ResilienceContext) -> Steps:
         """Report `OnFallback`, then call back `on_fallback` and the fallback; the answer is the fallback's value.

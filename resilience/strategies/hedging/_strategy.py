@@ -290,11 +290,10 @@ class _Run:
             handled = handled and not state.finished  # a loser is dropped: its outcome counts for nothing
             finished = state.ended(attempt, outcome, handled=handled, aborted=self.aborted)
             due = state.take_due()
-            settled = state.settled
         severity = (Severity.ERROR if finished else Severity.WARNING) if handled else Severity.INFORMATION
         if self.strategy._telemetry.enabled(severity):  # else build nothing
             self.strategy._report(self.context, attempt, outcome, self.starts.get(attempt, 0.0), severity)
-        self.settle(finished=finished, settled=settled, winner=attempt)
+        self.settle(finished=finished, winner=attempt)
         return due
 
     def ended_fatally(self, attempt: int, error: BaseException) -> None:
@@ -303,14 +302,18 @@ class _Run:
             finished = self.state.ended_fatally(attempt)
             if finished:
                 self.fatal = error
-            settled = self.state.settled
-        self.settle(finished=finished, settled=settled, winner=attempt)
+        self.settle(finished=finished, winner=attempt)
 
-    def settle(self, *, finished: bool, settled: bool, winner: int) -> None:
-        """After a state change, outside the lock: abort the others if it finished, wake the caller if it settled."""
+    def settle(self, *, finished: bool, winner: int) -> None:
+        """After a state change, outside the lock: abort the others if it finished, wake the caller if it settled.
+
+        Read without the lock, `settled` can only have become true since the change (once
+        finished, attempts only end), and then whoever settled it wakes the caller too: a
+        second wake-up is harmless.
+        """
         if finished:
             self.abort_others(winner)
-        if settled:
+        if self.state.settled:
             self.wake()
 
     def abort_others(self, winner: int) -> None:
@@ -360,8 +363,7 @@ class _Run:
         """`attempt` was launched and will never start."""
         with self._lock:
             finished = self.state.abandoned(attempt)
-            settled = self.state.settled
-        self.settle(finished=finished, settled=settled, winner=-1)  # nothing runs: only a delay's timer may be left
+        self.settle(finished=finished, winner=-1)  # nothing runs: only a delay's timer may be left
 
     def withdraw(self, attempt: int) -> None:
         """`attempt` was launched but has not started: make sure it never does."""
@@ -513,8 +515,9 @@ class _SyncRun(_Run):
             self.abandon(attempt)
 
     def wake(self) -> None:
-        with self._lock:
-            waiter = self._waiter
+        # No lock: the caller makes its waiter and clears it under the lock before it looks at
+        # the state again (or at the jobs), and a waker has changed those under the lock first.
+        waiter = self._waiter
         if waiter is not None:
             waiter.set()
 
@@ -592,8 +595,7 @@ class _AsyncRun(_Run):
         if threading.get_ident() != self._thread:  # a timer fired on another thread
             self._loop.call_soon_threadsafe(self.start_elsewhere, attempt)
             return
-        task = self._loop.create_task(self._job(attempt), context=self.vars.copy())
-        self._tasks.add(task)
+        self._tasks.add(self._loop.create_task(self._job(attempt), context=self.vars.copy()))
 
     async def _job(self, attempt: int) -> None:
         with contextlib.suppress(BaseException):  # recorded as the answer by run_from; the caller raises it

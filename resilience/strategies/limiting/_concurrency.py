@@ -100,9 +100,7 @@ class ConcurrencyLimiterStrategyOptions:
 
     def create(self, context: StrategyBuildContext, /) -> ConcurrencyLimiterStrategy | LeasedPermits:
         """A concurrency limiter: its own in-process permits, or leases on the store's."""
-        if self.store is not None:
-            return LeasedPermits(self, context)
-        return ConcurrencyLimiterStrategy(self, context)
+        return ConcurrencyLimiterStrategy(self, context) if self.store is None else LeasedPermits(self, context)
 
 
 def concurrency_limiter_strategy(

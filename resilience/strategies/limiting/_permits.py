@@ -11,6 +11,7 @@ out, or aborted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 from collections import deque
@@ -21,7 +22,7 @@ from resilience._runtime._threads import resolve_threadsafe
 from resilience._time import clock_wait, clock_wait_async
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
 
     from resilience._signal import Signal
     from resilience._time import TimeProvider
@@ -141,10 +142,24 @@ class LocalPermits:
             self._partitions[key].waiters.remove(waiter)
             return False
 
-    def _abandon(self, key: str, waiter: _Waiter) -> None:
-        """A wait interrupted by an exception: leave the queue, or hand on the permit granted meanwhile."""
-        if self._leave(key, waiter):
-            self.release(key)
+    @contextlib.contextmanager
+    def _waiting(self, key: str, waiter: _Waiter, signal: Signal) -> Generator[None, None, None]:
+        """Around a queued wait: an abort of `signal` wakes it too.
+
+        An exception that interrupts the wait leaves the queue, or hands on the permit granted
+        meanwhile, before it propagates.
+        """
+        remove = None
+        try:
+            remove = signal.add_wakeup(lambda _reason: waiter.wake())
+            yield
+        except BaseException:
+            if self._leave(key, waiter):
+                self.release(key)
+            raise
+        finally:
+            if remove is not None:
+                remove()
 
     def _settle(self, key: str, waiter: _Waiter, signal: Signal) -> bool:
         """After the wait (if any): True holding the permit, False timed out; the signal's reason if it aborted.
@@ -172,35 +187,20 @@ class LocalPermits:
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = None
-            try:
-                remove = signal.add_wakeup(lambda _reason: woken.set())
+            with self._waiting(key, waiter, signal):
                 clock_wait(self._time, woken, timeout)
-            except BaseException:
-                self._abandon(key, waiter)
-                raise
-            finally:
-                if remove is not None:
-                    remove()
         return self._settle(key, waiter, signal)
 
     async def acquire_async(self, key: str, timeout: float, signal: Signal) -> bool | None:
         """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        wake = functools.partial(resolve_threadsafe, loop, future)
-        waiter = self._enqueue(key, wake)
+        waiter = self._enqueue(key, functools.partial(resolve_threadsafe, loop, future))
         if waiter is None:
             return None
         if not waiter.granted:
-            remove = signal.add_wakeup(lambda _reason: wake())
-            try:
+            with self._waiting(key, waiter, signal):
                 await clock_wait_async(self._time, future, timeout)
-            except BaseException:
-                self._abandon(key, waiter)
-                raise
-            finally:
-                remove()
         return self._settle(key, waiter, signal)
 
     def in_use(self) -> int:

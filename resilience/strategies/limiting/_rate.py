@@ -118,10 +118,9 @@ class RateLimiterStrategyOptions:
             problems.integer("burst", self.burst, minimum=1)
             if algorithm in ALGORITHMS and algorithm != "token_bucket":
                 problems.add("burst", f"applies to the token bucket only; the {algorithm} grants `limit` per window")
-        if not problems.items and algorithm in ALGORITHMS:
-            per = to_seconds(self.per)
-            if (rate := check_rate(self.limit, per, self.burst, self.algorithm)) is not None:
-                problems.add(*rate)
+        # Options valid one by one are then checked together (an unknown algorithm is a problem already).
+        if not problems.items and (rate := check_rate(self.limit, to_seconds(self.per), self.burst, self.algorithm)):
+            problems.add(*rate)
         check_key(problems, self.key)
         store: object = self.store
         if store is not None:

@@ -90,9 +90,7 @@ class RetryCore:
     def cap(self, delay: float) -> float:
         """`delay` within [0, max_delay] and never above `MAX_DURATION` (what a wait accepts)."""
         limit = self.max_delay
-        if limit is not None and delay > limit:
-            return limit
-        return min(max(delay, 0.0), MAX_DURATION)
+        return limit if limit is not None and delay > limit else min(max(delay, 0.0), MAX_DURATION)
 
     def generated_delay(self, generated: object, backoff: float) -> float:
         """The delay to use when `delay_generator` returned `generated` (None: the backoff)."""

@@ -232,16 +232,15 @@ class RetryStrategy:
         self._telemetry.emit(
             "ExecutionAttempt", severity, operation_key=context.operation_key, outcome=outcome, arguments=arguments
         )
-        if not retry:
-            yield None, None
-            return
-        arguments = OnRetryArguments(outcome, inner, attempt, delay, duration)
-        self._telemetry.emit(
-            "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
-        )
-        if self._options.on_retry is not None:
-            yield self._options.on_retry, arguments
-        yield None, (delay, state)
+        if retry:
+            arguments = OnRetryArguments(outcome, inner, attempt, delay, duration)
+            self._telemetry.emit(
+                "OnRetry", Severity.WARNING, operation_key=inner.operation_key, outcome=outcome, arguments=arguments
+            )
+            if self._options.on_retry is not None:
+                yield self._options.on_retry, arguments
+            yield None, (delay, state)
+        yield None, None
 
     def execute(self, callback: Callable[[ResilienceContext], T], context: ResilienceContext, /) -> T:
         """Call `callback` until it succeeds, is not handled, or retries run out (sync)."""

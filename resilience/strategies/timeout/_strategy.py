@@ -344,9 +344,7 @@ def _after_fork_in_child() -> None:
 def _generated_timeout(value: object, default: float) -> float | None:
     """The timeout for one execution from the generator's `value` (None: no timeout)."""
     seconds = generated_seconds(value, default, "timeout_generator", "seconds (float), a timedelta, or None")
-    if seconds <= 0 or math.isinf(seconds):
-        return None
-    return seconds
+    return None if seconds <= 0 or math.isinf(seconds) else seconds
 
 
 class TimeoutStrategy:
