@@ -223,23 +223,6 @@ def _unwrapped(fn: object, result: Outcome[T]) -> T:
     raise ValidationError(msg)
 
 
-def _running_call(plan: _Plan) -> list[Any] | None:
-    """The call of the innermost running execution of `plan` around this point, or None.
-
-    Executions nest through the ambient context: each one's call names the ambient context it
-    started under.
-    """
-    context = current_context()
-    while context is not None:
-        call = context._call
-        if not call:
-            return None
-        if call[3] is plan:
-            return call
-        context = call[4]
-    return None
-
-
 def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext], Any], *, sync: bool) -> Any:
     """Each strategy's hook over the next, outermost first, ending with `last`."""
     chain = last
@@ -291,13 +274,6 @@ class _Plan:
             self.chain = functools.partial(self._counted, inner)
             self.chain_async = functools.partial(self._counted_async, inner_async)
 
-    @classmethod
-    def closed(cls) -> _Plan:
-        """The plan of a closed pipeline: every execution is refused before anything runs."""
-        plan = cls(())
-        plan.sync_problem = plan.async_problem = _CLOSED
-        return plan
-
     def _counted(self, chain: Callable[[ResilienceContext], Any], context: ResilienceContext) -> Any:
         with self._lock:
             self._in_flight += 1
@@ -324,10 +300,11 @@ class _Plan:
             self._close_now()
 
     def retire(self) -> None:
-        """No execution starts on this plan any more: stop its background work once none runs."""
+        """No execution starts on this plan any more: stop its background work once none runs.
+
+        Idempotent: the closers are taken once (`_close_now`).
+        """
         with self._lock:
-            if self._retired:
-                return
             self._retired = True
             idle = not self._in_flight
         if idle:
@@ -353,9 +330,15 @@ class _Plan:
         inner.raise_if_aborted()
         call = inner._call
         if call is None or (call and call[3] is not self):  # an emptied call: its execution ended
-            call = _running_call(self)
+            # The innermost running execution of this plan: executions nest through the ambient
+            # context, and each one's call names the ambient context it started under.
+            context = current_context()
+            call = None if context is None else context._call
+            while call and call[3] is not self:
+                context = call[4]
+                call = None if context is None else context._call
         # A copy: a hedged attempt may get here while its execution ends (and empties the list).
-        found = () if call is None else tuple(call)
+        found = tuple(call) if call else ()
         if len(found) != 5:
             reason = inner.abort_reason
             if reason is not None:  # an abandoned attempt, aborted as its execution ended
@@ -405,6 +388,11 @@ class _Plan:
             return await awaitable
         finally:
             reset_context(token)
+
+
+_CLOSED_PLAN = _Plan(())
+"""The plan of every closed pipeline: every execution is refused before anything runs."""
+_CLOSED_PLAN.sync_problem = _CLOSED_PLAN.async_problem = _CLOSED
 
 
 def require_pipeline(value: object, owner: str) -> ResiliencePipeline:
@@ -681,9 +669,7 @@ class ResiliencePipeline(Closing):
         lease per order.
         """
         if fn is None:
-            if isinstance(operation_key, str) and operation_key:
-                return functools.partial(self._decorate_by_argument, name=operation_key)
-            if not callable(operation_key):
+            if not (isinstance(operation_key, str) and operation_key) and not callable(operation_key):
                 msg = (
                     "operation_key: must be a parameter name or a function of the call's arguments, "
                     f"got {operation_key!r:.60}"
@@ -695,20 +681,18 @@ class ResiliencePipeline(Closing):
             raise ValidationError(msg)
         return self._decorate(fn, key=None)
 
-    def _decorate_by_argument(self, fn: Callable[P, Any], /, *, name: str) -> Callable[P, Any]:
+    def _decorate(self, fn: Callable[P, Any], /, *, key: str | Callable[..., object] | None) -> Callable[P, Any]:
+        """`fn` wrapped; `key` is the operation key's function, or the name of the argument it is."""
         if not callable(fn):
             raise _not_callable(fn, "the decorator")
-        return self._decorate(fn, key=_argument_picker(fn, name))
-
-    def _decorate(self, fn: Callable[P, Any], /, *, key: Callable[..., object] | None) -> Callable[P, Any]:
+        if isinstance(key, str):
+            key = _argument_picker(fn, key)
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             msg = (
                 f"{_name_of(fn)} is a generator function: a pipeline runs a call to completion; "
                 "decorate a function that returns (or awaits) a value instead"
             )
             raise ValidationError(msg)
-        if not callable(fn):
-            raise _not_callable(fn, "the decorator")
         if is_async_callable(fn):
 
             async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -736,9 +720,9 @@ class ResiliencePipeline(Closing):
         """
         with _SWAPS:
             old = self._plan
-            if old.sync_problem is not _CLOSED:
+            if old is not _CLOSED_PLAN:
                 self._plan = other._plan
-        if old.sync_problem is _CLOSED:
+        if old is _CLOSED_PLAN:
             other.close()
             raise ValidationError(_CLOSED)
         old.retire()
@@ -759,9 +743,9 @@ class ResiliencePipeline(Closing):
         """
         with _SWAPS:
             plan = self._plan
-            if plan.sync_problem is _CLOSED:
+            if plan is _CLOSED_PLAN:
                 return
-            self._plan = _Plan.closed()
+            self._plan = _CLOSED_PLAN
         plan.retire()
 
     def __repr__(self) -> str:
