@@ -474,8 +474,8 @@ class ResiliencePipeline(Closing):
             raise ValidationError(plan.sync_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        # With no ambient context, `execution_context(None, call)` without the function call.
-        context = new_context() if parent is None else execution_context(parent, call)
+        # With no ambient context, a blank root context in one C call.
+        context = new_context() if parent is None else execution_context(parent)
         context._call = call
         if (
             self._listened
@@ -577,7 +577,7 @@ class ResiliencePipeline(Closing):
             raise ValidationError(plan.async_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        context = new_context() if parent is None else execution_context(parent, call)  # see `execute`
+        context = new_context() if parent is None else execution_context(parent)  # see `execute`
         context._call = call
         if (
             self._listened
