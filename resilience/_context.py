@@ -98,12 +98,10 @@ _MISSING: Any = object()
 _LINK_LOCK = threading.Lock()
 
 
+@on_fork_in_child
 def _new_link_lock_after_fork() -> None:
     global _LINK_LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
     _LINK_LOCK = threading.Lock()
-
-
-on_fork_in_child(_new_link_lock_after_fork)
 
 
 class ResilienceProperties:

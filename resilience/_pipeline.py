@@ -193,25 +193,6 @@ def _argument_picker(fn: Callable[..., Any], name: str) -> Callable[..., str]:
     return pick
 
 
-def _unwrapping(fn: Callable[P, Outcome[T]]) -> Callable[P, T]:
-    """`fn`, with an `Err` it returns raised so that the strategies handle it like an exception."""
-
-    def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
-        return _unwrapped(fn, fn(*args, **kwargs))
-
-    return functools.update_wrapper(unwrap, fn)
-
-
-def _unwrapping_async(fn: Callable[P, Awaitable[Outcome[T]]]) -> Callable[P, Awaitable[T]]:
-    async def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
-        awaitable = fn(*args, **kwargs)
-        if not _is_awaitable(awaitable):
-            raise _refuse_non_awaitable(fn, awaitable)
-        return _unwrapped(fn, await awaitable)
-
-    return functools.update_wrapper(unwrap, fn)
-
-
 def _unwrapped(fn: object, result: Outcome[T]) -> T:
     """The value of the `Outcome` `fn` returned (an `Err`'s error raised); a `ValidationError` for anything else."""
     checked: object = result  # the types say Outcome; a callable without them may return anything
@@ -270,9 +251,8 @@ class _Plan:
         self._in_flight = 0
         self._lock = threading.Lock()
         if self._closers:  # only a plan with background work to stop counts its executions
-            inner, inner_async = self.chain, self.chain_async
-            self.chain = functools.partial(self._counted, inner)
-            self.chain_async = functools.partial(self._counted_async, inner_async)
+            self.chain = functools.partial(self._counted, self.chain)
+            self.chain_async = functools.partial(self._counted_async, self.chain_async)
 
     def _counted(self, chain: Callable[[ResilienceContext], Any], context: ResilienceContext) -> Any:
         with self._lock:
@@ -333,10 +313,9 @@ class _Plan:
             # The innermost running execution of this plan: executions nest through the ambient
             # context, and each one's call names the ambient context it started under.
             context = current_context()
-            call = None if context is None else context._call
-            while call and call[3] is not self:
+            while context is not None and (call := context._call) and call[3] is not self:
                 context = call[4]
-                call = None if context is None else context._call
+            call = None if context is None else context._call
         # A copy: a hedged attempt may get here while its execution ends (and empties the list).
         found = tuple(call) if call else ()
         if len(found) != 5:
@@ -566,7 +545,11 @@ class ResiliencePipeline(Closing):
             _refuse_before_running(fn)
         except ValidationError as exc:
             return Err(exc)
-        return self.settle(_unwrapping(fn), *args, **kwargs)
+
+        def unwrap(*call_args: P.args, **call_kwargs: P.kwargs) -> T:  # an `Err` raised, for the strategies
+            return _unwrapped(fn, fn(*call_args, **call_kwargs))
+
+        return self.settle(functools.update_wrapper(unwrap, fn), *args, **kwargs)
 
     # -- async --------------------------------------------------------------------------------
 
@@ -645,7 +628,14 @@ class ResiliencePipeline(Closing):
         candidate: object = fn  # the types say callable; a caller without them may pass anything
         if not callable(candidate):
             return Err(_not_callable(fn, "execute_outcome_async"))
-        return await self.settle_async(_unwrapping_async(fn), *args, **kwargs)
+
+        async def unwrap(*call_args: P.args, **call_kwargs: P.kwargs) -> T:  # see `execute_outcome`
+            awaitable = fn(*call_args, **call_kwargs)
+            if not _is_awaitable(awaitable):
+                raise _refuse_non_awaitable(fn, awaitable)
+            return _unwrapped(fn, await awaitable)
+
+        return await self.settle_async(functools.update_wrapper(unwrap, fn), *args, **kwargs)
 
     # -- decorator ----------------------------------------------------------------------------
 
@@ -693,15 +683,12 @@ class ResiliencePipeline(Closing):
                 "decorate a function that returns (or awaits) a value instead"
             )
             raise ValidationError(msg)
-        if is_async_callable(fn):
 
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if key is None:
-                    return await self.execute_async(fn, *args, **kwargs)
-                with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
-                    return await self.execute_async(fn, *args, **kwargs)
-
-            return functools.update_wrapper(run_async, fn)
+        async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+            if key is None:
+                return await self.execute_async(fn, *args, **kwargs)
+            with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
+                return await self.execute_async(fn, *args, **kwargs)
 
         def run(*args: P.args, **kwargs: P.kwargs) -> Any:
             if key is None:
@@ -709,7 +696,7 @@ class ResiliencePipeline(Closing):
             with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
                 return self.execute(fn, *args, **kwargs)
 
-        return functools.update_wrapper(run, fn)
+        return functools.update_wrapper(run_async if is_async_callable(fn) else run, fn)
 
     def _adopt(self, other: ResiliencePipeline) -> None:
         """Run `other`'s strategies from now on (the registry's reload; same name and telemetry).

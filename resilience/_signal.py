@@ -41,14 +41,12 @@ _LOCK = threading.Lock()
 _ids = itertools.count()
 
 
+@on_fork_in_child
 def _new_lock_after_fork() -> None:
     # A thread of the parent may have held the lock at fork time; the child has no such
     # thread, so it starts with a fresh lock (and can abort its inherited leases' signals).
     global _LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
     _LOCK = threading.Lock()
-
-
-on_fork_in_child(_new_lock_after_fork)
 
 
 def _call_each(callbacks: Iterable[Callable[[BaseException], object]], reason: BaseException, what: str) -> None:
@@ -184,7 +182,7 @@ class Signal:
         reason = self._register(key, callback)
         if reason is not None:
             _call_each((callback,), reason, what)
-            return _noop
+            return lambda: None  # nothing to remove
         return lambda: self._remove(key)
 
     def _register(self, key: object, callback: Callable[[BaseException], object]) -> BaseException | None:
@@ -376,7 +374,3 @@ class _Wakeup:
     """The key a library wake-up is registered under (`Signal.add_wakeup`)."""
 
     __slots__ = ()
-
-
-def _noop() -> None:
-    return None

@@ -62,11 +62,9 @@ def generated_seconds(value: object, default: float, generator: str, expected: s
     """
     if value is None:
         return default
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int | float | dt.timedelta) and not isinstance(value, bool):
         try:
-            seconds = float(value)
+            seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
         except OverflowError:  # an int no float can hold: as a number, it is infinite
             seconds = math.inf
     else:
