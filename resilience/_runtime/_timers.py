@@ -121,12 +121,11 @@ class TimerThread:
                         heapq.heappop(self._heap)
                     if not self._heap:
                         self._cond.wait()
-                        continue
-                    wait = self._heap[0][0] - self.monotonic()
-                    if wait <= 0:
+                    elif (wait := self._heap[0][0] - self.monotonic()) > 0:
+                        self._cond.wait(min(wait, _MAX_WAIT))
+                    else:
                         handle = heapq.heappop(self._heap)[2]
                         break
-                    self._cond.wait(min(wait, _MAX_WAIT))
             handle._run()
 
 
