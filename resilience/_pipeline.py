@@ -173,8 +173,8 @@ def _argument_picker(fn: Callable[..., Any], name: str) -> Callable[..., str]:
     if signature is None or parameter is None or parameter.kind in {parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD}:
         msg = f"operation_key: {_name_of(fn)} has no parameter named {name!r} to take the operation key from"
         raise ValidationError(msg)
-    positional = parameter.kind in {parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD}
-    index = list(signature.parameters).index(name) if positional else -1
+    # Its position, unless it is keyword-only (a variadic one was refused above).
+    index = -1 if parameter.kind is parameter.KEYWORD_ONLY else list(signature.parameters).index(name)
     by_keyword = parameter.kind is not parameter.POSITIONAL_ONLY
 
     def pick(*args: Any, **kwargs: Any) -> str:
