@@ -204,14 +204,6 @@ def _unwrapped(fn: object, result: Outcome[T]) -> T:
     raise ValidationError(msg)
 
 
-def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext], Any], *, sync: bool) -> Any:
-    """Each strategy's hook over the next, outermost first, ending with `last`."""
-    chain = last
-    for strategy in reversed(strategies):
-        chain = functools.partial(strategy.execute if sync else strategy.execute_async, chain)
-    return chain
-
-
 class _Plan:
     """What a pipeline runs: its strategies composed once, and the misuse they refuse, swapped as one reference.
 
@@ -236,10 +228,11 @@ class _Plan:
 
     def __init__(self, strategies: tuple[Strategy, ...], closers: Sequence[Callable[[], object]] = ()) -> None:
         self.strategies = strategies
-        self.chain: Callable[[ResilienceContext], Any] = _composed(strategies, self._last_step, sync=True)
-        self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _composed(
-            strategies, self._last_step_async, sync=False
-        )
+        chain: Callable[[ResilienceContext], Any] = self._last_step
+        chain_async: Callable[[ResilienceContext], Awaitable[Any]] = self._last_step_async
+        for strategy in reversed(strategies):  # each strategy's hook over the next, the first added outermost
+            chain = functools.partial(strategy.execute, chain)
+            chain_async = functools.partial(strategy.execute_async, chain_async)
         traits = [traits_of(strategy) for strategy in strategies]
         self.sync_problem = next((t.sync_problem for t in traits if t.sync_problem), None)
         self.async_problem = next((t.async_problem for t in traits if t.async_problem), None)
@@ -251,8 +244,10 @@ class _Plan:
         self._in_flight = 0
         self._lock = threading.Lock()
         if self._closers:  # only a plan with background work to stop counts its executions
-            self.chain = functools.partial(self._counted, self.chain)
-            self.chain_async = functools.partial(self._counted_async, self.chain_async)
+            chain = functools.partial(self._counted, chain)
+            chain_async = functools.partial(self._counted_async, chain_async)
+        self.chain = chain
+        self.chain_async = chain_async
 
     def _counted(self, chain: Callable[[ResilienceContext], Any], context: ResilienceContext) -> Any:
         with self._lock:
