@@ -62,9 +62,11 @@ def generated_seconds(value: object, default: float, generator: str, expected: s
     """
     if value is None:
         return default
-    if isinstance(value, int | float | dt.timedelta) and not isinstance(value, bool):
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         try:
-            seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+            seconds = float(value)
         except OverflowError:  # an int no float can hold: as a number, it is infinite
             seconds = math.inf
     else:

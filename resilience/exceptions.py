@@ -68,8 +68,11 @@ class ValidationError(ResilienceError, ValueError):
     def __init__(self, problems: str | Iterable[str]) -> None:
         listed = [problems] if isinstance(problems, str) else list(problems)
         self.problems = listed
-        joined = "\n".join(f"  - {p}" for p in listed)
-        super().__init__(listed[0] if len(listed) == 1 else f"{len(listed)} problems:\n{joined}")
+        if len(listed) == 1:
+            message = listed[0]
+        else:
+            message = f"{len(listed)} problems:\n" + "\n".join(f"  - {p}" for p in listed)
+        super().__init__(message)
 
 
 class OperationAbortedError(ResilienceError):

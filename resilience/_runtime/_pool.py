@@ -10,7 +10,6 @@ dies of a job. The lease engine (`_lease/_workers.py`) and sync hedging run on p
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -107,10 +106,12 @@ class Pool:
 
     def withdraw(self, job: Callable[[], object]) -> bool:
         """Remove `job` if no thread took it yet; True if it will never run."""
-        with self._cond, contextlib.suppress(ValueError):  # not queued (any more)
-            self._jobs.remove(job)
+        with self._cond:
+            try:
+                self._jobs.remove(job)
+            except ValueError:
+                return False
             return True
-        return False
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until no job is queued or running (real time); for tests and benchmarks."""
