@@ -98,12 +98,10 @@ _MISSING: Any = object()
 _LINK_LOCK = threading.Lock()
 
 
+@on_fork_in_child
 def _new_link_lock_after_fork() -> None:
     global _LINK_LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
     _LINK_LOCK = threading.Lock()
-
-
-on_fork_in_child(_new_link_lock_after_fork)
 
 
 class ResilienceProperties:
@@ -413,22 +411,20 @@ new_context = functools.partial(object.__new__, ResilienceContext)
 """A fresh root context, without the constructor's argument handling."""
 
 
-def execution_context(parent: ResilienceContext | None, call: list[Any]) -> ResilienceContext:
-    """The root context of an execution of `call` (see `_call`) started under `parent`.
+def execution_context(parent: ResilienceContext) -> ResilienceContext:
+    """The root context of an execution started under `parent` (the pipeline then sets its `_call`).
 
     It shares the parent's signal (nothing aborts an execution on its own; the strategies
     that can abort derive child signals) and reads its properties through; a substitute the
     parent runs under is not inherited: the new execution runs its own callable.
     """
     context = new_context()
-    context._call = call
-    if parent is not None:
-        context._operation_key = parent._operation_key
-        props = parent._properties
-        if props is not None:
-            context._properties = _properties_over(props, None)
-        context._signal = parent.signal
-        context._attempt = parent._attempt
+    context._operation_key = parent._operation_key
+    props = parent._properties
+    if props is not None:
+        context._properties = _properties_over(props, None)
+    context._signal = parent.signal
+    context._attempt = parent._attempt
     return context
 
 

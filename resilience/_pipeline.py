@@ -173,8 +173,8 @@ def _argument_picker(fn: Callable[..., Any], name: str) -> Callable[..., str]:
     if signature is None or parameter is None or parameter.kind in {parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD}:
         msg = f"operation_key: {_name_of(fn)} has no parameter named {name!r} to take the operation key from"
         raise ValidationError(msg)
-    positional = parameter.kind in {parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD}
-    index = list(signature.parameters).index(name) if positional else -1
+    # Its position, unless it is keyword-only (a variadic one was refused above).
+    index = -1 if parameter.kind is parameter.KEYWORD_ONLY else list(signature.parameters).index(name)
     by_keyword = parameter.kind is not parameter.POSITIONAL_ONLY
 
     def pick(*args: Any, **kwargs: Any) -> str:
@@ -193,25 +193,6 @@ def _argument_picker(fn: Callable[..., Any], name: str) -> Callable[..., str]:
     return pick
 
 
-def _unwrapping(fn: Callable[P, Outcome[T]]) -> Callable[P, T]:
-    """`fn`, with an `Err` it returns raised so that the strategies handle it like an exception."""
-
-    def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
-        return _unwrapped(fn, fn(*args, **kwargs))
-
-    return functools.update_wrapper(unwrap, fn)
-
-
-def _unwrapping_async(fn: Callable[P, Awaitable[Outcome[T]]]) -> Callable[P, Awaitable[T]]:
-    async def unwrap(*args: P.args, **kwargs: P.kwargs) -> T:
-        awaitable = fn(*args, **kwargs)
-        if not _is_awaitable(awaitable):
-            raise _refuse_non_awaitable(fn, awaitable)
-        return _unwrapped(fn, await awaitable)
-
-    return functools.update_wrapper(unwrap, fn)
-
-
 def _unwrapped(fn: object, result: Outcome[T]) -> T:
     """The value of the `Outcome` `fn` returned (an `Err`'s error raised); a `ValidationError` for anything else."""
     checked: object = result  # the types say Outcome; a callable without them may return anything
@@ -221,31 +202,6 @@ def _unwrapped(fn: object, result: Outcome[T]) -> T:
         raise _refuse_awaitable(fn, result)
     msg = f"{_name_of(fn)} returned {type(result).__name__}, not an Outcome: return Ok(value) or Err(error)"
     raise ValidationError(msg)
-
-
-def _running_call(plan: _Plan) -> list[Any] | None:
-    """The call of the innermost running execution of `plan` around this point, or None.
-
-    Executions nest through the ambient context: each one's call names the ambient context it
-    started under.
-    """
-    context = current_context()
-    while context is not None:
-        call = context._call
-        if not call:
-            return None
-        if call[3] is plan:
-            return call
-        context = call[4]
-    return None
-
-
-def _composed(strategies: Sequence[Strategy], last: Callable[[ResilienceContext], Any], *, sync: bool) -> Any:
-    """Each strategy's hook over the next, outermost first, ending with `last`."""
-    chain = last
-    for strategy in reversed(strategies):
-        chain = functools.partial(strategy.execute if sync else strategy.execute_async, chain)
-    return chain
 
 
 class _Plan:
@@ -272,10 +228,11 @@ class _Plan:
 
     def __init__(self, strategies: tuple[Strategy, ...], closers: Sequence[Callable[[], object]] = ()) -> None:
         self.strategies = strategies
-        self.chain: Callable[[ResilienceContext], Any] = _composed(strategies, self._last_step, sync=True)
-        self.chain_async: Callable[[ResilienceContext], Awaitable[Any]] = _composed(
-            strategies, self._last_step_async, sync=False
-        )
+        chain: Callable[[ResilienceContext], Any] = self._last_step
+        chain_async: Callable[[ResilienceContext], Awaitable[Any]] = self._last_step_async
+        for strategy in reversed(strategies):  # each strategy's hook over the next, the first added outermost
+            chain = functools.partial(strategy.execute, chain)
+            chain_async = functools.partial(strategy.execute_async, chain_async)
         traits = [traits_of(strategy) for strategy in strategies]
         self.sync_problem = next((t.sync_problem for t in traits if t.sync_problem), None)
         self.async_problem = next((t.async_problem for t in traits if t.async_problem), None)
@@ -287,16 +244,10 @@ class _Plan:
         self._in_flight = 0
         self._lock = threading.Lock()
         if self._closers:  # only a plan with background work to stop counts its executions
-            inner, inner_async = self.chain, self.chain_async
-            self.chain = functools.partial(self._counted, inner)
-            self.chain_async = functools.partial(self._counted_async, inner_async)
-
-    @classmethod
-    def closed(cls) -> _Plan:
-        """The plan of a closed pipeline: every execution is refused before anything runs."""
-        plan = cls(())
-        plan.sync_problem = plan.async_problem = _CLOSED
-        return plan
+            chain = functools.partial(self._counted, chain)
+            chain_async = functools.partial(self._counted_async, chain_async)
+        self.chain = chain
+        self.chain_async = chain_async
 
     def _counted(self, chain: Callable[[ResilienceContext], Any], context: ResilienceContext) -> Any:
         with self._lock:
@@ -324,10 +275,11 @@ class _Plan:
             self._close_now()
 
     def retire(self) -> None:
-        """No execution starts on this plan any more: stop its background work once none runs."""
+        """No execution starts on this plan any more: stop its background work once none runs.
+
+        Idempotent: the closers are taken once (`_close_now`).
+        """
         with self._lock:
-            if self._retired:
-                return
             self._retired = True
             idle = not self._in_flight
         if idle:
@@ -353,9 +305,14 @@ class _Plan:
         inner.raise_if_aborted()
         call = inner._call
         if call is None or (call and call[3] is not self):  # an emptied call: its execution ended
-            call = _running_call(self)
+            # The innermost running execution of this plan: executions nest through the ambient
+            # context, and each one's call names the ambient context it started under.
+            context = current_context()
+            while context is not None and (call := context._call) and call[3] is not self:
+                context = call[4]
+            call = None if context is None else context._call
         # A copy: a hedged attempt may get here while its execution ends (and empties the list).
-        found = () if call is None else tuple(call)
+        found = tuple(call) if call else ()
         if len(found) != 5:
             reason = inner.abort_reason
             if reason is not None:  # an abandoned attempt, aborted as its execution ended
@@ -405,6 +362,11 @@ class _Plan:
             return await awaitable
         finally:
             reset_context(token)
+
+
+_CLOSED_PLAN = _Plan(())
+"""The plan of every closed pipeline: every execution is refused before anything runs."""
+_CLOSED_PLAN.sync_problem = _CLOSED_PLAN.async_problem = _CLOSED
 
 
 def require_pipeline(value: object, owner: str) -> ResiliencePipeline:
@@ -486,8 +448,8 @@ class ResiliencePipeline(Closing):
             raise ValidationError(plan.sync_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        # With no ambient context, `execution_context(None, call)` without the function call.
-        context = new_context() if parent is None else execution_context(parent, call)
+        # With no ambient context, a blank root context in one C call.
+        context = new_context() if parent is None else execution_context(parent)
         context._call = call
         if (
             self._listened
@@ -578,7 +540,11 @@ class ResiliencePipeline(Closing):
             _refuse_before_running(fn)
         except ValidationError as exc:
             return Err(exc)
-        return self.settle(_unwrapping(fn), *args, **kwargs)
+
+        def unwrap(*call_args: P.args, **call_kwargs: P.kwargs) -> T:  # an `Err` raised, for the strategies
+            return _unwrapped(fn, fn(*call_args, **call_kwargs))
+
+        return self.settle(functools.update_wrapper(unwrap, fn), *args, **kwargs)
 
     # -- async --------------------------------------------------------------------------------
 
@@ -589,7 +555,7 @@ class ResiliencePipeline(Closing):
             raise ValidationError(plan.async_problem)
         parent = current_context()
         call = [fn, args, kwargs, plan, parent]
-        context = new_context() if parent is None else execution_context(parent, call)  # see `execute`
+        context = new_context() if parent is None else execution_context(parent)  # see `execute`
         context._call = call
         if (
             self._listened
@@ -657,7 +623,14 @@ class ResiliencePipeline(Closing):
         candidate: object = fn  # the types say callable; a caller without them may pass anything
         if not callable(candidate):
             return Err(_not_callable(fn, "execute_outcome_async"))
-        return await self.settle_async(_unwrapping_async(fn), *args, **kwargs)
+
+        async def unwrap(*call_args: P.args, **call_kwargs: P.kwargs) -> T:  # see `execute_outcome`
+            awaitable = fn(*call_args, **call_kwargs)
+            if not _is_awaitable(awaitable):
+                raise _refuse_non_awaitable(fn, awaitable)
+            return _unwrapped(fn, await awaitable)
+
+        return await self.settle_async(functools.update_wrapper(unwrap, fn), *args, **kwargs)
 
     # -- decorator ----------------------------------------------------------------------------
 
@@ -681,9 +654,7 @@ class ResiliencePipeline(Closing):
         lease per order.
         """
         if fn is None:
-            if isinstance(operation_key, str) and operation_key:
-                return functools.partial(self._decorate_by_argument, name=operation_key)
-            if not callable(operation_key):
+            if not (isinstance(operation_key, str) and operation_key) and not callable(operation_key):
                 msg = (
                     "operation_key: must be a parameter name or a function of the call's arguments, "
                     f"got {operation_key!r:.60}"
@@ -695,29 +666,24 @@ class ResiliencePipeline(Closing):
             raise ValidationError(msg)
         return self._decorate(fn, key=None)
 
-    def _decorate_by_argument(self, fn: Callable[P, Any], /, *, name: str) -> Callable[P, Any]:
+    def _decorate(self, fn: Callable[P, Any], /, *, key: str | Callable[..., object] | None) -> Callable[P, Any]:
+        """`fn` wrapped; `key` is the operation key's function, or the name of the argument it is."""
         if not callable(fn):
             raise _not_callable(fn, "the decorator")
-        return self._decorate(fn, key=_argument_picker(fn, name))
-
-    def _decorate(self, fn: Callable[P, Any], /, *, key: Callable[..., object] | None) -> Callable[P, Any]:
+        if isinstance(key, str):
+            key = _argument_picker(fn, key)
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             msg = (
                 f"{_name_of(fn)} is a generator function: a pipeline runs a call to completion; "
                 "decorate a function that returns (or awaits) a value instead"
             )
             raise ValidationError(msg)
-        if not callable(fn):
-            raise _not_callable(fn, "the decorator")
-        if is_async_callable(fn):
 
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if key is None:
-                    return await self.execute_async(fn, *args, **kwargs)
-                with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
-                    return await self.execute_async(fn, *args, **kwargs)
-
-            return functools.update_wrapper(run_async, fn)
+        async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+            if key is None:
+                return await self.execute_async(fn, *args, **kwargs)
+            with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
+                return await self.execute_async(fn, *args, **kwargs)
 
         def run(*args: P.args, **kwargs: P.kwargs) -> Any:
             if key is None:
@@ -725,7 +691,7 @@ class ResiliencePipeline(Closing):
             with use_context(current_context(), operation_key=_operation_key_of(key, args, kwargs)):
                 return self.execute(fn, *args, **kwargs)
 
-        return functools.update_wrapper(run, fn)
+        return functools.update_wrapper(run_async if is_async_callable(fn) else run, fn)
 
     def _adopt(self, other: ResiliencePipeline) -> None:
         """Run `other`'s strategies from now on (the registry's reload; same name and telemetry).
@@ -736,9 +702,9 @@ class ResiliencePipeline(Closing):
         """
         with _SWAPS:
             old = self._plan
-            if old.sync_problem is not _CLOSED:
+            if old is not _CLOSED_PLAN:
                 self._plan = other._plan
-        if old.sync_problem is _CLOSED:
+        if old is _CLOSED_PLAN:
             other.close()
             raise ValidationError(_CLOSED)
         old.retire()
@@ -759,9 +725,9 @@ class ResiliencePipeline(Closing):
         """
         with _SWAPS:
             plan = self._plan
-            if plan.sync_problem is _CLOSED:
+            if plan is _CLOSED_PLAN:
                 return
-            self._plan = _Plan.closed()
+            self._plan = _CLOSED_PLAN
         plan.retire()
 
     def __repr__(self) -> str:

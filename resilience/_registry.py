@@ -22,7 +22,7 @@ from resilience.strategies.limiting._concurrency import ConcurrencyLimiterStrate
 from resilience.strategies.limiting._rate import CARRIED, RateLimiterStrategy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterator
+    from collections.abc import Callable, Hashable, Iterable, Iterator
 
     from resilience._pipeline import ResiliencePipeline
     from resilience._time import TimeProvider
@@ -142,9 +142,7 @@ class ResiliencePipelineRegistry:
 
     def clear(self) -> None:
         """Forget every pipeline; pipelines already given out keep working as they are."""
-        with self._lock:
-            self._pipelines = {}
-            self._entries = {}
+        self._forget()
 
     def close(self) -> None:
         """Close every pipeline the registry built (`ResiliencePipeline.close`) and forget them.
@@ -152,12 +150,14 @@ class ResiliencePipelineRegistry:
         Pipelines given out refuse executions from now on; the registry itself can still
         build new ones.
         """
-        with self._lock:
-            pipelines = list(self._pipelines.values())
-            self._pipelines = {}
-            self._entries = {}
-        for pipeline in pipelines:
+        for pipeline in self._forget():
             pipeline.close()
+
+    def _forget(self) -> Iterable[ResiliencePipeline]:
+        """Empty the registry; the pipelines it held."""
+        with self._lock:
+            pipelines, self._pipelines, self._entries = self._pipelines, {}, {}
+        return pipelines.values()
 
     def _build(
         self, key: Hashable, configure: Callable[[ResiliencePipelineBuilder, Any], object]

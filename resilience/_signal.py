@@ -41,21 +41,12 @@ _LOCK = threading.Lock()
 _ids = itertools.count()
 
 
+@on_fork_in_child
 def _new_lock_after_fork() -> None:
     # A thread of the parent may have held the lock at fork time; the child has no such
     # thread, so it starts with a fresh lock (and can abort its inherited leases' signals).
     global _LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
     _LOCK = threading.Lock()
-
-
-on_fork_in_child(_new_lock_after_fork)
-
-
-def _checked(reason: BaseException, method: str) -> BaseException:
-    if not isinstance(reason, BaseException):  # callers that ignore the types
-        msg = f"Signal.{method}(reason): the reason must be an exception (it is raised), got {reason!r}"  # type: ignore[unreachable]
-        raise ValidationError(msg)
-    return reason
 
 
 def _call_each(callbacks: Iterable[Callable[[BaseException], object]], reason: BaseException, what: str) -> None:
@@ -105,8 +96,9 @@ class Signal:
         runs the `add_callback` callbacks, synchronously on this thread. Returns False, and
         changes nothing, if the signal had already aborted.
         """
-        reason = _checked(OperationAbortedError() if reason is None else reason, "abort")
-        pending = self._abort(reason)
+        if reason is None:
+            reason = OperationAbortedError()
+        pending = self._abort(reason, "abort")
         if pending is None:
             return False
         _call_each(pending, reason, "a signal callback raised")
@@ -122,20 +114,38 @@ class Signal:
         it off the timer thread, so that a slow callback never delays another lease or timeout.
         None if the signal had already aborted, or no user callback waits.
         """
-        reason = _checked(reason, "abort_deferred")
-        pending = self._abort(reason)
+        pending = self._abort(reason, "abort_deferred")
         return functools.partial(_call_each, pending, reason, "a signal callback raised") if pending else None
 
-    def _abort(self, reason: BaseException) -> list[Callable[[BaseException], object]] | None:
+    def _abort(self, reason: BaseException, method: str) -> list[Callable[[BaseException], object]] | None:
         """Mark this signal and its descendants aborted and wake their waiters; the user callbacks left to run.
 
-        None if the signal had already aborted.
+        None if the signal had already aborted. `method` names the caller in the error about
+        a reason that is not an exception.
         """
+        if not isinstance(reason, BaseException):  # callers that ignore the types
+            msg = f"Signal.{method}(reason): the reason must be an exception (it is raised), got {reason!r}"  # type: ignore[unreachable]
+            raise ValidationError(msg)
         with _LOCK:
             if self._reason is not None:
                 return None
             self._unlink()
-            pending, wakeups = self._mark_aborted(reason)
+            pending: list[Callable[[BaseException], object]] = []
+            wakeups: list[Callable[[BaseException], object]] = []
+            stack = [self]  # this signal and its descendants: set the reason, sort the callbacks
+            while stack:
+                signal = stack.pop()
+                signal._reason = reason
+                callbacks, signal._callbacks = signal._callbacks, None
+                if callbacks:
+                    for key, callback in callbacks.items():
+                        if type(key) is Signal and key._reason is None:
+                            key._parent = None
+                            stack.append(key)
+                        elif type(key) is CancelScope or type(key) is _Wakeup:
+                            wakeups.append(callback)
+                        else:
+                            pending.append(callback)
         # Ours, not user code: each sets an event or schedules a wake-up. One that fails never
         # loses the other wake-ups (nor the callbacks: a Ctrl-C here is raised once they ran).
         try:
@@ -144,28 +154,6 @@ class Signal:
             _call_each(pending, reason, "a signal callback raised")  # interrupted here: run them here
             raise
         return pending
-
-    def _mark_aborted(
-        self, reason: BaseException
-    ) -> tuple[list[Callable[[BaseException], object]], list[Callable[[BaseException], object]]]:
-        """Under `_LOCK`: set `reason` on this signal and its descendants; their user callbacks and wake-ups."""
-        pending: list[Callable[[BaseException], object]] = []
-        wakeups: list[Callable[[BaseException], object]] = []
-        stack = [self]
-        while stack:
-            signal = stack.pop()
-            signal._reason = reason
-            callbacks, signal._callbacks = signal._callbacks, None
-            if callbacks:
-                for key, callback in callbacks.items():
-                    if type(key) is Signal and key._reason is None:
-                        key._parent = None
-                        stack.append(key)
-                    elif type(key) is CancelScope or type(key) is _Wakeup:
-                        wakeups.append(callback)
-                    else:
-                        pending.append(callback)
-        return pending, wakeups
 
     def raise_if_aborted(self) -> None:
         """Raise the reason if the signal has aborted."""
@@ -194,7 +182,7 @@ class Signal:
         reason = self._register(key, callback)
         if reason is not None:
             _call_each((callback,), reason, what)
-            return _noop
+            return lambda: None  # nothing to remove
         return lambda: self._remove(key)
 
     def _register(self, key: object, callback: Callable[[BaseException], object]) -> BaseException | None:
@@ -386,7 +374,3 @@ class _Wakeup:
     """The key a library wake-up is registered under (`Signal.add_wakeup`)."""
 
     __slots__ = ()
-
-
-def _noop() -> None:
-    return None

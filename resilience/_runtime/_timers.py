@@ -27,16 +27,6 @@ _MAX_WAIT = 3600.0
 """The timer thread wakes at least this often: `Condition.wait` refuses more than TIMEOUT_MAX."""
 
 
-def _real_monotonic() -> Callable[[], float]:
-    """`time.monotonic` as the interpreter provides it, even if this module is imported during a freeze."""
-    clock = time.monotonic
-    if not isinstance(clock, types.BuiltinFunctionType):  # patched: freezegun's fake is a Python function
-        real = getattr(sys.modules.get("freezegun.api"), "real_monotonic", None)
-        if callable(real):
-            return real  # type: ignore[no-any-return]
-    return clock
-
-
 class ThreadTimerHandle:
     """A scheduled callback on the shared timer thread; `cancel()` is idempotent."""
 
@@ -75,7 +65,13 @@ class TimerThread:
         # (a frozen year 2030) and waited for with the real clock would never come: one
         # `call_later` during a test's freeze would leave the lease scheduler armed forever,
         # and every sync lease of the process unrenewed and unwatched after it.
-        self.monotonic: Callable[[], float] = _real_monotonic()
+        # `time.monotonic` as the interpreter provides it, even if this module is imported
+        # during a freeze (freezegun's fake is a Python function, not a builtin).
+        self.monotonic: Callable[[], float] = time.monotonic
+        if not isinstance(self.monotonic, types.BuiltinFunctionType):
+            real = getattr(sys.modules.get("freezegun.api"), "real_monotonic", None)
+            if callable(real):
+                self.monotonic = real
         self._seq = itertools.count()
         self._reset()
 
@@ -125,12 +121,11 @@ class TimerThread:
                         heapq.heappop(self._heap)
                     if not self._heap:
                         self._cond.wait()
-                        continue
-                    wait = self._heap[0][0] - self.monotonic()
-                    if wait <= 0:
+                    elif (wait := self._heap[0][0] - self.monotonic()) > 0:
+                        self._cond.wait(min(wait, _MAX_WAIT))
+                    else:
                         handle = heapq.heappop(self._heap)[2]
                         break
-                    self._cond.wait(min(wait, _MAX_WAIT))
             handle._run()
 
 
