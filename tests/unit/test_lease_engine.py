@@ -145,8 +145,8 @@ class TestHandle:
         assert repr(lease) == "<Lease key='k' token=1 held>"
         lease.finish()
         assert repr(lease) == "<Lease key='k' token=1 ended>"
-        assert lease.ended
-        assert lease.deadline == pytest.approx(0.99)
+        assert lease._machine.ended
+        assert lease._machine.deadline == pytest.approx(0.99)
 
     def test_an_acquired_lease_under_an_aborted_signal_is_given_back(self, clock: FakeTimeProvider) -> None:
         """A signal that aborts during the acquire call: the lease is released, the reason raised."""
