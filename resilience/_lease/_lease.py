@@ -223,9 +223,6 @@ class Scheduler:
                     lost.append(lease)
         return lost, renewals
 
-    def __len__(self) -> int:
-        return len(self._heap) + len(self.young)
-
 
 class Batch:
     """Renewals of one store (and renewal group) sent together, and the one heap entry that watches their deadlines."""

@@ -282,7 +282,7 @@ class TestScheduler:
             first, second = _acquire(store, clock, params, key="a"), _acquire(store, clock, params, key="b")
             first.finish()
             second.finish()
-        assert len(scheduler_for(clock)) == 0
+        assert (scheduler_for(clock)._heap, scheduler_for(clock).young) == ([], {})
         assert len(store) == 0
 
     def test_a_young_lease_still_held_at_the_tick_is_renewed(self, clock: FakeTimeProvider) -> None:
