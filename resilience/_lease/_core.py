@@ -300,10 +300,6 @@ class LeaseMachine:
 
     # -- what an input decides ------------------------------------------------------------------
 
-    def expired(self, now: float) -> bool:
-        """Whether the local deadline has passed."""
-        return now >= self.deadline
-
     def _succeeded(self, sent_at: float, now: float, ttl: float) -> None:
         deadline = sent_at + ttl - (self.margin if ttl == self.ttl else safety_margin(ttl))
         # Sent after every earlier success was answered, it acted last; else the store's order is

@@ -223,9 +223,6 @@ class Scheduler:
                     lost.append(lease)
         return lost, renewals
 
-    def __len__(self) -> int:
-        return len(self._heap) + len(self.young)
-
 
 class Batch:
     """Renewals of one store (and renewal group) sent together, and the one heap entry that watches their deadlines."""
@@ -260,7 +257,7 @@ class Batch:
         """
         leases = self.leases
         sent = leases[0]._tp.monotonic()
-        todo = [n for n, lease in enumerate(leases) if not lease._machine.expired(sent)]
+        todo = [n for n, lease in enumerate(leases) if sent < lease._machine.deadline]
         return sent, todo, [(leases[n].store_key, leases[n].owner, leases[n]._machine.renew_ttl) for n in todo]
 
     def answered(self, sent: float, todo: list[int], got: list[bool | Exception]) -> None:
@@ -484,19 +481,9 @@ class LeaseBase:
         return self._error is not None
 
     @property
-    def ended(self) -> bool:
-        """Whether the lease was released or finished (renewal stopped)."""
-        return self._machine.ended
-
-    @property
     def ttl(self) -> float:
         """The current lease length (the last `extend` may have changed it)."""
         return self._machine.ttl
-
-    @property
-    def deadline(self) -> float:
-        """The local deadline on the time provider's monotonic clock."""
-        return self._machine.deadline
 
     def expires_in(self) -> float:
         """Seconds left until the local deadline (0 when passed)."""

@@ -143,20 +143,18 @@ class StoreOps:
         many = store.renew_many_async if self.renews_many_async else None
         return await run_steps_async(_renewals(items, many, store.renew_async))
 
-    def wait_released(self, key: str, timeout: float, owner: str | None = None) -> bool:
+    def wait_released(self, key: str, timeout: float, owner: str) -> bool:
         """`store.wait_released` (only when `notify`); on a store that queues waiters (`fair`), until `owner`'s turn.
 
         A semaphore's turn: its slots are free for it.
         """
-        if owner is not None and self.fair:
-            return bool(self.store.wait_released(key, timeout, owner, *self.extra))
-        return bool(self.store.wait_released(key, timeout))
+        turn = (owner, *self.extra) if self.fair else ()  # what a fair store's wait takes after the timeout
+        return bool(self.store.wait_released(key, timeout, *turn))
 
-    async def wait_released_async(self, key: str, timeout: float, owner: str | None = None) -> bool:
+    async def wait_released_async(self, key: str, timeout: float, owner: str) -> bool:
         """`store.wait_released_async` (only when `notify_async`); see `wait_released`."""
-        if owner is not None and self.fair:
-            return bool(await self.store.wait_released_async(key, timeout, owner, *self.extra))
-        return bool(await self.store.wait_released_async(key, timeout))
+        turn = (owner, *self.extra) if self.fair else ()
+        return bool(await self.store.wait_released_async(key, timeout, *turn))
 
 
 class LockOps(StoreOps):

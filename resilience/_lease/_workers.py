@@ -87,8 +87,7 @@ class Strand:
         What a holder does before it returns: its callbacks never wait for a pool thread.
         """
         with self._lock:
-            while self._active:
-                self._idle.wait()
+            self._idle.wait_for(lambda: not self._active)
             if not self._jobs:
                 return
             self._active = True

@@ -415,11 +415,7 @@ class Locks(Closing):
     # -- flavour checks ---------------------------------------------------------------------
 
     def _need(self, method: str, *, is_async: bool, shared: bool = False) -> None:
-        if shared:
-            problems = Problems()
-            self._check_shared(problems, shared)
-            if problems:
-                raise ValidationError(problems.items)
+        """Raise unless the store serves `method`'s flavour (and `shared`, a validated option, in it)."""
         kind = self._kind
         flavour = "asyncio" if is_async else "sync"
         if not (self._ops.has_async if is_async else self._ops.has_sync):
@@ -521,17 +517,6 @@ class Locks(Closing):
 
     # -- engine -----------------------------------------------------------------------------
 
-    def _params(self, options: _Options, *, run: bool) -> LeaseParams:
-        """A `run` / `hold` lease renews and watches its deadline; a bare `acquire` lease does neither."""
-        return LeaseParams(
-            ttl=options.ttl,
-            renew_interval=options.heartbeat,
-            watch_deadline=run,
-            error_type=self._error_type,
-            on_lost=self._lost,
-            on_renew_error=functools.partial(self._renew_failed, options.on_renew_error) if run else None,
-        )
-
     @staticmethod
     def _lost(lease: LeaseBase) -> None:
         cast("LockEvents", lease.tag).lost(None, lease.key, lease)
@@ -569,7 +554,14 @@ class Locks(Closing):
         return (acquire_lease_async if is_async else acquire_lease)(
             shared_ops if options.shared else self._ops_for(options, is_async=is_async),
             key,
-            params=self._params(options, run=run),
+            params=LeaseParams(  # a `run` / `hold` lease renews and watches its deadline; a bare `acquire` one neither
+                ttl=options.ttl,
+                renew_interval=options.heartbeat,
+                watch_deadline=run,
+                error_type=self._error_type,
+                on_lost=self._lost,
+                on_renew_error=functools.partial(self._renew_failed, options.on_renew_error) if run else None,
+            ),
             schedule=self._schedule(options),
             time_provider=self._tp,
             signal=parent,
@@ -641,8 +633,8 @@ class Locks(Closing):
                 itself, that propagates unchanged; another exception is chained as the cause.
             ValidationError: a bad option, or a sync call on an asyncio-only client.
         """
-        self._need("run", is_async=False, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, heartbeat, on_renew_error, shared, run=True)
+        self._need("run", is_async=False, shared=options.shared)
         with LockHold(self, key, options) as handle:
             return fn(handle)
 
@@ -661,8 +653,8 @@ class Locks(Closing):
         shared: bool = False,
     ) -> T:
         """The asyncio twin of `run`: `await fn(handle)` while holding `key`."""
-        self._need("run_async", is_async=True, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, heartbeat, on_renew_error, shared, run=True)
+        self._need("run_async", is_async=True, shared=options.shared)
         async with LockHold(self, key, options) as handle:
             return await fn(handle)
 
@@ -683,8 +675,8 @@ class Locks(Closing):
         the work can outlive the ttl (only `extend()` answered False aborts its signal), and
         `release()` when done.
         """
-        self._need("acquire", is_async=False, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
+        self._need("acquire", is_async=False, shared=options.shared)
         return run_steps(self._taking(key, options, is_async=False))
 
     def _taking(self, key: str, options: _Options, *, is_async: bool) -> Steps[LockHandle | None]:
@@ -718,8 +710,8 @@ class Locks(Closing):
         shared: bool = False,
     ) -> LockHandle | None:
         """The asyncio twin of `acquire` (its options spelled out: no keyword dict on this path)."""
-        self._need("acquire_async", is_async=True, shared=shared)
         options = self._options(key, ttl, retries, retry_delay, wait, shared=shared, run=False)
+        self._need("acquire_async", is_async=True, shared=options.shared)
         return await run_steps_async(self._taking(key, options, is_async=True))
 
     def _handle(
@@ -898,16 +890,16 @@ class Semaphores(Locks):
         With `wait=`, the request queues in arrival order: later, smaller requests do not take
         the slots it waits for. The handle's `release()` frees all of them.
         """
-        self._need("acquire", is_async=False, shared=options.get("shared", False))
         valid = self._options(key, run=False, permits=check_semaphore_permits(self.limit, permits), **options)
+        self._need("acquire", is_async=False)
         return run_steps(self._taking(key, valid, is_async=False))
 
     async def acquire_async(
         self, key: str, /, *, permits: int = 1, **options: Unpack[AcquireOptions]
     ) -> LockHandle | None:
         """The asyncio twin of `acquire`."""
-        self._need("acquire_async", is_async=True, shared=options.get("shared", False))
         valid = self._options(key, run=False, permits=check_semaphore_permits(self.limit, permits), **options)
+        self._need("acquire_async", is_async=True)
         return await run_steps_async(self._taking(key, valid, is_async=True))
 
 

@@ -145,8 +145,8 @@ class TestHandle:
         assert repr(lease) == "<Lease key='k' token=1 held>"
         lease.finish()
         assert repr(lease) == "<Lease key='k' token=1 ended>"
-        assert lease.ended
-        assert lease.deadline == pytest.approx(0.99)
+        assert lease._machine.ended
+        assert lease._machine.deadline == pytest.approx(0.99)
 
     def test_an_acquired_lease_under_an_aborted_signal_is_given_back(self, clock: FakeTimeProvider) -> None:
         """A signal that aborts during the acquire call: the lease is released, the reason raised."""
@@ -282,7 +282,7 @@ class TestScheduler:
             first, second = _acquire(store, clock, params, key="a"), _acquire(store, clock, params, key="b")
             first.finish()
             second.finish()
-        assert len(scheduler_for(clock)) == 0
+        assert (scheduler_for(clock)._heap, scheduler_for(clock).young) == ([], {})
         assert len(store) == 0
 
     def test_a_young_lease_still_held_at_the_tick_is_renewed(self, clock: FakeTimeProvider) -> None:

@@ -45,7 +45,7 @@ def test_a_lease_believed_held_is_held_in_the_store(plan: list[tuple[str, object
         clock.advance(value)
         idle()
         if not lease.lost:
-            assert clock.monotonic() < lease.deadline
+            assert clock.monotonic() < lease._machine.deadline
             with store._mutex:
                 held = store._leases.get("k")
             assert held is not None
