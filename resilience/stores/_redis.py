@@ -656,8 +656,7 @@ class RedisLockStore(_RedisStore):
         """The Redis key of lock `key`."""
         return f"{self._prefix}:{_check_str('key', key)}"
 
-    def _main_key(self, key: str) -> str:
-        return self.key(key)
+    _main_key = key
 
     def queue_keys(self, key: str) -> tuple[str, str] | None:
         """The Redis keys of `key`'s waiter queue (arrivals, refreshed entry expiries), in its hash slot.

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resilience._validation import wrong_store
-from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str, _is_client
+from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -248,9 +247,8 @@ class RedisCircuitStateStore(RedisClientsStore):
         super().__init__(self._kind, client, async_client, prefix)
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
-        factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
-        self._factory: Any = async_client if factory else None
-        # With a factory: this store's own client of each event loop, closed with its sync task.
+        # With a factory (its runner's `_factory`): this store's own client of each event loop,
+        # closed with its sync task.
         self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -287,10 +285,10 @@ class RedisCircuitStateStore(RedisClientsStore):
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
         runner = self._async_runner("exchange_async")
-        if self._factory is not None:
+        if runner._factory is not None:
             loop = asyncio.get_running_loop()
             runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(
-                loop, _AsyncClient(self._factory, self._kind)
+                loop, _AsyncClient(runner._factory, self._kind)
             )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
 

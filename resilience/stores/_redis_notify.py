@@ -128,9 +128,9 @@ class _Subscriptions(Generic[_E]):
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
         self._sharded = sharded
-        self._reset()
+        self._forget()
 
-    def _reset(self) -> None:
+    def _forget(self) -> None:
         """No waiter, no subscription, no connection."""
         self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
         self._subscribed: dict[str, _E] = {}  # channel -> set once the server confirms
@@ -196,11 +196,10 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
         super().__init__(open_pubsub, sharded=sharded)
         self._name = name
         _LISTENERS.add(self)
-        self._forget()
 
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
-        self._reset()
+        super()._forget()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
