@@ -200,7 +200,6 @@ def _ms(seconds: float) -> int:
 def _arguments(exchange: CircuitExchange) -> list[object]:
     sampling = max(10, _ms(exchange.sampling_duration))  # a bucket is at least a millisecond
     brk = max(1, _ms(exchange.break_duration))
-    expiry = max(60_000, 2 * (sampling + brk))
     return [
         int(exchange.successes),
         int(exchange.failures),
@@ -213,7 +212,7 @@ def _arguments(exchange: CircuitExchange) -> list[object]:
         int(exchange.epoch),
         int(exchange.state),
         _ms(exchange.remaining),
-        expiry,
+        max(60_000, 2 * (sampling + brk)),  # the key's expiry (ms)
         max(1, _ms(exchange.interval)),
     ]
 
