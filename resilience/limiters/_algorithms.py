@@ -80,8 +80,7 @@ def check_rate(limit: int, per: float, burst: int | None, algorithm: str) -> tup
     if algorithm == "token_bucket":
         # In microseconds, computed as the Redis store sends it, so that this check and the
         # script's agree to the last bit (1e15 / 5345 * 5345 exceeds 1e15).
-        interval = interval_us(per, limit)
-        if interval < 1:
+        if (interval := interval_us(per, limit)) < 1:
             return "limit", f"at most one permit per microsecond: {limit} per {per:g} s is too many"
         if interval * (limit if burst is None else burst) > MAX_DURATION * 1_000_000:
             return "burst", f"the bucket must refill within {MAX_DURATION:g} seconds: {burst} at {limit} per {per:g} s"
@@ -133,8 +132,7 @@ def check_take(  # noqa: PLR0917 - the arguments of `take`, in its order
         return f"{rate[0]}: {rate[1]}"
     if algorithm == "sliding_window" and permits > MAX_LOG_PERMITS:
         return f"permits: at most {MAX_LOG_PERMITS} at once in the sliding window (one entry each), got {permits}"
-    most = capacity(limit, burst, algorithm)
-    if permits > most:
+    if permits > (most := capacity(limit, burst, algorithm)):
         return f"permits: {permits} can never be granted: at most {most} at once (the {algorithm}'s capacity)"
     return None
 

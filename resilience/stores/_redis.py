@@ -103,8 +103,7 @@ def _check_str(option: str, value: object) -> str:
 
 def _unencodable(exc: UnicodeEncodeError) -> ValidationError:
     """A key (or owner) the client cannot encode, e.g. a lone surrogate: nothing was sent."""
-    text = exc.object
-    msg = f"key: {text[:80]!r} cannot be sent to Redis ({exc.reason} at position {exc.start} in {exc.encoding})"
+    msg = f"key: {exc.object[:80]!r} cannot be sent to Redis ({exc.reason} at position {exc.start} in {exc.encoding})"
     return ValidationError(msg)
 
 
@@ -304,10 +303,6 @@ async def _pipelined_async(client: Any, commands: Sequence[tuple[str | None, _Ca
     async with _pipeline(client) as pipe:
         _queue(client, pipe, commands, source)
         return list(await pipe.execute(raise_on_error=False))
-
-
-def _nothing() -> None:
-    """The remover of a listener that was never added."""
 
 
 class RedisClientsStore(Closing):
@@ -558,8 +553,8 @@ class _RedisStore(RedisClientsStore):
         sync client.
         """
         listener = self._sync_listener(self._sync_runner("add_release_listener").get())
-        if listener is None:  # no pub/sub on this client: nothing will call back
-            return _nothing
+        if listener is None:  # no pub/sub on this client: nothing will call back, nothing to remove
+            return lambda: None
         return listener.listen(self._main_key(key), callback, owner)
 
     def _wait_sync(
@@ -673,9 +668,7 @@ class RedisLockStore(_RedisStore):
         found = companions(lock_key)
         return [lock_key] if found is None else [lock_key, *found]
 
-    def _acquire_args(
-        self, key: str, owner: str, ttl: float, entry_ms: int = 0, *, shared: bool = False
-    ) -> tuple[list[str], list[object]]:
+    def _acquire_args(self, key: str, owner: str, ttl: float, entry_ms: int = 0, *, shared: bool = False) -> _Call:
         keys = self._keys(key)
         if shared and len(keys) == 1:
             msg = (
@@ -686,11 +679,11 @@ class RedisLockStore(_RedisStore):
         args: list[object] = [_check_str("owner", owner), ttl_ms(ttl), entry_ms, scripts.QUEUE_BOUND]
         return keys, [*args, "1"] if shared else args
 
-    def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
+    def _renew_args(self, key: str, owner: str, ttl: float) -> _Call:
         keys = self._keys(key)  # the lock key and, when it has companions, its shared holders (the fourth)
         return keys[:1] + keys[3:4], [_check_str("owner", owner), ttl_ms(ttl)]
 
-    def _held_check(self, key: str, owner: str | None) -> tuple[list[str], list[object]]:
+    def _held_check(self, key: str, owner: str | None) -> _Call:
         return self._keys(key), ["" if owner is None else _check_str("owner", owner)]
 
     def acquire(self, key: str, owner: str, ttl: float) -> int | None:
@@ -836,14 +829,12 @@ class RedisSemaphoreStore(_RedisStore, HoldersFromInfo):
         check_semaphore_permits(limit, permits)
         return [limit] if permits == 1 else [limit, permits]
 
-    def _acquire_args(
-        self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0
-    ) -> tuple[list[str], list[object]]:
+    def _acquire_args(self, key: str, owner: str, ttl: float, limit: int, permits: int, *, entry_ms: int = 0) -> _Call:
         limit_and_permits = self._limit(limit, permits)
         args = [_check_str("owner", owner), ttl_ms(ttl), limit, scripts.TOMBSTONE_MS, entry_ms, scripts.QUEUE_BOUND]
         return self._keys(key), [*args, *limit_and_permits[1:]]
 
-    def _renew_args(self, key: str, owner: str, ttl: float) -> tuple[list[str], list[object]]:
+    def _renew_args(self, key: str, owner: str, ttl: float) -> _Call:
         return list(self.keys(key)), [_check_str("owner", owner), ttl_ms(ttl), scripts.TOMBSTONE_MS]
 
     def _wait_check(

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import math
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from resilience._validation import wrong_store
-from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str, _is_client
+from resilience.stores._redis import RedisClientsStore, _AsyncClient, _check_str
 from resilience.stores._redis_scripts import LuaScript
 
 if TYPE_CHECKING:
@@ -201,7 +200,6 @@ def _ms(seconds: float) -> int:
 def _arguments(exchange: CircuitExchange) -> list[object]:
     sampling = max(10, _ms(exchange.sampling_duration))  # a bucket is at least a millisecond
     brk = max(1, _ms(exchange.break_duration))
-    expiry = max(60_000, 2 * (sampling + brk))
     return [
         int(exchange.successes),
         int(exchange.failures),
@@ -214,7 +212,7 @@ def _arguments(exchange: CircuitExchange) -> list[object]:
         int(exchange.epoch),
         int(exchange.state),
         _ms(exchange.remaining),
-        expiry,
+        max(60_000, 2 * (sampling + brk)),  # the key's expiry (ms)
         max(1, _ms(exchange.interval)),
     ]
 
@@ -248,9 +246,8 @@ class RedisCircuitStateStore(RedisClientsStore):
         super().__init__(self._kind, client, async_client, prefix)
         self._closed = False
         self._tasks: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()  # asyncio syncs, to stop
-        factory = callable(async_client) and not _is_client(async_client) and not inspect.isawaitable(async_client)
-        self._factory: Any = async_client if factory else None
-        # With a factory: this store's own client of each event loop, closed with its sync task.
+        # With a factory (its runner's `_factory`): this store's own client of each event loop,
+        # closed with its sync task.
         self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -287,10 +284,10 @@ class RedisCircuitStateStore(RedisClientsStore):
     async def exchange_async(self, circuit_key: str, exchange: CircuitExchange) -> CircuitReply:
         """See `exchange`."""
         runner = self._async_runner("exchange_async")
-        if self._factory is not None:
+        if runner._factory is not None:
             loop = asyncio.get_running_loop()
             runner = self._loop_clients.get(loop) or self._loop_clients.setdefault(
-                loop, _AsyncClient(self._factory, self._kind)
+                loop, _AsyncClient(runner._factory, self._kind)
             )
         return _reply(await runner.run(CIRCUIT_EXCHANGE, [self.key(circuit_key)], _arguments(exchange)))
 

@@ -72,8 +72,7 @@ def warn_if_untimed(client: object, owner: str) -> None:
     settings = read() if callable(read) else None
     if not isinstance(settings, dict) or "socket_timeout" not in settings:
         return
-    retry = settings.get("retry")
-    count = getattr(retry, "get_retries", None)
+    count = getattr(settings.get("retry"), "get_retries", None)
     retries = count() if callable(count) else 0
     problems = []
     if settings["socket_timeout"] is None:

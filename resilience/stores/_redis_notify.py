@@ -49,11 +49,6 @@ _TURNS_KEPT = 64
 _E = TypeVar("_E", threading.Event, asyncio.Event)
 
 
-def _subscribe_to(pubsub: Any, channel: str, *, sharded: bool) -> Any:
-    """Subscribe to `channel`: sharded (`SSUBSCRIBE`) on Cluster, where a channel lives in its name's hash slot."""
-    return pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel)
-
-
 def _next_message(pubsub: Any, *, sharded: bool) -> Any:
     """The next message, waiting at most `_POLL` seconds (None when none came)."""
     return pubsub.get_sharded_message(timeout=_POLL) if sharded else pubsub.get_message(timeout=_POLL)
@@ -128,9 +123,9 @@ class _Subscriptions(Generic[_E]):
     def __init__(self, open_pubsub: Callable[[], Any], *, sharded: bool) -> None:
         self._open = open_pubsub
         self._sharded = sharded
-        self._reset()
+        self._forget()
 
-    def _reset(self) -> None:
+    def _forget(self) -> None:
         """No waiter, no subscription, no connection."""
         self._waiters: dict[str, dict[Callable[[], object], str | None]] = {}
         self._subscribed: dict[str, _E] = {}  # channel -> set once the server confirms
@@ -148,6 +143,15 @@ class _Subscriptions(Generic[_E]):
 
     def _forget_channel(self, channel: str) -> None:
         """Drop what else is kept of a channel that lingered out."""
+
+    def _subscribe_command(self, channel: str) -> Any:
+        """Send the subscribe of `channel` on the connection, opened on first use (an awaitable for asyncio).
+
+        Sharded (`SSUBSCRIBE`) on Cluster, where a channel lives in its name's hash slot.
+        """
+        if self._pubsub is None:
+            self._pubsub = self._open()
+        return self._pubsub.ssubscribe(channel) if self._sharded else self._pubsub.subscribe(channel)
 
     def _unsubscribe_idle(self, now: float) -> Steps[None]:
         """Forget the channels idle for `_LINGER`, unsubscribing those still subscribed.
@@ -196,11 +200,10 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
         super().__init__(open_pubsub, sharded=sharded)
         self._name = name
         _LISTENERS.add(self)
-        self._forget()
 
     def _forget(self) -> None:
         """Start from nothing (used at creation and in a forked child: never close the parent's connection)."""
-        self._reset()
+        super()._forget()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -259,9 +262,7 @@ class SyncReleaseListener(_Subscriptions[threading.Event]):
             confirmed = self._subscribed.get(channel)
             if confirmed is None:
                 try:
-                    if self._pubsub is None:
-                        self._pubsub = self._open()
-                    _subscribe_to(self._pubsub, channel, sharded=self._sharded)
+                    self._subscribe_command(channel)
                 except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
                     _log.debug("release notification unavailable for %r", channel, exc_info=True)
                     return None
@@ -394,9 +395,7 @@ class AsyncReleaseListener(_Subscriptions[asyncio.Event]):
 
     async def _send_subscribe(self, channel: str, confirmed: asyncio.Event) -> None:
         try:
-            if self._pubsub is None:
-                self._pubsub = self._open()
-            await _subscribe_to(self._pubsub, channel, sharded=self._sharded)
+            await self._subscribe_command(channel)
         except Exception:  # noqa: BLE001 -- a hint only: the waiter sleeps out its timeout and polls
             _log.debug("release notification unavailable for %r", channel, exc_info=True)
             if self._subscribed.get(channel) is confirmed:
