@@ -337,16 +337,13 @@ class AuthorityCircuitBreaker:
             circuit = self._circuits.get(key)
             if circuit is None:
                 if len(self._circuits) >= _MAX_CIRCUITS:
-                    self._forget_one_closed()
+                    # Forget one closed circuit. A snapshot: executions reorder the dict meanwhile (without the lock).
+                    for old, known in list(self._circuits.items()):
+                        if known.state is CircuitState.CLOSED:
+                            self._circuits.pop(old, None)
+                            break
                 circuit = self._circuits[key] = self._options.create(self._build)
         return circuit
-
-    def _forget_one_closed(self) -> None:
-        # A snapshot: executions reorder the dict meanwhile (without the lock).
-        for key, circuit in list(self._circuits.items()):
-            if circuit.state is CircuitState.CLOSED:
-                self._circuits.pop(key, None)
-                return
 
     @property
     def circuits(self) -> dict[str, CircuitState]:

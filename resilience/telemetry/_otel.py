@@ -334,24 +334,8 @@ _env_names_provider: bool | None = None
 _last_global: tuple[Any, Any] = (_UNKNOWN, None)
 
 
-def _environment_names_meter_provider() -> bool:
-    """Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
-
-    `name in os.environ` raises and catches a `KeyError` inside when the name is absent
-    (1.7 us on the CI machine), which was the biggest single cost of an execution's success
-    path once anything had imported the OpenTelemetry API. The API itself only reads the
-    variable to load a provider when none was set in code; like its auto-configuration, we
-    take it as fixed for the process.
-    """
-    global _env_names_provider  # noqa: PLW0603 - a process-wide, write-once cache
-    names = _env_names_provider
-    if names is None:
-        names = _env_names_provider = _ENV_METER_PROVIDER in os.environ
-    return names
-
-
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
-    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
+    global _last_global, _env_names_provider  # noqa: PLW0603 - process-wide caches (replaced whole; write-once)
     if options.meter_provider is not None:
         return options.meter_provider
     metrics = _metrics_api or _api_modules()[0]
@@ -365,8 +349,16 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     except AttributeError:
         global_provider = _UNKNOWN
     if global_provider is None:
+        # Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
+        # `name in os.environ` raises and catches a `KeyError` inside when the name is absent
+        # (1.7 us on the CI machine), which was the biggest single cost of an execution's success
+        # path once anything had imported the OpenTelemetry API. The API itself only reads the
+        # variable to load a provider when none was set in code; like its auto-configuration, we
+        # take it as fixed for the process.
         names = _env_names_provider
-        if not (_environment_names_meter_provider() if names is None else names):
+        if names is None:
+            names = _env_names_provider = _ENV_METER_PROVIDER in os.environ
+        if not names:
             return None
     elif global_provider is not _UNKNOWN:
         # What `get_meter_provider()` returns once a provider is set, remembered by identity
