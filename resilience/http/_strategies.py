@@ -205,16 +205,13 @@ class HttpTimeoutStrategyOptions:
     on_timeout: Callable[[OnTimeoutArguments], object] | None = None
     name: str = "Timeout"
 
-    def _timeout(self) -> TimeoutStrategyOptions:
-        return passed_on(self, TimeoutStrategyOptions)
-
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
-        return self._timeout().validate(context)
+        return passed_on(self, TimeoutStrategyOptions).validate(context)
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
         """A timeout strategy that publishes its deadline to the transport."""
-        return DeadlineTimeout(self._timeout().create(context), context.time_provider)
+        return DeadlineTimeout(passed_on(self, TimeoutStrategyOptions).create(context), context.time_provider)
 
 
 class DeadlineTimeout:
