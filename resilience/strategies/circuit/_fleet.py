@@ -201,7 +201,10 @@ class SharedCircuitCore(CircuitCore):
             else:
                 self.unsent_successes += 1
             if self.shared:
-                (self.window.failure if handled else self.window.success)(now)
+                if handled:
+                    self.window.failure(now)
+                else:
+                    self.window.success(now)
                 return None
         if state is _HALF_OPEN and self.shared:
             self._granted_until = None
