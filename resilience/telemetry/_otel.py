@@ -157,7 +157,7 @@ class Instruments:
         # so measurements flushed here are part of that same collection. The callback observes
         # nothing, so the gauge itself never appears in any export. (A provider that never
         # calls callbacks still gets everything: the buffer flushes itself when full.)
-        meter.create_observable_gauge(_FLUSH_HOOK, callbacks=[self._flush_on_collect])
+        meter.create_observable_gauge("resilience.internal.flush", callbacks=[self._flush_on_collect])
         # The state metrics: read from their owners at each collection (see `observe`).
         for name, unit, description, combine in _STATE_METRICS:
             create = meter.create_observable_gauge if combine is max else meter.create_observable_up_down_counter
@@ -182,7 +182,6 @@ class Instruments:
         return []
 
 
-_FLUSH_HOOK = "resilience.internal.flush"
 # Measurements held between collections before the recording thread flushes them itself:
 # bounds the buffer's memory when a provider collects rarely (or never).
 _FLUSH_AT = 4096
@@ -328,7 +327,6 @@ def observe(
 
 
 _UNKNOWN: Any = object()
-_ENV_METER_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 _env_names_provider: bool | None = None
 # The global meter provider last seen, and what `_meter_provider` made of it.
 _last_global: tuple[Any, Any] = (_UNKNOWN, None)
@@ -357,7 +355,7 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
         # take it as fixed for the process.
         names = _env_names_provider
         if names is None:
-            names = _env_names_provider = _ENV_METER_PROVIDER in os.environ
+            names = _env_names_provider = "OTEL_PYTHON_METER_PROVIDER" in os.environ
         if not names:
             return None
     elif global_provider is not _UNKNOWN:
