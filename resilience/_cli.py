@@ -73,7 +73,8 @@ class RedisInspector:
 
         Other data under the prefix is skipped; a released lock's tombstone is skipped by `info`.
         """
-        names = list(self._client.scan_iter(match=_glob_escape(self._prefix) + ":*", count=1000))
+        pattern = "".join("\\" + char if char in "*?[]\\" else char for char in self._prefix)  # glob-escaped
+        names = list(self._client.scan_iter(match=pattern + ":*", count=1000))
         pipe = self._client.pipeline(transaction=False)
         for name in names:
             pipe.type(name)
@@ -144,10 +145,6 @@ Inspector: TypeAlias = "RedisInspector | PostgresInspector"
 def _held(inspector: Inspector) -> list[LockInfo]:
     """Every held lock, as its store tells it."""
     return [info for key in inspector.held_keys() if (info := inspector.store.info(key)) is not None]
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
 def _printable(text: str) -> str:

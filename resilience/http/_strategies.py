@@ -205,16 +205,13 @@ class HttpTimeoutStrategyOptions:
     on_timeout: Callable[[OnTimeoutArguments], object] | None = None
     name: str = "Timeout"
 
-    def _timeout(self) -> TimeoutStrategyOptions:
-        return passed_on(self, TimeoutStrategyOptions)
-
     def validate(self, context: StrategyBuildContext, /) -> Iterable[str]:
         """Every problem with these options, as `"<option>: <what>"`."""
-        return self._timeout().validate(context)
+        return passed_on(self, TimeoutStrategyOptions).validate(context)
 
     def create(self, context: StrategyBuildContext, /) -> Strategy:
         """A timeout strategy that publishes its deadline to the transport."""
-        return DeadlineTimeout(self._timeout().create(context), context.time_provider)
+        return DeadlineTimeout(passed_on(self, TimeoutStrategyOptions).create(context), context.time_provider)
 
 
 class DeadlineTimeout:
@@ -337,16 +334,13 @@ class AuthorityCircuitBreaker:
             circuit = self._circuits.get(key)
             if circuit is None:
                 if len(self._circuits) >= _MAX_CIRCUITS:
-                    self._forget_one_closed()
+                    # Forget one closed circuit. A snapshot: executions reorder the dict meanwhile (without the lock).
+                    for old, known in list(self._circuits.items()):
+                        if known.state is CircuitState.CLOSED:
+                            self._circuits.pop(old, None)
+                            break
                 circuit = self._circuits[key] = self._options.create(self._build)
         return circuit
-
-    def _forget_one_closed(self) -> None:
-        # A snapshot: executions reorder the dict meanwhile (without the lock).
-        for key, circuit in list(self._circuits.items()):
-            if circuit.state is CircuitState.CLOSED:
-                self._circuits.pop(key, None)
-                return
 
     @property
     def circuits(self) -> dict[str, CircuitState]:

@@ -63,21 +63,19 @@ register_client(
 class _RequestsExchange(_Exchange):
     """One request's state across its attempts, for a `requests.PreparedRequest`."""
 
-    __slots__ = ("_authority", "_host", "_port", "prepared", "timeout")
+    __slots__ = ("_authority", "_url", "prepared", "timeout")
 
     def __init__(self, request: requests.PreparedRequest, clock: TimeProvider, timeout: Any) -> None:
         # A PreparedRequest has no extensions to keep.
         super().__init__(request, clock, extensions={})  # type: ignore[arg-type]
         self.prepared: requests.PreparedRequest = request
         self.timeout = timeout
-        parts = urlsplit(request.url or "")
-        self._host = parts.hostname or ""
-        self._port = parts.port
+        self._url = parts = urlsplit(request.url or "")
         self._authority = authority_of(parts.scheme, parts.hostname, parts.port)
 
     def server_tags(self) -> dict[str, Any]:
         """The tags of every event of this request (as for httpx: no path, no URL)."""
-        return server_tags(self.prepared.method or "", self._host, self._port)
+        return server_tags(self.prepared.method or "", self._url.hostname or "", self._url.port)
 
     def enter(self) -> tuple[Any, Any]:
         """Publish the request and its authority (for the strategies) and the tags (for telemetry)."""

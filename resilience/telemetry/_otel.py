@@ -157,7 +157,7 @@ class Instruments:
         # so measurements flushed here are part of that same collection. The callback observes
         # nothing, so the gauge itself never appears in any export. (A provider that never
         # calls callbacks still gets everything: the buffer flushes itself when full.)
-        meter.create_observable_gauge(_FLUSH_HOOK, callbacks=[self._flush_on_collect])
+        meter.create_observable_gauge("resilience.internal.flush", callbacks=[self._flush_on_collect])
         # The state metrics: read from their owners at each collection (see `observe`).
         for name, unit, description, combine in _STATE_METRICS:
             create = meter.create_observable_gauge if combine is max else meter.create_observable_up_down_counter
@@ -182,7 +182,6 @@ class Instruments:
         return []
 
 
-_FLUSH_HOOK = "resilience.internal.flush"
 # Measurements held between collections before the recording thread flushes them itself:
 # bounds the buffer's memory when a provider collects rarely (or never).
 _FLUSH_AT = 4096
@@ -328,30 +327,13 @@ def observe(
 
 
 _UNKNOWN: Any = object()
-_ENV_METER_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 _env_names_provider: bool | None = None
 # The global meter provider last seen, and what `_meter_provider` made of it.
 _last_global: tuple[Any, Any] = (_UNKNOWN, None)
 
 
-def _environment_names_meter_provider() -> bool:
-    """Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
-
-    `name in os.environ` raises and catches a `KeyError` inside when the name is absent
-    (1.7 us on the CI machine), which was the biggest single cost of an execution's success
-    path once anything had imported the OpenTelemetry API. The API itself only reads the
-    variable to load a provider when none was set in code; like its auto-configuration, we
-    take it as fixed for the process.
-    """
-    global _env_names_provider  # noqa: PLW0603 - a process-wide, write-once cache
-    names = _env_names_provider
-    if names is None:
-        names = _env_names_provider = _ENV_METER_PROVIDER in os.environ
-    return names
-
-
 def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
-    global _last_global  # noqa: PLW0603 - a process-wide cache, replaced whole
+    global _last_global, _env_names_provider  # noqa: PLW0603 - process-wide caches (replaced whole; write-once)
     if options.meter_provider is not None:
         return options.meter_provider
     metrics = _metrics_api or _api_modules()[0]
@@ -365,8 +347,16 @@ def _meter_provider(options: TelemetryOptions) -> MeterProvider | None:
     except AttributeError:
         global_provider = _UNKNOWN
     if global_provider is None:
+        # Whether `OTEL_PYTHON_METER_PROVIDER` is set; read once, at the first check that needs it.
+        # `name in os.environ` raises and catches a `KeyError` inside when the name is absent
+        # (1.7 us on the CI machine), which was the biggest single cost of an execution's success
+        # path once anything had imported the OpenTelemetry API. The API itself only reads the
+        # variable to load a provider when none was set in code; like its auto-configuration, we
+        # take it as fixed for the process.
         names = _env_names_provider
-        if not (_environment_names_meter_provider() if names is None else names):
+        if names is None:
+            names = _env_names_provider = "OTEL_PYTHON_METER_PROVIDER" in os.environ
+        if not names:
             return None
     elif global_provider is not _UNKNOWN:
         # What `get_meter_provider()` returns once a provider is set, remembered by identity

@@ -361,7 +361,7 @@ async def test_a_sync_outliving_its_circuit_does_nothing(client: Any, key: str) 
     await sync.run_once_async()
     sync.answered(CircuitReply(1, 9, 1.0, False, False))
     sync.failed(ConnectionError("gone"))
-    sync.detach()
+    sync.failed(None)  # the store closed
     await _serve_async(weakref.ref(sync), asyncio.Event())  # returns at once
 
 

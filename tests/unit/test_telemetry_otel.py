@@ -403,11 +403,14 @@ def test_the_environment_is_read_once_for_a_meter_provider(monkeypatch: pytest.M
     """Whether OTEL_PYTHON_METER_PROVIDER names a provider is read at the first check, then kept."""
     from resilience.telemetry import _otel
 
+    monkeypatch.setattr("opentelemetry.metrics._internal._METER_PROVIDER", None)  # none set in code
     monkeypatch.setattr(_otel, "_env_names_provider", None)
     monkeypatch.setenv("OTEL_PYTHON_METER_PROVIDER", "sdk_meter_provider")
-    assert _otel._environment_names_meter_provider()
+    _otel._meter_provider(TelemetryOptions())
+    assert _otel._env_names_provider is True
     monkeypatch.delenv("OTEL_PYTHON_METER_PROVIDER")
-    assert _otel._environment_names_meter_provider()
+    _otel._meter_provider(TelemetryOptions())
+    assert _otel._env_names_provider is True
 
 
 def test_a_provider_named_by_the_environment_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -307,10 +307,8 @@ class SharedCircuitCore(CircuitCore):
         """
         if not self.shared:
             return None
-        self.shared = False
-        self.probe_wanted = False
+        self.shared = self.probe_wanted = self._probe_mine = False
         self._granted_until = None
-        self._probe_mine = False
         if self.state is not _CLOSED or not self.window.tripped(now):
             return None
         self._send(Command.OPEN, self.break_duration)

@@ -46,10 +46,6 @@ _NO_STREAK.count = 1
 _STATE_NUMBERS = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2, CircuitState.ISOLATED: 3}
 
 
-def _state_number(controller: CircuitController) -> int:
-    return _STATE_NUMBERS[controller.core.state]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CircuitBreakerStrategyOptions:
     """Options of the circuit breaker (`circuit_breaker_strategy(...)`); validated at `build()`."""
@@ -155,7 +151,7 @@ class CircuitBreakerStrategyOptions:
             controller = SharedCircuitController(SharedCircuitCore(**parameters), hooks, context)
             CircuitSync(store, key, to_seconds(self.sync_interval), self.manual_control).start(controller, context)
             tags = {"circuit.key": key}
-        context.telemetry.observe("resilience.circuit.state", controller, _state_number, tags)
+        context.telemetry.observe("resilience.circuit.state", controller, lambda c: _STATE_NUMBERS[c.core.state], tags)
         if self.state_provider is not None:
             self.state_provider._controller = controller
         if self.manual_control is not None:

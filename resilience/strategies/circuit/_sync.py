@@ -244,10 +244,6 @@ class CircuitSync:
         if again:
             self.wake()
 
-    def detach(self) -> None:
-        """The store was closed: this circuit decides alone from now on."""
-        self.failed(None)
-
     def failed(self, error: Exception | None) -> None:
         """Put the circuit on local state: the store failed with `error` (said once per outage), or closed (None)."""
         controller = self._ref()
@@ -319,8 +315,8 @@ class CircuitSync:
         if task is None or task.done() or task.get_loop() is not loop:
             if self._closed:  # its pipeline closed: no sync starts again
                 return
-            if self._store.closed:
-                self.detach()
+            if self._store.closed:  # this circuit decides alone from now on
+                self.failed(None)
                 return
             self._ready = ready = asyncio.Event()
             self._task = loop.create_task(
@@ -344,8 +340,8 @@ async def _serve_async(ref: weakref.ref[CircuitSync], ready: asyncio.Event) -> N
     store = None if sync is None else sync._store
     try:
         while sync is not None and sync.alive:
-            if sync._store.closed:
-                sync.detach()
+            if sync._store.closed:  # this circuit decides alone from now on
+                sync.failed(None)
                 return
             await sync.run_once_async()
             ready.set()
@@ -444,7 +440,7 @@ class SyncWorker:
     def _serve(self) -> None:
         while (sync := self._next()) is not None:  # None: no circuit left to serve
             if sync._store.closed:
-                sync.detach()  # and no longer scheduled
+                sync.failed(None)  # decides alone from now on, and is no longer scheduled
             else:
                 with self._cond:
                     self._running, self._started = sync, time.monotonic()
