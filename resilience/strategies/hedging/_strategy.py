@@ -332,8 +332,7 @@ class _Run:
     def abort_all(self) -> None:
         """The caller is leaving (cancelled, interrupted): abort every attempt."""
         with self._lock:
-            if not self.state.finished:
-                self.state._finish(None)
+            self.state.ended_fatally(-1)  # finished on no outcome (unless it had): nothing starts any more
         self.abort_others(-1)
 
     @property
