@@ -151,14 +151,13 @@ class ChaosStrategyBase:
     def _decide(self, context: ResilienceContext) -> bool:
         """Whether this (sync) execution gets chaos."""
         generator = self._enabled_generator
-        if generator is None:
-            if not self._enabled:
-                return False
-        else:
+        if generator is not None:
             context.raise_if_aborted()  # no generator runs for an execution that is over
             on = generator(EnabledGeneratorArguments(context))
             if on is not True and (on is False or not called_back(generator, on)):
                 return False
+        elif not self._enabled:
+            return False
         rate_generator = self._rate_generator
         if rate_generator is None:
             return self._draw() < self._rate
@@ -171,14 +170,13 @@ class ChaosStrategyBase:
     async def _decide_async(self, context: ResilienceContext) -> bool:
         """Whether this (async) execution gets chaos; a generator's awaitable is awaited."""
         generator = self._enabled_generator
-        if generator is None:
-            if not self._enabled:
-                return False
-        else:
+        if generator is not None:
             context.raise_if_aborted()
             on = generator(EnabledGeneratorArguments(context))
             if on is not True and (on is False or not (await on if inspect.isawaitable(on) else on)):
                 return False
+        elif not self._enabled:
+            return False
         rate_generator = self._rate_generator
         if rate_generator is None:
             return self._draw() < self._rate

@@ -332,8 +332,7 @@ class _Run:
     def abort_all(self) -> None:
         """The caller is leaving (cancelled, interrupted): abort every attempt."""
         with self._lock:
-            if not self.state.finished:
-                self.state._finish(None)
+            self.state.ended_fatally(-1)  # finished on no outcome (unless it had): nothing starts any more
         self.abort_others(-1)
 
     @property
@@ -680,16 +679,13 @@ class _AsyncStart:
         self.scope.detach()
         strategy = self.strategy
         outcome: Outcome[Any] = Ok(result) if failure is None else failure
-        run = self.run
         handler = strategy._handler
         handled = (failure is not None or handler.checks_results) and handler.handles(outcome)
-        if run is None:
-            if not handled:  # attempt 0 won alone
-                if strategy._telemetry.enabled(Severity.INFORMATION):
-                    strategy._report(self.context, 0, outcome, self.started, Severity.INFORMATION)
-                return outcome
-            run = self.promote()
-        return run, (0, outcome, handled)
+        if self.run is None and not handled:  # attempt 0 won alone
+            if strategy._telemetry.enabled(Severity.INFORMATION):
+                strategy._report(self.context, 0, outcome, self.started, Severity.INFORMATION)
+            return outcome
+        return self.promote(), (0, outcome, handled)
 
     def promote(self) -> _AsyncRun:
         """The full run, with attempt 0 running (or just ended) in the caller's task."""

@@ -72,8 +72,7 @@ class RetryCore:
         with 0.0, pass back what the previous call returned).
         """
         base = self.delay
-        kind = self.backoff
-        if kind == "exponential":
+        if self.backoff == "exponential":
             if self.jitter:
                 delay, state = decorrelated_jitter(attempt, base, state, self.random.random())
             else:
@@ -82,7 +81,7 @@ class RetryCore:
                 except OverflowError:
                     delay = MAX_DURATION
         else:
-            delay = base * (attempt + 1) if kind == "linear" else base
+            delay = base * (attempt + 1) if self.backoff == "linear" else base
             if self.jitter:
                 delay += delay * _JITTER_FACTOR * self.random.random() - delay * _JITTER_FACTOR / 2
         return self.cap(delay), state

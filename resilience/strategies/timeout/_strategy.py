@@ -379,8 +379,7 @@ class TimeoutStrategy:
         """Run `callback` with a cooperative deadline (sync)."""
         timeout: float | None = self.timeout
         if self._generator is not None:
-            generated = call_back(self._generator, TimeoutGeneratorArguments(context))
-            timeout = _generated_timeout(generated, self.timeout)
+            timeout = _generated_timeout(call_back(self._generator, TimeoutGeneratorArguments(context)), self.timeout)
             if timeout is None:
                 return callback(context)
         # The child signal is made only when the callable reads it or the deadline fires, and
