@@ -495,7 +495,7 @@ return held
 # Every semaphore script that writes starts here: read the server clock (`now_ms`, and
 # `now_us()` for `_MINT`), drop the holders whose lease has expired (their tokens and permits
 # with them: `pruned` permits), and define `held_permits`
-# (the permits live holders have, given the hash's `x`) and `settle`, which sets the keys'
+# (the permits live holders have, given the hash's `x`) and `set_expiries`, which sets the keys'
 # expiries after a change: the last lease plus a tombstone, so that lapsed holders are still
 # there to be pruned and the last token is remembered.
 _SEMAPHORE_PRELUDE = """
@@ -522,7 +522,7 @@ local function held_permits(extra)
   -- Whatever `x` says: with no holder, nothing is held.
   return holders == 0 and 0 or holders + math.max(0, tonumber(extra) or 0)
 end
-local function settle(tombstone)
+local function set_expiries(tombstone)
   local horizon = tonumber(tombstone)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if #last > 0 then
@@ -695,7 +695,7 @@ if not token then
   end
 end
 redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
-settle(ARGV[4])
+set_expiries(ARGV[4])
 return token
 """,
 )
@@ -711,7 +711,7 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
-settle(ARGV[3])
+set_expiries(ARGV[3])
 return 1
 """,
 )
@@ -745,7 +745,7 @@ redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1], 'p:' .. ARGV[1])
 if permits > 1 then
   redis.call('HINCRBY', KEYS[2], 'x', 1 - permits)
 end
-settle(ARGV[2])
+set_expiries(ARGV[2])
 return 1
 """,
 )

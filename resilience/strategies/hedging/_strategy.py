@@ -293,7 +293,7 @@ class _Run:
         severity = (Severity.ERROR if finished else Severity.WARNING) if handled else Severity.INFORMATION
         if self.strategy._telemetry.enabled(severity):  # else build nothing
             self.strategy._report(self.context, attempt, outcome, self.starts.get(attempt, 0.0), severity)
-        self.settle(finished=finished, winner=attempt)
+        self.after_change(finished=finished, winner=attempt)
         return due
 
     def ended_fatally(self, attempt: int, error: BaseException) -> None:
@@ -302,9 +302,9 @@ class _Run:
             finished = self.state.ended_fatally(attempt)
             if finished:
                 self.fatal = error
-        self.settle(finished=finished, winner=attempt)
+        self.after_change(finished=finished, winner=attempt)
 
-    def settle(self, *, finished: bool, winner: int) -> None:
+    def after_change(self, *, finished: bool, winner: int) -> None:
         """After a state change, outside the lock: abort the others if it finished, wake the caller if it settled.
 
         Read without the lock, `settled` can only have become true since the change (once
@@ -362,7 +362,7 @@ class _Run:
         """`attempt` was launched and will never start."""
         with self._lock:
             finished = self.state.abandoned(attempt)
-        self.settle(finished=finished, winner=-1)  # nothing runs: only a delay's timer may be left
+        self.after_change(finished=finished, winner=-1)  # nothing runs: only a delay's timer may be left
 
     def withdraw(self, attempt: int) -> None:
         """`attempt` was launched but has not started: make sure it never does."""

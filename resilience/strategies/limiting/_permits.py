@@ -161,7 +161,7 @@ class LocalPermits:
             if remove is not None:
                 remove()
 
-    def _settle(self, key: str, waiter: _Waiter, signal: Signal) -> bool:
+    def _after_wait(self, key: str, waiter: _Waiter, signal: Signal) -> bool:
         """After the wait (if any): True holding the permit, False timed out; the signal's reason if it aborted.
 
         A permit granted in the same instant as the abort is handed on.
@@ -189,7 +189,7 @@ class LocalPermits:
         if not waiter.granted:
             with self._waiting(key, waiter, signal):
                 clock_wait(self._time, woken, timeout)
-        return self._settle(key, waiter, signal)
+        return self._after_wait(key, waiter, signal)
 
     async def acquire_async(self, key: str, timeout: float, signal: Signal) -> bool | None:
         """The asyncio twin of `acquire` (a cancelled waiter leaves the queue, or hands its permit on)."""
@@ -201,7 +201,7 @@ class LocalPermits:
         if not waiter.granted:
             with self._waiting(key, waiter, signal):
                 await clock_wait_async(self._time, future, timeout)
-        return self._settle(key, waiter, signal)
+        return self._after_wait(key, waiter, signal)
 
     def in_use(self) -> int:
         """Permits held now, over every key (`resilience.limiter.in_use`)."""
