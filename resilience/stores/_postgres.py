@@ -90,13 +90,16 @@ def _params(key: str, owner: str | None = None, ttl: float | None = None, **more
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs three times as much to build, per statement
 class _Statement(Generic[_T]):
     """One statement of a store method and what its rows answer: built once, run by the sync or the async shell."""
 
     query: str
     params: dict[str, Any]
     answer: Callable[[list[Any]], _T]
+    rows: bool = True
+    """False for a statement that returns none (the purge): nothing is fetched (asking psycopg
+    whether there are rows, `cursor.description`, costs a statement more than a µs)."""
 
 
 def _acquired(rows: list[Any]) -> tuple[int | None, float | None]:
@@ -333,7 +336,7 @@ class _PostgresStore(Closing):
             conn = (yield pool.getconn()) if kept is None else (yield from self._take_kept(kept, pool))
             try:
                 cursor = yield conn.execute(statement.query, statement.params)
-                rows = (yield cursor.fetchall()) if cursor.description is not None else []
+                rows = (yield cursor.fetchall()) if statement.rows else []
                 if not conn.autocommit:
                     yield conn.commit()
             except BaseException:
@@ -405,7 +408,7 @@ class _PostgresStore(Closing):
         if now - self._purged_at < _PURGE_EVERY:
             return None
         self._purged_at = now
-        return _Statement(self._sql.purge, {}, len)
+        return _Statement(self._sql.purge, {}, len, rows=False)
 
     # -- schema ---------------------------------------------------------------------------------
 
