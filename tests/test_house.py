@@ -46,7 +46,7 @@ LAYERS = {
 TRAITS = frozenset({"sync_problem", "async_problem", "wants_invocation", "inert"})
 """What a strategy declares in `StrategyTraits`: never read by name."""
 
-CODE_LINE_CEILING = 14_479
+CODE_LINE_CEILING = 14_478
 """Lines of code in `resilience/` (no blanks, comments or docstrings) today; the goal is 14,500."""
 
 

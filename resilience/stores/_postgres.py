@@ -97,9 +97,9 @@ class _Statement(Generic[_T]):
     query: str
     params: dict[str, Any]
     answer: Callable[[list[Any]], _T]
+    # False for a statement that returns none (the purge): nothing is fetched (asking psycopg
+    # whether there are rows, `cursor.description`, costs a statement more than a µs).
     rows: bool = True
-    """False for a statement that returns none (the purge): nothing is fetched (asking psycopg
-    whether there are rows, `cursor.description`, costs a statement more than a µs)."""
 
 
 def _acquired(rows: list[Any]) -> tuple[int | None, float | None]:
@@ -303,13 +303,11 @@ class _PostgresStore(Closing):
         discards a broken one).
         """
         pool = self._sync_pool(method)
-        kept = self._kept_lock.acquire(blocking=False)
+        kept = self._kept if self._kept_lock.acquire(blocking=False) else None
         try:
-            return run_steps(
-                self._statement_steps(statement, pool, self._kept if kept else None, self._psycopg.connect)
-            )
+            return run_steps(self._statement_steps(statement, pool, kept, self._psycopg.connect))
         finally:
-            if kept:
+            if kept is not None:
                 self._kept_lock.release()
 
     async def _execute_async(self, method: str, statement: _Statement[_T]) -> _T:
