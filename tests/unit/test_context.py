@@ -1,6 +1,8 @@
 import asyncio
+import gc
 import pickle
 import threading
+import weakref
 
 import pytest
 
@@ -31,6 +33,29 @@ def test_property_keys_compare_by_name_and_are_frozen() -> None:
         ResiliencePropertyKey("a").other = 1  # type: ignore[attr-defined]
     assert pickle.loads(pickle.dumps(USER)) == USER
     assert repr(USER) == "ResiliencePropertyKey('user')"
+
+
+def test_a_name_has_one_key_object_while_any_is_referenced() -> None:
+    """Equal by name is the same object (threads naming a new key at once too); unreferenced, it is freed."""
+    keys: list[ResiliencePropertyKey[int]] = []
+    barrier = threading.Barrier(8)
+
+    def name_it() -> None:
+        barrier.wait()
+        keys.append(ResiliencePropertyKey[int]("named-at-once"))
+
+    threads = [threading.Thread(target=name_it) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(keys) == 8
+    assert all(key is keys[0] for key in keys)
+    assert pickle.loads(pickle.dumps(keys[0])) is keys[0]
+    assert ResiliencePropertyKey("named-at-once") is keys[0]
+    gone = weakref.ref(ResiliencePropertyKey(f"made-per-request-{id(keys)}"))
+    gc.collect()
+    assert gone() is None  # a key made per request does not stay in memory
 
 
 def test_properties_get_set_contains() -> None:
