@@ -3,6 +3,7 @@ import gc
 import pickle
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,19 +38,14 @@ def test_property_keys_compare_by_name_and_are_frozen() -> None:
 
 def test_a_name_has_one_key_object_while_any_is_referenced() -> None:
     """Equal by name is the same object (threads naming a new key at once too); unreferenced, it is freed."""
-    keys: list[ResiliencePropertyKey[int]] = []
     barrier = threading.Barrier(8)
 
-    def name_it() -> None:
-        barrier.wait()
-        keys.append(ResiliencePropertyKey[int]("named-at-once"))
+    def name_it(_: int) -> ResiliencePropertyKey[int]:
+        barrier.wait(10)
+        return ResiliencePropertyKey[int]("named-at-once")
 
-    threads = [threading.Thread(target=name_it) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(keys) == 8
+    with ThreadPoolExecutor(8) as pool:
+        keys = list(pool.map(name_it, range(8)))
     assert all(key is keys[0] for key in keys)
     assert pickle.loads(pickle.dumps(keys[0])) is keys[0]
     assert ResiliencePropertyKey("named-at-once") is keys[0]
