@@ -60,14 +60,15 @@ _KEYS: weakref.WeakValueDictionary[str, ResiliencePropertyKey[Any]] = weakref.We
 """The property key of each name (`ResiliencePropertyKey.__new__`)."""
 
 # Guards the rare creations: a lazily linked signal (`ResilienceContext._link_signal`), a
-# property key. One lock for the process, replaced in a forked child, where no thread can hold it.
-_MAKE_LOCK = threading.Lock()
+# property key. One lock for the process, re-entrant (a finalizer that the collector runs
+# while it is held may name a key), replaced in a forked child, where no thread can hold it.
+_MAKE_LOCK = threading.RLock()
 
 
 @on_fork_in_child
 def _new_make_lock_after_fork() -> None:
     global _MAKE_LOCK  # noqa: PLW0603 - the module's one lock, replaced only in a forked child
-    _MAKE_LOCK = threading.Lock()
+    _MAKE_LOCK = threading.RLock()
 
 
 class ResiliencePropertyKey(Generic[T]):
