@@ -11,9 +11,10 @@ Run: `.venv/bin/python benchmarks/instructions.py` (this checkout), or with
 `--otel-api` imports the OpenTelemetry API (no SDK, no provider) in the measured process first,
 as any library that instruments itself does (tenacity and pybreaker's environments here): the
 "is anyone listening" check then has the API's globals to read.
-The cases `pybreaker sync` and `circuitbreaker sync` count the breaker rows' peers of `lean.py`
-(the same loop through pybreaker's `call` and circuitbreaker's `@circuit`; no checkout of ours
-is imported), so that ours/peer can be stated in instructions.
+The cases `pybreaker sync`, `circuitbreaker sync` and `asyncio.timeout async` count the peers of
+`lean.py`'s breaker and async timeout rows (the same loop through pybreaker's `call`,
+circuitbreaker's `@circuit`, and `async with asyncio.timeout(30)` around an awaited coroutine;
+no checkout of ours is imported), so that ours/peer can be stated in instructions.
 The cases `retrying` (three handled failures, then a success, no delay), `failing` (a handled
 failure through a closed circuit) and `rejected` (a rate limiter's rejection) count the failure
 paths: a change that is free on success can cost there.
@@ -60,10 +61,11 @@ CASES = (
     "rejected async",
     "pybreaker sync",
     "circuitbreaker sync",
+    "asyncio.timeout async",
 )
-# Peers of the breaker rows (`lean.py`'s): the library a user would pick instead, counted the
+# Peers of the breaker and async timeout rows (`lean.py`'s): what a user would pick instead, counted the
 # same way, so that a ratio of instructions stands beside `lean.py`'s ratio of time.
-PEERS = {"pybreaker", "circuitbreaker"}
+PEERS = {"pybreaker", "circuitbreaker", "asyncio.timeout"}
 # Cases whose executions fail or are rejected: paths a success-path count never crosses, where a
 # "free" simplification once cost 4-7% unseen.
 FAILURE_PATHS = {"failing", "rejected"}
@@ -156,11 +158,25 @@ def callables(strategy: str) -> tuple[Callable[[], int], Callable[[], Awaitable[
 
 
 def run_peer(peer: str, number: int) -> None:
-    """`number` calls of a trivial callable through `peer` (pybreaker's `call`, circuitbreaker's `@circuit`)."""
+    """`number` calls of a trivial callable through `peer` (pybreaker's `call`, circuitbreaker's `@circuit`, a timeout)."""
 
     def work() -> int:
         return 1
 
+    async def awork() -> int:
+        return 1
+
+    async def timed() -> int:  # `lean.py`'s peer of `add_timeout(30)`
+        async with asyncio.timeout(30):
+            return await awork()
+
+    async def loop() -> None:
+        for _ in range(number):
+            await timed()
+
+    if peer == "asyncio.timeout":
+        asyncio.run(loop())
+        return
     if peer == "pybreaker":
         import pybreaker
 
